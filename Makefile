@@ -1,0 +1,30 @@
+# claimq: PGXS build
+EXTENSION = claimq
+MODULE_big = claimq
+DATA = $(wildcard sql/claimq--*.sql)
+OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
+PG_CPPFLAGS = -I$(srcdir)/src
+
+# API tests: pgTAP inside pg_regress.  Sources in test/sql, expected output
+# in expected/ (test/expected points there).
+REGRESS = $(sort $(patsubst test/sql/%.sql,%,$(wildcard test/sql/*.sql)))
+REGRESS_OPTS = --inputdir=test --temp-instance=tmp_check_regress \
+	--temp-config=test/claimq.conf
+
+# Races: isolation specs in test/specs.
+ISOLATION = $(sort $(patsubst test/specs/%.spec,%,$(wildcard test/specs/*.spec)))
+ISOLATION_OPTS = --inputdir=test --temp-instance=tmp_check_iso \
+	--temp-config=test/claimq.conf
+
+# Crashes, standbys and the worker: TAP tests in test/t.
+PROVE_TESTS = $(wildcard test/t/*.pl)
+ifneq ($(PROVE_TESTS),)
+TAP_TESTS = 1
+endif
+
+EXTRA_CLEAN = tmp_check_regress tmp_check_iso output_iso results \
+	regression.diffs regression.out
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)

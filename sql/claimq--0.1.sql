@@ -1,0 +1,672 @@
+/* claimq--0.1.sql: leased, fenced work queues */
+
+\echo Use "CREATE EXTENSION claimq" to load this file. \quit
+
+/*
+ * Every name and operator below is schema-qualified, and every function
+ * pins search_path, so that nothing a caller puts on its search_path can
+ * take part in a claimq call.  The functions run as the extension's owner
+ * (SECURITY DEFINER): the tables grant nothing to anybody, so queue rows
+ * change only through the functions, and PUBLIC may execute none of them.
+ */
+
+/*
+ * Queues.  A queue's settings are read by every claim and settle call; the
+ * name is the only way a caller refers to a queue, queue_id the only way a
+ * job does.
+ */
+CREATE SEQUENCE claimq.queue_id_seq AS integer;
+
+CREATE TABLE claimq.queue (
+	queue_id		integer NOT NULL
+		DEFAULT pg_catalog.nextval('claimq.queue_id_seq'::pg_catalog.regclass),
+	name			text NOT NULL,
+	lease			interval NOT NULL,
+	run_lease		interval NOT NULL,
+	max_attempts	integer NOT NULL,
+	retry_base		interval NOT NULL,
+	retry_max		interval NOT NULL,
+	keep_done		interval NOT NULL,
+	keep_dead		interval NOT NULL,
+	notify			boolean NOT NULL,
+	paused			boolean NOT NULL DEFAULT false,
+	created_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	CONSTRAINT queue_pkey PRIMARY KEY (queue_id),
+	CONSTRAINT queue_name_key UNIQUE (name),
+	CONSTRAINT queue_name_check
+		CHECK (name OPERATOR(pg_catalog.~) '^[A-Za-z0-9_.-]{1,63}$')
+);
+
+ALTER SEQUENCE claimq.queue_id_seq OWNED BY claimq.queue.queue_id;
+
+/*
+ * Jobs.  One table for every queue and state; the hot paths stay
+ * O(batch) through partial indexes, each covering only the rows one path
+ * looks for:
+ *
+ *	job_ready_idx	pending jobs by queue, priority, run_at, id: the claim
+ *					walks it one priority at a time, taking only the range
+ *					run_at <= now, so scheduled, claimed, dead and done rows
+ *					and other queues' rows are never visited.
+ *	job_lease_idx	claimed and running jobs by expiry: reclaim reads the
+ *					expired head of it and nothing else.
+ *	job_dedup_idx	the dedup key of live (pending, claimed, running) jobs,
+ *					unique: this index is what makes dedup race-free.
+ *	job_finished_idx done and dead jobs by queue and age, for retention
+ *					and redrive.
+ *
+ * token is the fence: each claim stores a fresh one, and every later call
+ * about the job must present it.
+ */
+CREATE SEQUENCE claimq.job_id_seq AS bigint;
+CREATE SEQUENCE claimq.token_seq AS bigint;
+
+CREATE TABLE claimq.job (
+	job_id			bigint NOT NULL
+		DEFAULT pg_catalog.nextval('claimq.job_id_seq'::pg_catalog.regclass),
+	token			bigint,
+	run_at			timestamptz NOT NULL,
+	enqueued_at		timestamptz NOT NULL,
+	expires_at		timestamptz,
+	claimed_at		timestamptz,
+	finished_at		timestamptz,
+	queue_id		integer NOT NULL,
+	priority		integer NOT NULL DEFAULT 0,
+	attempts		integer NOT NULL DEFAULT 0,
+	state			text NOT NULL,
+	worker			text,
+	dedup_key		text,
+	last_error		text,
+	payload			jsonb NOT NULL,
+	CONSTRAINT job_pkey PRIMARY KEY (job_id),
+	CONSTRAINT job_state_check CHECK (state OPERATOR(pg_catalog.=) ANY
+		('{pending,claimed,running,dead,done}'::text[])),
+	CONSTRAINT job_lease_check CHECK ((expires_at IS NOT NULL) OPERATOR(pg_catalog.=)
+		(state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])))
+);
+
+ALTER SEQUENCE claimq.job_id_seq OWNED BY claimq.job.job_id;
+
+CREATE INDEX job_ready_idx ON claimq.job
+	(queue_id, priority DESC, run_at, job_id)
+	WHERE state OPERATOR(pg_catalog.=) 'pending';
+
+CREATE INDEX job_lease_idx ON claimq.job (expires_at)
+	WHERE state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[]);
+
+CREATE UNIQUE INDEX job_dedup_idx ON claimq.job (queue_id, dedup_key)
+	WHERE dedup_key IS NOT NULL
+	  AND state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[]);
+
+CREATE INDEX job_finished_idx ON claimq.job (queue_id, state, finished_at)
+	WHERE state OPERATOR(pg_catalog.=) ANY ('{done,dead}'::text[]);
+
+SELECT pg_catalog.pg_extension_config_dump('claimq.queue', '');
+SELECT pg_catalog.pg_extension_config_dump('claimq.queue_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('claimq.job', '');
+SELECT pg_catalog.pg_extension_config_dump('claimq.job_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('claimq.token_seq', '');
+
+/*
+ * Private helpers for the administration functions.
+ */
+CREATE FUNCTION claimq.check_queue_name(queue text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF queue IS NULL THEN
+		RAISE EXCEPTION 'argument "queue" must not be null'
+			USING ERRCODE = '22004';
+	END IF;
+	IF queue OPERATOR(pg_catalog.!~) '^[A-Za-z0-9_.-]{1,63}$' THEN
+		RAISE EXCEPTION 'invalid queue name "%"', pg_catalog.left(queue, 64)
+			USING ERRCODE = '22023',
+				  DETAIL = 'A queue name is 1 to 63 characters, each a letter, a digit, "_", "-" or ".".';
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.check_queue_name(text) IS
+'private: raise 22004 or 22023 unless queue is a valid queue name';
+
+CREATE FUNCTION claimq.lock_queue(queue text)
+RETURNS claimq.queue
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue;
+BEGIN
+	PERFORM claimq.check_queue_name(queue);
+	SELECT * INTO q FROM claimq.queue
+	 WHERE name OPERATOR(pg_catalog.=) queue FOR UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'queue "%" does not exist', queue
+			USING ERRCODE = '42704';
+	END IF;
+	RETURN q;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.lock_queue(text) IS
+'private: lock a queue''s row and return it; raise 42704 if there is none';
+
+CREATE FUNCTION claimq.check_queue_settings(
+	lease interval, run_lease interval, max_attempts integer,
+	retry_base interval, retry_max interval,
+	keep_done interval, keep_dead interval)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF lease OPERATOR(pg_catalog.<=) '0'::interval
+	   OR lease OPERATOR(pg_catalog.>) '7 days'::interval THEN
+		RAISE EXCEPTION 'lease must be greater than zero and at most 7 days'
+			USING ERRCODE = '22023';
+	END IF;
+	IF run_lease OPERATOR(pg_catalog.<=) '0'::interval
+	   OR run_lease OPERATOR(pg_catalog.>) '7 days'::interval THEN
+		RAISE EXCEPTION 'run_lease must be greater than zero and at most 7 days'
+			USING ERRCODE = '22023';
+	END IF;
+	IF max_attempts OPERATOR(pg_catalog.<) 1 THEN
+		RAISE EXCEPTION 'max_attempts must be at least 1'
+			USING ERRCODE = '22023';
+	END IF;
+	IF retry_base OPERATOR(pg_catalog.<) '0'::interval THEN
+		RAISE EXCEPTION 'retry_base must not be negative'
+			USING ERRCODE = '22023';
+	END IF;
+	IF retry_max OPERATOR(pg_catalog.<) '0'::interval THEN
+		RAISE EXCEPTION 'retry_max must not be negative'
+			USING ERRCODE = '22023';
+	END IF;
+	IF keep_done OPERATOR(pg_catalog.<) '0'::interval THEN
+		RAISE EXCEPTION 'keep_done must not be negative'
+			USING ERRCODE = '22023';
+	END IF;
+	IF keep_dead OPERATOR(pg_catalog.<) '0'::interval THEN
+		RAISE EXCEPTION 'keep_dead must not be negative'
+			USING ERRCODE = '22023';
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.check_queue_settings(interval, interval, integer, interval, interval, interval, interval) IS
+'private: raise 22023 unless the queue settings are within the contract''s limits';
+
+/*
+ * Queue administration.
+ */
+CREATE FUNCTION claimq.create_queue(
+	queue text,
+	lease interval DEFAULT '30 seconds',
+	run_lease interval DEFAULT '5 minutes',
+	max_attempts integer DEFAULT 5,
+	retry_base interval DEFAULT '1 second',
+	retry_max interval DEFAULT '1 hour',
+	keep_done interval DEFAULT '0',
+	keep_dead interval DEFAULT '14 days',
+	notify boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM claimq.check_queue_name(queue);
+	IF lease IS NULL OR run_lease IS NULL OR max_attempts IS NULL
+	   OR retry_base IS NULL OR retry_max IS NULL OR keep_done IS NULL
+	   OR keep_dead IS NULL OR notify IS NULL THEN
+		RAISE EXCEPTION 'queue settings must not be null'
+			USING ERRCODE = '22004',
+				  HINT = 'Omit a setting to take its default.';
+	END IF;
+	PERFORM claimq.check_queue_settings(lease, run_lease, max_attempts,
+										retry_base, retry_max,
+										keep_done, keep_dead);
+	INSERT INTO claimq.queue AS q
+		(name, lease, run_lease, max_attempts, retry_base, retry_max,
+		 keep_done, keep_dead, notify)
+	VALUES (queue, lease, run_lease, max_attempts, retry_base, retry_max,
+			keep_done, keep_dead, notify)
+	ON CONFLICT (name) DO NOTHING;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'queue "%" already exists', queue
+			USING ERRCODE = '42710';
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean) IS
+'create a queue; raises 42710 if it exists';
+
+CREATE FUNCTION claimq.alter_queue(
+	queue text,
+	lease interval DEFAULT NULL,
+	run_lease interval DEFAULT NULL,
+	max_attempts integer DEFAULT NULL,
+	retry_base interval DEFAULT NULL,
+	retry_max interval DEFAULT NULL,
+	keep_done interval DEFAULT NULL,
+	keep_dead interval DEFAULT NULL,
+	notify boolean DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue := claimq.lock_queue(queue);
+BEGIN
+	q.lease := COALESCE(lease, q.lease);
+	q.run_lease := COALESCE(run_lease, q.run_lease);
+	q.max_attempts := COALESCE(max_attempts, q.max_attempts);
+	q.retry_base := COALESCE(retry_base, q.retry_base);
+	q.retry_max := COALESCE(retry_max, q.retry_max);
+	q.keep_done := COALESCE(keep_done, q.keep_done);
+	q.keep_dead := COALESCE(keep_dead, q.keep_dead);
+	q.notify := COALESCE(notify, q.notify);
+	PERFORM claimq.check_queue_settings(q.lease, q.run_lease, q.max_attempts,
+										q.retry_base, q.retry_max,
+										q.keep_done, q.keep_dead);
+	UPDATE claimq.queue t
+	   SET lease = q.lease, run_lease = q.run_lease,
+		   max_attempts = q.max_attempts, retry_base = q.retry_base,
+		   retry_max = q.retry_max, keep_done = q.keep_done,
+		   keep_dead = q.keep_dead, notify = q.notify
+	 WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.alter_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean) IS
+'change a queue''s settings; a NULL setting stays as it is';
+
+CREATE FUNCTION claimq.drop_queue(queue text, force boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue;
+	held bigint;
+BEGIN
+	IF force IS NULL THEN
+		RAISE EXCEPTION 'argument "force" must not be null'
+			USING ERRCODE = '22004';
+	END IF;
+	q := claimq.lock_queue(queue);
+	IF NOT force THEN
+		SELECT pg_catalog.count(*) INTO held FROM claimq.job j
+		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+		   AND j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[]);
+		IF held OPERATOR(pg_catalog.>) 0 THEN
+			RAISE EXCEPTION 'cannot drop queue "%" while it has claimed or running jobs', queue
+				USING ERRCODE = '55006',
+					  DETAIL = pg_catalog.format('%s jobs are claimed or running.', held),
+					  HINT = 'Wait for them to settle, or pass force => true.';
+		END IF;
+	END IF;
+	DELETE FROM claimq.job j WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+	DELETE FROM claimq.queue t WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.drop_queue(text, boolean) IS
+'drop a queue and all its jobs; refuses (55006) while jobs are claimed or running, unless force';
+
+CREATE FUNCTION claimq.pause_queue(queue text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue := claimq.lock_queue(queue);
+BEGIN
+	UPDATE claimq.queue t SET paused = true
+	 WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.pause_queue(text) IS
+'stop a queue from handing out jobs; claims already made are unaffected';
+
+CREATE FUNCTION claimq.resume_queue(queue text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue := claimq.lock_queue(queue);
+BEGIN
+	UPDATE claimq.queue t SET paused = false
+	 WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.resume_queue(text) IS
+'let a paused queue hand out jobs again';
+
+CREATE FUNCTION claimq.purge_queue(queue text)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue := claimq.lock_queue(queue);
+	n bigint;
+BEGIN
+	DELETE FROM claimq.job j
+	 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+	   AND j.state OPERATOR(pg_catalog.=) 'pending';
+	GET DIAGNOSTICS n = ROW_COUNT;
+	RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.purge_queue(text) IS
+'delete a queue''s pending jobs (ready and scheduled); returns how many';
+
+/*
+ * Producing.
+ */
+CREATE FUNCTION claimq.enqueue(
+	queue text,
+	payload jsonb,
+	run_at timestamptz DEFAULT NULL,
+	priority integer DEFAULT 0,
+	dedup_key text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_enqueue';
+
+COMMENT ON FUNCTION claimq.enqueue(text, jsonb, timestamptz, integer, text) IS
+'add a job; with a dedup_key that a live job holds, return that job''s id instead';
+
+CREATE FUNCTION claimq.enqueue_many(
+	queue text,
+	payloads jsonb[],
+	run_at timestamptz DEFAULT NULL,
+	priority integer DEFAULT 0,
+	dedup_keys text[] DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_enqueue_many';
+
+COMMENT ON FUNCTION claimq.enqueue_many(text, jsonb[], timestamptz, integer, text[]) IS
+'add one job per payload in one statement; returns the ids in input order';
+
+/*
+ * Working.
+ */
+CREATE FUNCTION claimq.claim(
+	queue text,
+	max_jobs integer DEFAULT 1,
+	lease interval DEFAULT NULL,
+	worker text DEFAULT NULL,
+	start boolean DEFAULT false,
+	wait interval DEFAULT '0')
+RETURNS TABLE(job_id bigint, token bigint, payload jsonb, attempts integer,
+			  priority integer, enqueued_at timestamptz,
+			  expires_at timestamptz)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_claim';
+
+COMMENT ON FUNCTION claimq.claim(text, integer, interval, text, boolean, interval) IS
+'claim up to max_jobs ready jobs, skipping rows other sessions hold; each comes with the token that fences later calls';
+
+CREATE FUNCTION claimq.start(job_ids bigint[], tokens bigint[],
+							 lease interval DEFAULT NULL)
+RETURNS TABLE(job_id bigint, outcome text, expires_at timestamptz)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_start';
+
+COMMENT ON FUNCTION claimq.start(bigint[], bigint[], interval) IS
+'mark claimed jobs running, counting the attempt';
+
+CREATE FUNCTION claimq.extend(job_ids bigint[], tokens bigint[],
+							  lease interval DEFAULT NULL)
+RETURNS TABLE(job_id bigint, outcome text, expires_at timestamptz)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_extend';
+
+COMMENT ON FUNCTION claimq.extend(bigint[], bigint[], interval) IS
+'renew the leases of claimed or running jobs from now';
+
+CREATE FUNCTION claimq.complete(job_ids bigint[], tokens bigint[])
+RETURNS TABLE(job_id bigint, outcome text)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_complete';
+
+COMMENT ON FUNCTION claimq.complete(bigint[], bigint[]) IS
+'finish claimed or running jobs: deleted, or kept as done on a keep_done queue';
+
+CREATE FUNCTION claimq.fail(job_ids bigint[], tokens bigint[],
+							error text DEFAULT NULL,
+							retry_in interval DEFAULT NULL,
+							permanent boolean DEFAULT false)
+RETURNS TABLE(job_id bigint, outcome text, state text, run_at timestamptz)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_fail';
+
+COMMENT ON FUNCTION claimq.fail(bigint[], bigint[], text, interval, boolean) IS
+'record a failed attempt: pending again after a backoff while attempts are left, else dead';
+
+CREATE FUNCTION claimq.release(job_ids bigint[], tokens bigint[])
+RETURNS TABLE(job_id bigint, outcome text)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_release';
+
+COMMENT ON FUNCTION claimq.release(bigint[], bigint[]) IS
+'hand claimed, not started jobs back to the queue without counting an attempt';
+
+CREATE FUNCTION claimq.start(job_id bigint, token bigint,
+							 lease interval DEFAULT NULL)
+RETURNS boolean
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_start_one';
+
+COMMENT ON FUNCTION claimq.start(bigint, bigint, interval) IS
+'start one job; true if the token still held it';
+
+CREATE FUNCTION claimq.extend(job_id bigint, token bigint,
+							  lease interval DEFAULT NULL)
+RETURNS boolean
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_extend_one';
+
+COMMENT ON FUNCTION claimq.extend(bigint, bigint, interval) IS
+'extend one job''s lease; true if the token still held it';
+
+CREATE FUNCTION claimq.complete(job_id bigint, token bigint)
+RETURNS boolean
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_complete_one';
+
+COMMENT ON FUNCTION claimq.complete(bigint, bigint) IS
+'complete one job; true if the token still held it';
+
+CREATE FUNCTION claimq.fail(job_id bigint, token bigint,
+							error text DEFAULT NULL,
+							retry_in interval DEFAULT NULL,
+							permanent boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_fail_one';
+
+COMMENT ON FUNCTION claimq.fail(bigint, bigint, text, interval, boolean) IS
+'fail one job; true if the token still held it';
+
+CREATE FUNCTION claimq.release(job_id bigint, token bigint)
+RETURNS boolean
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_release_one';
+
+COMMENT ON FUNCTION claimq.release(bigint, bigint) IS
+'release one claimed job; true if the token still held it and it was not started';
+
+CREATE FUNCTION claimq.release_worker(queue text, worker text)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue;
+	n bigint;
+BEGIN
+	PERFORM claimq.check_queue_name(queue);
+	IF worker IS NULL THEN
+		RAISE EXCEPTION 'argument "worker" must not be null'
+			USING ERRCODE = '22004';
+	END IF;
+	SELECT * INTO q FROM claimq.queue t WHERE t.name OPERATOR(pg_catalog.=) queue;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'queue "%" does not exist', queue
+			USING ERRCODE = '42704';
+	END IF;
+	UPDATE claimq.job j
+	   SET state = 'pending', expires_at = NULL, claimed_at = NULL,
+		   worker = NULL
+	 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+	   AND j.state OPERATOR(pg_catalog.=) 'claimed'
+	   AND j.worker OPERATOR(pg_catalog.=) release_worker.worker;
+	GET DIAGNOSTICS n = ROW_COUNT;
+	RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.release_worker(text, text) IS
+'release every claimed, not started job that worker holds in queue (graceful shutdown); returns how many';
+
+/*
+ * Recovering.
+ */
+CREATE FUNCTION claimq.reclaim(queue text DEFAULT NULL,
+							   max_jobs integer DEFAULT 10000)
+RETURNS TABLE(queue text, released bigint, retried bigint, dead bigint)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_reclaim';
+
+COMMENT ON FUNCTION claimq.reclaim(text, integer) IS
+'put expired claims back: claimed -> pending with no attempt counted, running -> retry or dead';
+
+CREATE FUNCTION claimq.retry_dead(queue text, job_ids bigint[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue;
+	n bigint;
+BEGIN
+	PERFORM claimq.check_queue_name(queue);
+	SELECT * INTO q FROM claimq.queue t WHERE t.name OPERATOR(pg_catalog.=) queue;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'queue "%" does not exist', queue
+			USING ERRCODE = '42704';
+	END IF;
+	/*
+	 * A dead job whose dedup key a live job has taken again stays dead:
+	 * redriving it would make two live jobs with one key.  Of several dead
+	 * jobs with one key, only the oldest is redriven.
+	 */
+	UPDATE claimq.job j
+	   SET state = 'pending', attempts = 0, run_at = pg_catalog.clock_timestamp(),
+		   finished_at = NULL, expires_at = NULL, claimed_at = NULL,
+		   worker = NULL
+	 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+	   AND j.state OPERATOR(pg_catalog.=) 'dead'
+	   AND (job_ids IS NULL OR j.job_id OPERATOR(pg_catalog.=) ANY (job_ids))
+	   AND (j.dedup_key IS NULL OR (
+			NOT EXISTS (SELECT 1 FROM claimq.job l
+						 WHERE l.queue_id OPERATOR(pg_catalog.=) j.queue_id
+						   AND l.dedup_key OPERATOR(pg_catalog.=) j.dedup_key
+						   AND l.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[]))
+			AND NOT EXISTS (SELECT 1 FROM claimq.job o
+							 WHERE o.queue_id OPERATOR(pg_catalog.=) j.queue_id
+							   AND o.dedup_key OPERATOR(pg_catalog.=) j.dedup_key
+							   AND o.state OPERATOR(pg_catalog.=) 'dead'
+							   AND o.job_id OPERATOR(pg_catalog.<) j.job_id
+							   AND (job_ids IS NULL OR o.job_id OPERATOR(pg_catalog.=) ANY (job_ids)))));
+	GET DIAGNOSTICS n = ROW_COUNT;
+	RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.retry_dead(text, bigint[]) IS
+'redrive dead jobs (all of a queue''s, or those listed) to pending with attempts reset; returns how many';
+
+/*
+ * Observing.  Both views compare against the wall clock, as claims do.
+ */
+CREATE VIEW claimq.queue_stats AS
+SELECT q.name AS queue,
+	   q.paused,
+	   COALESCE(s.ready, 0) AS ready,
+	   COALESCE(s.scheduled, 0) AS scheduled,
+	   COALESCE(s.claimed, 0) AS claimed,
+	   COALESCE(s.running, 0) AS running,
+	   COALESCE(s.expired, 0) AS expired,
+	   COALESCE(s.dead, 0) AS dead,
+	   COALESCE(s.done, 0) AS done,
+	   s.oldest_ready_age,
+	   s.oldest_claim_age
+  FROM claimq.queue q
+  LEFT JOIN (
+	SELECT j.queue_id,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'pending'
+										 AND j.run_at OPERATOR(pg_catalog.<=) c.now) AS ready,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'pending'
+										 AND j.run_at OPERATOR(pg_catalog.>) c.now) AS scheduled,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'claimed') AS claimed,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'running') AS running,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])
+										 AND j.expires_at OPERATOR(pg_catalog.<) c.now) AS expired,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'dead') AS dead,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'done') AS done,
+		   c.now OPERATOR(pg_catalog.-) pg_catalog.min(j.run_at)
+			 FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'pending'
+					   AND j.run_at OPERATOR(pg_catalog.<=) c.now) AS oldest_ready_age,
+		   c.now OPERATOR(pg_catalog.-) pg_catalog.min(j.claimed_at)
+			 FILTER (WHERE j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])) AS oldest_claim_age
+	  FROM claimq.job j
+	 CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) c
+	 GROUP BY j.queue_id, c.now
+  ) s ON s.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+
+COMMENT ON VIEW claimq.queue_stats IS
+'per queue: jobs by state, expired claims, and the age of the oldest ready job and of the oldest claim';
+
+CREATE VIEW claimq.jobs AS
+SELECT j.job_id, q.name AS queue, j.state, j.payload, j.priority, j.run_at,
+	   j.attempts, j.worker, j.expires_at, j.enqueued_at, j.dedup_key,
+	   j.last_error
+  FROM claimq.job j
+  JOIN claimq.queue q ON q.queue_id OPERATOR(pg_catalog.=) j.queue_id;
+
+COMMENT ON VIEW claimq.jobs IS
+'every job of every queue, for inspection';
+
+/*
+ * PUBLIC gets nothing.  CREATE FUNCTION grants EXECUTE to PUBLIC by
+ * default, so take it back from each function.
+ */
+REVOKE ALL ON ALL TABLES IN SCHEMA claimq FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA claimq FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA claimq FROM PUBLIC;
+REVOKE ALL ON SCHEMA claimq FROM PUBLIC;

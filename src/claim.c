@@ -1,0 +1,176 @@
+/*-------------------------------------------------------------------------
+ *
+ * claim.c
+ *		Working: claim(), the transition pending -> claimed (or straight to
+ *		running with start => true).
+ *
+ * One statement finds, locks and claims the batch.  Ready jobs are taken
+ * highest priority first, then earliest run_at, then lowest id, from the
+ * partial index over pending jobs.  A scheduled job (run_at in the future)
+ * sits in the same index behind the ready ones of its priority, so rather
+ * than filter them out row by row the statement visits the distinct
+ * priorities that have pending jobs (a loose index scan, one probe each)
+ * and reads only the ready range of each, under FOR UPDATE SKIP LOCKED.
+ * The cost is O(batch + priorities in use), whatever else the table holds.
+ *
+ * Every claimed job gets the token drawn once for the call; later calls
+ * about the job must present it (see settle.c).
+ *
+ * With wait > 0 and nothing claimable, the call sleeps on its latch and
+ * tries again, until it gets jobs or the wait is over.  Under READ
+ * COMMITTED each try sees jobs committed meanwhile.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "utils/builtins.h"
+
+#include "claimq.h"
+
+PG_FUNCTION_INFO_V1(claimq_claim);
+
+/* Polling period bounds while waiting for work, in milliseconds. */
+#define CQ_POLL_MIN_MS	10
+#define CQ_POLL_MAX_MS	100
+
+/*
+ * Claim up to max_jobs ready jobs of the queue into the result store.
+ * Returns how many were claimed.
+ */
+static uint64
+cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
+			   Datum worker, bool worker_null, bool start,
+			   Tuplestorestate *result, TupleDesc desc)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[6] = {INT4OID, INT4OID, TIMESTAMPTZOID, INTERVALOID,
+	TEXTOID, BOOLOID};
+	Datum		values[6];
+	char		nulls[6] = "      ";
+
+	cq_plan(&plan,
+			"WITH RECURSIVE prio(p) AS ("
+			"    SELECT pg_catalog.max(j.priority) FROM claimq.job j"
+			"     WHERE j.queue_id = $1 AND j.state = 'pending'"
+			"  UNION ALL"
+			"    SELECT (SELECT pg_catalog.max(j.priority) FROM claimq.job j"
+			"             WHERE j.queue_id = $1 AND j.state = 'pending'"
+			"               AND j.priority < prio.p)"
+			"      FROM prio WHERE prio.p IS NOT NULL"
+			"), picked AS MATERIALIZED ("
+			"  SELECT c.job_id"
+			"    FROM prio CROSS JOIN LATERAL ("
+			"      SELECT j.job_id FROM claimq.job j"
+			"       WHERE j.queue_id = $1 AND j.state = 'pending'"
+			"         AND j.priority = prio.p AND j.run_at <= $3"
+			"       ORDER BY j.run_at, j.job_id"
+			"       LIMIT $2"
+			"       FOR UPDATE SKIP LOCKED) c"
+			"   WHERE prio.p IS NOT NULL"
+			"   LIMIT $2"
+			"), tok AS MATERIALIZED ("
+			"  SELECT pg_catalog.nextval('claimq.token_seq') AS token"
+			"   WHERE EXISTS (SELECT FROM picked)"
+			"), upd AS ("
+			"  UPDATE claimq.job j"
+			"     SET state = CASE WHEN $6 THEN 'running' ELSE 'claimed' END,"
+			"         attempts = j.attempts + CASE WHEN $6 THEN 1 ELSE 0 END,"
+			"         token = tok.token, worker = $5,"
+			"         claimed_at = $3, expires_at = $3 + $4"
+			"    FROM picked, tok"
+			"   WHERE j.job_id = picked.job_id"
+			"  RETURNING j.job_id, j.token, j.payload, j.attempts, j.priority,"
+			"            j.enqueued_at, j.expires_at, j.run_at"
+			")"
+			" SELECT u.job_id, u.token, u.payload, u.attempts, u.priority,"
+			"        u.enqueued_at, u.expires_at"
+			"   FROM upd u"
+			"  ORDER BY u.priority DESC, u.run_at, u.job_id",
+			6, argtypes);
+
+	values[0] = Int32GetDatum(queue->queue_id);
+	values[1] = Int32GetDatum(max_jobs);
+	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
+	values[3] = IntervalPGetDatum(lease);
+	values[4] = worker;
+	nulls[4] = worker_null ? 'n' : ' ';
+	values[5] = BoolGetDatum(start);
+	cq_execute(plan, values, nulls, SPI_OK_SELECT);
+
+	for (uint64 row = 0; row < SPI_processed; row++)
+	{
+		Datum		rowvalues[7];
+		bool		rownulls[7];
+
+		heap_deform_tuple(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
+						  rowvalues, rownulls);
+		tuplestore_putvalues(result, desc, rowvalues, rownulls);
+	}
+	return SPI_processed;
+}
+
+/*
+ * claim(queue, max_jobs, lease, worker, start, wait)
+ * returns table(job_id, token, payload, attempts, priority, enqueued_at,
+ *				 expires_at)
+ */
+Datum
+claimq_claim(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *queue_name;
+	int32		max_jobs;
+	Interval   *lease;
+	bool		start;
+	Interval   *wait;
+	TimestampTz deadline;
+	long		poll_ms = CQ_POLL_MIN_MS;
+
+	queue_name = cq_queue_name_arg(fcinfo, 0);
+	max_jobs = cq_int_arg(fcinfo, 1, "max_jobs", 1, CQ_MAX_BATCH);
+	lease = cq_lease_arg(fcinfo, 2, "lease", false);
+	cq_arg_not_null(fcinfo, 4, "start");
+	start = PG_GETARG_BOOL(4);
+	cq_arg_not_null(fcinfo, 5, "wait");
+	wait = cq_lease_arg(fcinfo, 5, "wait", true);
+	deadline = GetCurrentTimestamp() + (int64) cq_interval_span(wait);
+
+	InitMaterializedSRF(fcinfo, 0);
+
+	for (;;)
+	{
+		CqQueue		queue;
+		uint64		claimed = 0;
+		TimestampTz now;
+		long		sleep_ms;
+
+		SPI_connect();
+		cq_require_queue(queue_name, &queue);
+		if (!queue.paused)
+			claimed = cq_claim_batch(&queue, max_jobs,
+									 lease ? lease :
+									 start ? &queue.run_lease : &queue.lease,
+									 PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3),
+									 PG_ARGISNULL(3), start,
+									 rsinfo->setResult, rsinfo->setDesc);
+		SPI_finish();
+
+		now = GetCurrentTimestamp();
+		if (claimed > 0 || now >= deadline)
+			break;
+
+		/* Nothing yet: sleep a little longer each time, up to the deadline. */
+		sleep_ms = Min(poll_ms, (deadline - now + 999) / 1000);
+		poll_ms = Min(poll_ms * 2, CQ_POLL_MAX_MS);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 sleep_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	return (Datum) 0;
+}

@@ -1,0 +1,246 @@
+/*-------------------------------------------------------------------------
+ *
+ * claimq.c
+ *		Module initialisation and the helpers every claimq entry point
+ *		shares: argument checks with the contract's SQLSTATEs, the queue
+ *		lookup, and kept SPI plans.
+ *
+ * Argument checks run before SPI is connected and before anything is
+ * read, so a call with bad input fails without having changed or locked
+ * anything.  Queue names are data: they are checked here and then passed
+ * to SQL only as parameters.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "mb/pg_wchar.h"
+#include "utils/builtins.h"
+
+#include "claimq.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+void
+_PG_init(void)
+{
+	/* Nothing to set up yet for sessions that load the module on demand. */
+}
+
+/*
+ * Raise 22004 if argument argno is NULL.
+ */
+void
+cq_arg_not_null(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"%s\" must not be null", argname)));
+}
+
+/*
+ * Fetch a queue name argument and check that it is 1 to 63 characters of
+ * ASCII letters, digits, '_', '-' and '.'.
+ */
+char *
+cq_queue_name_arg(FunctionCallInfo fcinfo, int argno)
+{
+	text	   *arg;
+	char	   *name;
+	int			len;
+
+	cq_arg_not_null(fcinfo, argno, "queue");
+	arg = PG_GETARG_TEXT_PP(argno);
+	name = VARDATA_ANY(arg);
+	len = VARSIZE_ANY_EXHDR(arg);
+
+	for (int i = 0; i < len && len <= CQ_QUEUE_NAME_MAX; i++)
+	{
+		char		c = name[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			  (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.'))
+		{
+			len = 0;			/* reported below */
+			break;
+		}
+	}
+	if (len < 1 || len > CQ_QUEUE_NAME_MAX)
+	{
+		int			shown = VARSIZE_ANY_EXHDR(arg);
+
+		/* Quote at most a name's worth of a hostile argument. */
+		shown = pg_mbcliplen(name, shown, Min(shown, CQ_QUEUE_NAME_MAX + 1));
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid queue name \"%.*s\"", shown, name),
+				 errdetail("A queue name is 1 to %d characters, each a letter, a digit, \"_\", \"-\" or \".\".",
+						   CQ_QUEUE_NAME_MAX)));
+	}
+	return text_to_cstring(arg);
+}
+
+/*
+ * Length of an interval in microseconds, months counted as 30 days and
+ * days as 24 hours, in double precision so that no input can overflow.
+ */
+double
+cq_interval_span(const Interval *span)
+{
+	return (double) span->month * DAYS_PER_MONTH * USECS_PER_DAY +
+		(double) span->day * USECS_PER_DAY + (double) span->time;
+}
+
+/*
+ * Check a lease or wait argument: greater than zero (or zero, when zero_ok)
+ * and at most 7 days.  Returns NULL for a NULL argument; the caller decides
+ * whether NULL is allowed.
+ */
+Interval *
+cq_lease_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
+			 bool zero_ok)
+{
+	Interval   *span;
+	double		usecs;
+
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	span = PG_GETARG_INTERVAL_P(argno);
+	usecs = cq_interval_span(span);
+	if (usecs < 0 || (usecs == 0 && !zero_ok) ||
+		usecs > (double) CQ_MAX_LEASE_USECS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be %s zero and at most 7 days", argname,
+						zero_ok ? "at least" : "greater than")));
+	return span;
+}
+
+/*
+ * Fetch a non-NULL integer argument within [min, max].
+ */
+int32
+cq_int_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
+		   int32 min, int32 max)
+{
+	int32		value;
+
+	cq_arg_not_null(fcinfo, argno, argname);
+	value = PG_GETARG_INT32(argno);
+	if (value < min || value > max)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be between %d and %d", argname, min, max)));
+	return value;
+}
+
+/*
+ * Fetch a non-NULL, one-dimensional array argument.  Unless nulls_ok, its
+ * elements must not be NULL either.
+ */
+ArrayType *
+cq_array_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
+			 bool nulls_ok)
+{
+	ArrayType  *array;
+
+	cq_arg_not_null(fcinfo, argno, argname);
+	array = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a one-dimensional array", argname)));
+	if (!nulls_ok && array_contains_nulls(array))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not contain null elements", argname)));
+	return array;
+}
+
+/*
+ * Prepare a statement once per backend and keep its plan.  The plan cache
+ * re-plans by itself when the extension's tables are dropped and created
+ * again, since the statement text names them, not their OIDs.
+ */
+SPIPlanPtr
+cq_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
+{
+	if (*cache == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed: %s",
+				 SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		*cache = plan;
+	}
+	return *cache;
+}
+
+/*
+ * Run a kept plan and insist on the expected SPI result code.
+ */
+void
+cq_execute(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
+{
+	int			ret = SPI_execute_plan(plan, values, nulls, false, 0);
+
+	if (ret != expected)
+		elog(ERROR, "unexpected SPI result: %s", SPI_result_code_string(ret));
+}
+
+/*
+ * A column of row `row` of the last SPI result (columns count from 1).
+ */
+Datum
+cq_spi_value(int row, int col, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
+						 col, isnull);
+}
+
+/*
+ * Look a queue up by name.  Returns false if there is none.
+ */
+bool
+cq_lookup_queue(const char *name, CqQueue *queue)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1];
+	bool		isnull;
+
+	cq_plan(&plan,
+			"SELECT q.queue_id, q.paused, q.notify, q.lease, q.run_lease"
+			"  FROM claimq.queue q WHERE q.name = $1",
+			1, argtypes);
+	values[0] = CStringGetTextDatum(name);
+	cq_execute(plan, values, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		return false;
+
+	queue->queue_id = DatumGetInt32(cq_spi_value(0, 1, &isnull));
+	queue->paused = DatumGetBool(cq_spi_value(0, 2, &isnull));
+	queue->notify = DatumGetBool(cq_spi_value(0, 3, &isnull));
+	queue->lease = *DatumGetIntervalP(cq_spi_value(0, 4, &isnull));
+	queue->run_lease = *DatumGetIntervalP(cq_spi_value(0, 5, &isnull));
+	return true;
+}
+
+/*
+ * Look a queue up by name; raise 42704 if there is none.
+ */
+void
+cq_require_queue(const char *name, CqQueue *queue)
+{
+	if (!cq_lookup_queue(name, queue))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("queue \"%s\" does not exist", name)));
+}

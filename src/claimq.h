@@ -1,0 +1,84 @@
+/*-------------------------------------------------------------------------
+ *
+ * claimq.h
+ *		Declarations shared by the files of the claimq extension.
+ *
+ * The tree is split by state transition:
+ *		claimq.c	module init, argument checks, queue lookup, SPI helpers
+ *		enqueue.c	(new) -> pending
+ *		claim.c		pending -> claimed | running
+ *		settle.c	claimed | running -> running, done, pending, dead
+ *					(start, extend, complete, fail, release)
+ *		reclaim.c	expired claimed -> pending, expired running -> pending | dead
+ *
+ * Every SQL statement lives next to the transition it performs and runs
+ * through SPI with a kept plan; rows are claimed and fenced in the same
+ * statement, never read first and written later from C.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef CLAIMQ_H
+#define CLAIMQ_H
+
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "utils/array.h"
+#include "utils/timestamp.h"
+
+#include "compat.h"
+
+/* Limits from the contract (DESIGN.md, "Limits"). */
+#define CQ_MAX_BATCH		10000	/* max_jobs per claim, elements per call */
+#define CQ_MAX_LEASE_USECS	(7 * USECS_PER_DAY)
+#define CQ_QUEUE_NAME_MAX	63
+
+/* The columns of claimq.queue that the C paths need. */
+typedef struct CqQueue
+{
+	int32		queue_id;
+	bool		paused;
+	bool		notify;
+	Interval	lease;
+	Interval	run_lease;
+} CqQueue;
+
+/*
+ * Backoff before retry number n (n >= 1, an SQL expression over the
+ * claimq.queue row q): retry_base * 2^(n-1), capped at retry_max, less up
+ * to 20% random jitter so that retries of one batch spread out.
+ */
+#define CQ_BACKOFF_SQL(n) \
+	"pg_catalog.make_interval(secs => LEAST(" \
+	"pg_catalog.date_part('epoch', q.retry_base)" \
+	" * pg_catalog.power(2::float8, LEAST(GREATEST((" n ") - 1, 0), 60))," \
+	" pg_catalog.date_part('epoch', q.retry_max))" \
+	" * (1 - 0.2 * pg_catalog.random()))"
+
+/* claimq.c: argument checks; each raises the contract's SQLSTATE */
+extern void cq_arg_not_null(FunctionCallInfo fcinfo, int argno,
+							const char *argname);
+extern char *cq_queue_name_arg(FunctionCallInfo fcinfo, int argno);
+extern Interval *cq_lease_arg(FunctionCallInfo fcinfo, int argno,
+							  const char *argname, bool zero_ok);
+extern int32 cq_int_arg(FunctionCallInfo fcinfo, int argno,
+						const char *argname, int32 min, int32 max);
+extern ArrayType *cq_array_arg(FunctionCallInfo fcinfo, int argno,
+							   const char *argname, bool nulls_ok);
+extern double cq_interval_span(const Interval *span);
+
+/* claimq.c: SPI helpers (the caller has done SPI_connect) */
+extern SPIPlanPtr cq_plan(SPIPlanPtr *cache, const char *sql,
+						  int nargs, Oid *argtypes);
+extern void cq_execute(SPIPlanPtr plan, Datum *values, const char *nulls,
+					   int expected);
+extern bool cq_lookup_queue(const char *name, CqQueue *queue);
+extern void cq_require_queue(const char *name, CqQueue *queue);
+extern Datum cq_spi_value(int row, int col, bool *isnull);
+
+/* reclaim.c: shared with the background reclaimer */
+extern uint64 cq_reclaim_expired(int32 queue_id, int32 max_jobs,
+								 Tuplestorestate *result, TupleDesc desc);
+
+#endif							/* CLAIMQ_H */

@@ -1,0 +1,141 @@
+/*-------------------------------------------------------------------------
+ *
+ * reclaim.c
+ *		Recovering: reclaim(), which puts expired claims back.
+ *
+ *		claimed, lease expired -> pending, no attempt counted (the handler
+ *								  never ran), run_at unchanged
+ *		running, lease expired -> the attempt counted at start failed:
+ *								  pending after a backoff, or dead when no
+ *								  attempts are left
+ *
+ * The expired rows are found through the partial index over claimed and
+ * running jobs, oldest expiry first, and locked FOR UPDATE SKIP LOCKED: a
+ * row its holder is settling right now is skipped, to be looked at again
+ * on the next pass if it is still expired then.  Locking re-checks the
+ * row's latest version, and the UPDATE re-checks state and expiry once
+ * more under that lock, so a job completed, extended or claimed again
+ * meanwhile is never overwritten.
+ *
+ * The same function serves SQL callers and the background reclaimer.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+
+#include "claimq.h"
+
+PG_FUNCTION_INFO_V1(claimq_reclaim);
+
+#define CQ_RECLAIM_DEAD "(c.state = 'running' AND j.attempts >= q.max_attempts)"
+
+/*
+ * Reclaim up to max_jobs expired claims of one queue (queue_id > 0) or of
+ * every queue (queue_id = 0).  Appends one row (queue, released, retried,
+ * dead) per queue with anything reclaimed to result, if given, and returns
+ * the number of jobs reclaimed.  The caller has connected SPI.
+ */
+uint64
+cq_reclaim_expired(int32 queue_id, int32 max_jobs,
+				   Tuplestorestate *result, TupleDesc desc)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[3] = {INT4OID, INT4OID, TIMESTAMPTZOID};
+	Datum		values[3];
+	uint64		total = 0;
+
+	cq_plan(&plan,
+			"WITH cand AS MATERIALIZED ("
+			"  SELECT j.job_id, j.state FROM claimq.job j"
+			"   WHERE j.state = ANY ('{claimed,running}'::text[])"
+			"     AND j.expires_at < $3"
+			"     AND ($1 = 0 OR j.queue_id = $1)"
+			"   ORDER BY j.expires_at"
+			"   LIMIT $2"
+			"   FOR UPDATE SKIP LOCKED"
+			"), upd AS ("
+			"  UPDATE claimq.job j"
+			"     SET state = CASE WHEN " CQ_RECLAIM_DEAD " THEN 'dead'"
+			"                 ELSE 'pending' END,"
+			"         run_at = CASE WHEN c.state = 'claimed' OR " CQ_RECLAIM_DEAD
+			"                  THEN j.run_at"
+			"                  ELSE $3 + " CQ_BACKOFF_SQL("j.attempts") " END,"
+			"         finished_at = CASE WHEN " CQ_RECLAIM_DEAD " THEN $3 END,"
+			"         last_error = CASE WHEN c.state = 'running'"
+			"                      THEN 'lease expired' ELSE j.last_error END,"
+			"         expires_at = NULL"
+			"    FROM cand c, claimq.queue q"
+			"   WHERE j.job_id = c.job_id AND q.queue_id = j.queue_id"
+			"     AND j.state = c.state AND j.expires_at < $3"
+			"  RETURNING q.name, c.state AS was, j.state"
+			")"
+			" SELECT u.name,"
+			"        pg_catalog.count(*) FILTER (WHERE u.was = 'claimed'),"
+			"        pg_catalog.count(*) FILTER (WHERE u.was = 'running'"
+			"                                      AND u.state = 'pending'),"
+			"        pg_catalog.count(*) FILTER (WHERE u.state = 'dead')"
+			"   FROM upd u GROUP BY u.name ORDER BY u.name",
+			3, argtypes);
+
+	values[0] = Int32GetDatum(queue_id);
+	values[1] = Int32GetDatum(max_jobs);
+	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
+	cq_execute(plan, values, NULL, SPI_OK_SELECT);
+
+	for (uint64 row = 0; row < SPI_processed; row++)
+	{
+		Datum		rowvalues[4];
+		bool		rownulls[4];
+
+		heap_deform_tuple(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
+						  rowvalues, rownulls);
+		total += DatumGetInt64(rowvalues[1]) + DatumGetInt64(rowvalues[2]) +
+			DatumGetInt64(rowvalues[3]);
+		if (result)
+			tuplestore_putvalues(result, desc, rowvalues, rownulls);
+	}
+	return total;
+}
+
+/*
+ * reclaim(queue text DEFAULT NULL, max_jobs int DEFAULT 10000)
+ * returns table(queue, released, retried, dead)
+ *
+ * With a queue named, there is always exactly one row for it; without,
+ * one row per queue that had expired claims.
+ */
+Datum
+claimq_reclaim(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *queue_name = NULL;
+	int32		max_jobs;
+	CqQueue		queue;
+	uint64		total;
+
+	if (!PG_ARGISNULL(0))
+		queue_name = cq_queue_name_arg(fcinfo, 0);
+	max_jobs = cq_int_arg(fcinfo, 1, "max_jobs", 1, INT_MAX);
+
+	InitMaterializedSRF(fcinfo, 0);
+
+	SPI_connect();
+	if (queue_name)
+		cq_require_queue(queue_name, &queue);
+	total = cq_reclaim_expired(queue_name ? queue.queue_id : 0, max_jobs,
+							   rsinfo->setResult, rsinfo->setDesc);
+	if (queue_name && total == 0)
+	{
+		Datum		values[4] = {CStringGetTextDatum(queue_name),
+			Int64GetDatum(0), Int64GetDatum(0), Int64GetDatum(0)};
+		bool		nulls[4] = {false, false, false, false};
+
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
+							 values, nulls);
+	}
+	SPI_finish();
+	return (Datum) 0;
+}

@@ -49,7 +49,11 @@ ALTER SEQUENCE claimq.queue_id_seq OWNED BY claimq.queue.queue_id;
  *					run_at <= now, so scheduled, claimed, dead and done rows
  *					and other queues' rows are never visited.
  *	job_lease_idx	claimed and running jobs by expiry: reclaim reads the
- *					expired head of it and nothing else.
+ *					expired head of it and nothing else.  Its predicate is
+ *					expires_at IS NOT NULL, which job_lease_check makes the
+ *					same as "claimed or running"; written on expires_at, it
+ *					cannot tempt the planner into scanning every lease when a
+ *					settle call looks jobs up by id and state.
  *	job_dedup_idx	the dedup key of live (pending, claimed, running) jobs,
  *					unique: this index is what makes dedup race-free.
  *	job_finished_idx done and dead jobs by queue and age, for retention
@@ -92,7 +96,7 @@ CREATE INDEX job_ready_idx ON claimq.job
 	WHERE state OPERATOR(pg_catalog.=) 'pending';
 
 CREATE INDEX job_lease_idx ON claimq.job (expires_at)
-	WHERE state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[]);
+	WHERE expires_at IS NOT NULL;
 
 CREATE UNIQUE INDEX job_dedup_idx ON claimq.job (queue_id, dedup_key)
 	WHERE dedup_key IS NOT NULL

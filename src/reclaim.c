@@ -9,13 +9,13 @@
  *								  pending after a backoff, or dead when no
  *								  attempts are left
  *
- * The expired rows are found through the partial index over claimed and
- * running jobs, oldest expiry first, and locked FOR UPDATE SKIP LOCKED: a
- * row its holder is settling right now is skipped, to be looked at again
- * on the next pass if it is still expired then.  Locking re-checks the
- * row's latest version, and the UPDATE re-checks state and expiry once
- * more under that lock, so a job completed, extended or claimed again
- * meanwhile is never overwritten.
+ * The expired rows are found through the partial index over leases (only
+ * claimed and running jobs have one), oldest expiry first, and locked FOR
+ * UPDATE SKIP LOCKED: a row its holder is settling right now is skipped,
+ * to be looked at again on the next pass if it is still expired then.
+ * Locking re-checks the row's latest version, and the UPDATE re-checks the
+ * expiry once more under that lock, so a job completed, extended or
+ * claimed again meanwhile is never overwritten.
  *
  * The same function serves SQL callers and the background reclaimer.
  *
@@ -30,7 +30,7 @@
 
 PG_FUNCTION_INFO_V1(claimq_reclaim);
 
-#define CQ_RECLAIM_DEAD "(c.state = 'running' AND j.attempts >= q.max_attempts)"
+#define CQ_RECLAIM_DEAD "(j.state = 'running' AND j.attempts >= q.max_attempts)"
 
 /*
  * Reclaim up to max_jobs expired claims of one queue (queue_id > 0) or of
@@ -49,9 +49,8 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 
 	cq_plan(&plan,
 			"WITH cand AS MATERIALIZED ("
-			"  SELECT j.job_id, j.state FROM claimq.job j"
-			"   WHERE j.state = ANY ('{claimed,running}'::text[])"
-			"     AND j.expires_at < $3"
+			"  SELECT j.job_id FROM claimq.job j"
+			"   WHERE j.expires_at < $3"
 			"     AND ($1 = 0 OR j.queue_id = $1)"
 			"   ORDER BY j.expires_at"
 			"   LIMIT $2"
@@ -60,22 +59,27 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 			"  UPDATE claimq.job j"
 			"     SET state = CASE WHEN " CQ_RECLAIM_DEAD " THEN 'dead'"
 			"                 ELSE 'pending' END,"
-			"         run_at = CASE WHEN c.state = 'claimed' OR " CQ_RECLAIM_DEAD
+			"         run_at = CASE WHEN j.state = 'claimed' OR " CQ_RECLAIM_DEAD
 			"                  THEN j.run_at"
 			"                  ELSE $3 + " CQ_BACKOFF_SQL("j.attempts") " END,"
 			"         finished_at = CASE WHEN " CQ_RECLAIM_DEAD " THEN $3 END,"
-			"         last_error = CASE WHEN c.state = 'running'"
+			"         last_error = CASE WHEN j.state = 'running'"
 			"                      THEN 'lease expired' ELSE j.last_error END,"
 			"         expires_at = NULL"
-			"    FROM cand c, claimq.queue q"
-			"   WHERE j.job_id = c.job_id AND q.queue_id = j.queue_id"
-			"     AND j.state = c.state AND j.expires_at < $3"
-			"  RETURNING q.name, c.state AS was, j.state"
+			"    FROM claimq.queue q"
+			"   WHERE j.job_id = ANY (ARRAY(SELECT c.job_id FROM cand c))"
+			"     AND j.expires_at < $3 AND q.queue_id = j.queue_id"
+			"  RETURNING q.name, j.state, j.run_at"
 			")"
+			/*
+			 * A released job keeps its run_at, which is before its claim and
+			 * so before $3; a retried one runs at $3 plus a backoff.
+			 */
 			" SELECT u.name,"
-			"        pg_catalog.count(*) FILTER (WHERE u.was = 'claimed'),"
-			"        pg_catalog.count(*) FILTER (WHERE u.was = 'running'"
-			"                                      AND u.state = 'pending'),"
+			"        pg_catalog.count(*) FILTER (WHERE u.state = 'pending'"
+			"                                      AND u.run_at < $3),"
+			"        pg_catalog.count(*) FILTER (WHERE u.state = 'pending'"
+			"                                      AND u.run_at >= $3),"
 			"        pg_catalog.count(*) FILTER (WHERE u.state = 'dead')"
 			"   FROM upd u GROUP BY u.name ORDER BY u.name",
 			3, argtypes);

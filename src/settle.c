@@ -18,11 +18,13 @@
  * claim.  Lease expiry alone does not void a token; only a transition made
  * by somebody else does.
  *
- * The statement then reports one outcome per input pair, in input order:
- * ok, stale (held by another claim, or not claimed), started (release
- * only: the job is running under this token) or missing (no such job).
- * The scalar overloads run the same statement for one pair and return
- * whether its outcome was ok.
+ * The call then reports one outcome per input pair, in input order: ok,
+ * stale (held by another claim, or not claimed), started (release only:
+ * the job is running under this token) or missing (no such job).  The
+ * pairing of input to outcome is done here in C with hash tables, so a
+ * batch of 10,000 costs O(n), whatever plan the planner would pick for
+ * joining two unnested arrays of unknown size.  The scalar overloads run
+ * the same statement for one pair and return whether it was settled.
  *
  *-------------------------------------------------------------------------
  */
@@ -54,87 +56,75 @@ PG_FUNCTION_INFO_V1(claimq_release_one);
 	"    FROM ROWS FROM (pg_catalog.unnest($1::bigint[])," \
 	"                    pg_catalog.unnest($2::bigint[])) WITH ORDINALITY" \
 	"         AS i(job_id, token, ord)" \
-	"), "
+	") "
 
-/* The fence: job j is still held by the claim that issued the token. */
+/*
+ * The fence: job j is still held by the claim that issued the token.  The
+ * planner reaches each job through its primary key, once per input pair.
+ */
 #define CQ_FENCE_SQL \
 	" j.job_id = i.job_id AND j.token = i.token" \
 	" AND j.state = ANY ('{claimed,running}'::text[]) "
 
 /*
- * One outcome row per input pair from the rows "upd" changed; j is the
- * job as it was before the call, which tells "missing" from "stale".
+ * Each statement changes the rows it may and returns, for each, the input
+ * pair's number followed by the operation's extra result columns.  Pairs
+ * it does not return are told apart afterwards (see cq_settle).
  */
-#define CQ_OUTCOME_SQL(started, extra) \
-	" SELECT i.job_id," \
-	"        CASE WHEN u.job_id IS NOT NULL THEN 'ok'" \
-	"             WHEN j.job_id IS NULL THEN 'missing'" \
-	started \
-	"             ELSE 'stale' END" \
-	extra \
-	"   FROM input i" \
-	"   LEFT JOIN upd u ON u.job_id = i.job_id AND u.token = i.token" \
-	"   LEFT JOIN claimq.job j ON j.job_id = i.job_id" \
-	"  ORDER BY i.ord"
-
 typedef struct CqSettleOp
 {
 	const char *sql;
 	int			nextra;			/* parameters after $1..$3 */
 	Oid			extratypes[3];
-	int			ncols;			/* result columns */
+	int			ncols;			/* result columns: job_id, outcome, ... */
+	bool		report_started; /* a running job under the token is "started" */
+	int			spi_ok;			/* the statement's SPI result code */
 	SPIPlanPtr	plan;
 } CqSettleOp;
 
 static CqSettleOp cq_start_op = {
 	CQ_INPUT_SQL
-	"upd AS ("
-	"  UPDATE claimq.job j"
-	"     SET state = 'running',"
-	"         attempts = j.attempts"
-	"                    + CASE WHEN j.state = 'claimed' THEN 1 ELSE 0 END,"
-	"         expires_at = $3 + COALESCE($4, q.run_lease)"
-	"    FROM input i, claimq.queue q"
-	"   WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
-	"  RETURNING j.job_id, j.token, j.expires_at"
-	")"
-	CQ_OUTCOME_SQL("", ", u.expires_at"),
-	1, {INTERVALOID}, 3, NULL
+	"UPDATE claimq.job j"
+	"   SET state = 'running',"
+	"       attempts = j.attempts"
+	"                  + CASE WHEN j.state = 'claimed' THEN 1 ELSE 0 END,"
+	"       expires_at = $3 + COALESCE($4, q.run_lease)"
+	"  FROM input i, claimq.queue q"
+	" WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
+	" RETURNING i.ord, j.expires_at",
+	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, NULL
 };
 
 static CqSettleOp cq_extend_op = {
 	CQ_INPUT_SQL
-	"upd AS ("
-	"  UPDATE claimq.job j"
-	"     SET expires_at = $3 + COALESCE($4, CASE WHEN j.state = 'claimed'"
-	"                                        THEN q.lease ELSE q.run_lease END)"
-	"    FROM input i, claimq.queue q"
-	"   WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
-	"  RETURNING j.job_id, j.token, j.expires_at"
-	")"
-	CQ_OUTCOME_SQL("", ", u.expires_at"),
-	1, {INTERVALOID}, 3, NULL
+	"UPDATE claimq.job j"
+	"   SET expires_at = $3 + COALESCE($4, CASE WHEN j.state = 'claimed'"
+	"                                      THEN q.lease ELSE q.run_lease END)"
+	"  FROM input i, claimq.queue q"
+	" WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
+	" RETURNING i.ord, j.expires_at",
+	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, NULL
 };
 
 /* A completed job is deleted, unless its queue keeps done jobs. */
 static CqSettleOp cq_complete_op = {
 	CQ_INPUT_SQL
-	"del AS ("
+	", del AS ("
 	"  DELETE FROM claimq.job j"
 	"   USING input i, claimq.queue q"
 	"   WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	"     AND q.keep_done <= '0'::interval"
-	"  RETURNING j.job_id, j.token"
+	"  RETURNING i.ord"
 	"), kept AS ("
 	"  UPDATE claimq.job j"
 	"     SET state = 'done', finished_at = $3, expires_at = NULL"
 	"    FROM input i, claimq.queue q"
 	"   WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	"     AND q.keep_done > '0'::interval"
-	"  RETURNING j.job_id, j.token"
-	"), upd AS (SELECT * FROM del UNION ALL SELECT * FROM kept)"
-	CQ_OUTCOME_SQL("", ""),
-	0, {InvalidOid}, 2, NULL
+	"  RETURNING i.ord"
+	")"
+	" SELECT ord FROM del UNION ALL SELECT ord FROM kept",
+	0, {InvalidOid}, 2, false, SPI_OK_SELECT, NULL
 };
 
 /*
@@ -148,50 +138,120 @@ static CqSettleOp cq_complete_op = {
 
 static CqSettleOp cq_fail_op = {
 	CQ_INPUT_SQL
-	"upd AS ("
-	"  UPDATE claimq.job j"
-	"     SET attempts = " CQ_FAIL_ATTEMPTS ","
-	"         state = CASE WHEN " CQ_FAIL_DEAD " THEN 'dead' ELSE 'pending' END,"
-	"         run_at = CASE WHEN " CQ_FAIL_DEAD " THEN j.run_at"
-	"                  ELSE $3 + COALESCE($5, " CQ_BACKOFF_SQL(CQ_FAIL_ATTEMPTS) ") END,"
-	"         finished_at = CASE WHEN " CQ_FAIL_DEAD " THEN $3 END,"
-	"         last_error = $4, expires_at = NULL"
-	"    FROM input i, claimq.queue q"
-	"   WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
-	"  RETURNING j.job_id, j.token, j.state,"
-	"            CASE WHEN j.state = 'pending' THEN j.run_at END AS run_at"
-	")"
-	CQ_OUTCOME_SQL("", ", u.state, u.run_at"),
-	3, {TEXTOID, INTERVALOID, BOOLOID}, 4, NULL
+	"UPDATE claimq.job j"
+	"   SET attempts = " CQ_FAIL_ATTEMPTS ","
+	"       state = CASE WHEN " CQ_FAIL_DEAD " THEN 'dead' ELSE 'pending' END,"
+	"       run_at = CASE WHEN " CQ_FAIL_DEAD " THEN j.run_at"
+	"                ELSE $3 + COALESCE($5, " CQ_BACKOFF_SQL(CQ_FAIL_ATTEMPTS) ") END,"
+	"       finished_at = CASE WHEN " CQ_FAIL_DEAD " THEN $3 END,"
+	"       last_error = $4, expires_at = NULL"
+	"  FROM input i, claimq.queue q"
+	" WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
+	" RETURNING i.ord, j.state,"
+	"           CASE WHEN j.state = 'pending' THEN j.run_at END",
+	3, {TEXTOID, INTERVALOID, BOOLOID}, 4, false, SPI_OK_UPDATE_RETURNING, NULL
 };
 
 /* Release touches claimed jobs only; a running one reports "started". */
 static CqSettleOp cq_release_op = {
 	CQ_INPUT_SQL
-	"upd AS ("
-	"  UPDATE claimq.job j"
-	"     SET state = 'pending', expires_at = NULL"
-	"    FROM input i"
-	"   WHERE j.job_id = i.job_id AND j.token = i.token"
-	"     AND j.state = 'claimed'"
-	"  RETURNING j.job_id, j.token"
-	")"
-	CQ_OUTCOME_SQL("             WHEN j.state = 'running' AND j.token = i.token"
-				   "             THEN 'started'", ""),
-	0, {InvalidOid}, 2, NULL
+	"UPDATE claimq.job j"
+	"   SET state = 'pending', expires_at = NULL"
+	"  FROM input i"
+	" WHERE j.job_id = i.job_id AND j.token = i.token"
+	"   AND j.state = 'claimed'"
+	" RETURNING i.ord",
+	0, {InvalidOid}, 2, true, SPI_OK_UPDATE_RETURNING, NULL
 };
 
+typedef struct CqPair
+{
+	int64		job_id;
+	int64		token;
+} CqPair;
+
+typedef struct CqPairEntry
+{
+	CqPair		key;
+	int			row;			/* result row that settled this pair */
+} CqPairEntry;
+
+typedef struct CqJobEntry
+{
+	int64		job_id;
+	int64		token;
+	bool		running;
+} CqJobEntry;
+
 /*
- * Run op over the pairs in ids and tokens (already checked); the outcome
- * rows are left in SPI_tuptable.  The caller has connected SPI.
+ * Why a pair was not settled: look up the jobs of the unsettled pairs as
+ * they are now.  Fills jobs (keyed by job_id); the caller has connected
+ * SPI, and SPI_tuptable is overwritten.
  */
-static void
-cq_settle(CqSettleOp *op, Datum ids, Datum tokens, Datum *extra,
-		  const char *extranulls)
+static HTAB *
+cq_unsettled_jobs(int64 *ids, int nids)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {INT8ARRAYOID};
+	Datum		values[1];
+	HASHCTL		ctl;
+	HTAB	   *jobs;
+	Datum	   *elems = palloc(nids * sizeof(Datum));
+
+	for (int i = 0; i < nids; i++)
+		elems[i] = Int64GetDatum(ids[i]);
+	values[0] = PointerGetDatum(construct_array(elems, nids, INT8OID,
+												sizeof(int64), FLOAT8PASSBYVAL,
+												TYPALIGN_DOUBLE));
+	cq_plan(&plan,
+			"SELECT j.job_id, j.token, j.state = 'running'"
+			"  FROM claimq.job j WHERE j.job_id = ANY ($1)",
+			1, argtypes);
+	cq_execute(plan, values, NULL, SPI_OK_SELECT);
+
+	ctl.keysize = sizeof(int64);
+	ctl.entrysize = sizeof(CqJobEntry);
+	ctl.hcxt = CurrentMemoryContext;
+	jobs = hash_create("claimq unsettled jobs", Max(SPI_processed, 1), &ctl,
+					   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	for (uint64 row = 0; row < SPI_processed; row++)
+	{
+		bool		isnull;
+		int64		job_id = DatumGetInt64(cq_spi_value(row, 1, &isnull));
+		CqJobEntry *entry = hash_search(jobs, &job_id, HASH_ENTER, NULL);
+		Datum		token = cq_spi_value(row, 2, &isnull);
+
+		entry->token = isnull ? 0 : DatumGetInt64(token);
+		entry->running = DatumGetBool(cq_spi_value(row, 3, &isnull));
+	}
+	return jobs;
+}
+
+/*
+ * Run op over the n pairs (ids[i], tokens[i]) and report one outcome per
+ * pair, in input order, into result (if given).  Returns how many pairs
+ * were settled ("ok").  The caller has connected SPI.
+ *
+ * The statement returns the numbers of the pairs it settled.  A pair
+ * repeated in the input is settled once and reported ok each time.  For
+ * every other pair one more statement reads the job as it is now: no row
+ * is "missing", a running job under the pair's token is "started" (for
+ * release), anything else "stale".  That read only explains a refusal; the
+ * decision was made under lock by the statement itself.
+ */
+static uint64
+cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
+		  Datum *extra, const char *extranulls,
+		  Tuplestorestate *result, TupleDesc desc)
 {
 	Oid			argtypes[6] = {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID};
 	Datum		values[6];
 	char		nulls[6] = "      ";
+	SPITupleTable *settled;
+	uint64		nsettled;
+	int		   *rowof = palloc(n * sizeof(int));
+	int			nunsettled = 0;
+	HTAB	   *jobs = NULL;
 
 	for (int i = 0; i < op->nextra; i++)
 	{
@@ -200,10 +260,107 @@ cq_settle(CqSettleOp *op, Datum ids, Datum tokens, Datum *extra,
 		nulls[3 + i] = extranulls[i];
 	}
 	cq_plan(&op->plan, op->sql, 3 + op->nextra, argtypes);
-	values[0] = ids;
-	values[1] = tokens;
+	values[0] = PointerGetDatum(construct_array(ids, n, INT8OID,
+												sizeof(int64), FLOAT8PASSBYVAL,
+												TYPALIGN_DOUBLE));
+	values[1] = PointerGetDatum(construct_array(tokens, n, INT8OID,
+												sizeof(int64), FLOAT8PASSBYVAL,
+												TYPALIGN_DOUBLE));
 	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
-	cq_execute(op->plan, values, nulls, SPI_OK_SELECT);
+	cq_execute(op->plan, values, nulls, op->spi_ok);
+	settled = SPI_tuptable;
+	nsettled = SPI_processed;
+	SPI_tuptable = NULL;		/* keep it across the look-up below */
+
+	for (int i = 0; i < n; i++)
+		rowof[i] = -1;
+	for (uint64 row = 0; row < nsettled; row++)
+	{
+		bool		isnull;
+		int64		ord = DatumGetInt64(SPI_getbinval(settled->vals[row],
+													  settled->tupdesc, 1,
+													  &isnull));
+
+		rowof[ord - 1] = (int) row;
+	}
+	for (int i = 0; i < n; i++)
+		nunsettled += (rowof[i] < 0);
+
+	if (nunsettled > 0)
+	{
+		HASHCTL		ctl;
+		HTAB	   *pairs;
+		int64	   *unsettled = palloc(nunsettled * sizeof(int64));
+		int			nleft = 0;
+
+		/* Repeats of a settled pair are ok too. */
+		ctl.keysize = sizeof(CqPair);
+		ctl.entrysize = sizeof(CqPairEntry);
+		ctl.hcxt = CurrentMemoryContext;
+		pairs = hash_create("claimq settled pairs", Max(nsettled, 1), &ctl,
+							HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		for (int i = 0; i < n; i++)
+		{
+			CqPair		key = {DatumGetInt64(ids[i]), DatumGetInt64(tokens[i])};
+
+			if (rowof[i] >= 0)
+				((CqPairEntry *) hash_search(pairs, &key, HASH_ENTER,
+											 NULL))->row = rowof[i];
+		}
+		for (int i = 0; i < n; i++)
+		{
+			CqPair		key = {DatumGetInt64(ids[i]), DatumGetInt64(tokens[i])};
+			CqPairEntry *entry;
+
+			if (rowof[i] >= 0)
+				continue;
+			entry = hash_search(pairs, &key, HASH_FIND, NULL);
+			if (entry)
+				rowof[i] = entry->row;
+			else
+				unsettled[nleft++] = key.job_id;
+		}
+		if (nleft > 0)
+			jobs = cq_unsettled_jobs(unsettled, nleft);
+	}
+
+	for (int i = 0; i < n && result; i++)
+	{
+		Datum		outvalues[4];
+		bool		outnulls[4];
+		const char *outcome;
+
+		outvalues[0] = ids[i];
+		outnulls[0] = false;
+		if (rowof[i] >= 0)
+		{
+			outcome = "ok";
+			for (int col = 2; col < op->ncols; col++)
+				outvalues[col] = SPI_getbinval(settled->vals[rowof[i]],
+											   settled->tupdesc, col,
+											   &outnulls[col]);
+		}
+		else
+		{
+			int64		job_id = DatumGetInt64(ids[i]);
+			CqJobEntry *job = hash_search(jobs, &job_id, HASH_FIND, NULL);
+
+			if (job == NULL)
+				outcome = "missing";
+			else if (op->report_started && job->running &&
+					 job->token == DatumGetInt64(tokens[i]))
+				outcome = "started";
+			else
+				outcome = "stale";
+			for (int col = 2; col < op->ncols; col++)
+				outnulls[col] = true;
+		}
+		outvalues[1] = CStringGetTextDatum(outcome);
+		outnulls[1] = false;
+		tuplestore_putvalues(result, desc, outvalues, outnulls);
+	}
+	SPI_freetuptable(settled);
+	return nsettled;
 }
 
 /*
@@ -252,15 +409,22 @@ cq_settle_many(FunctionCallInfo fcinfo, CqSettleOp *op)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	ArrayType  *ids = cq_array_arg(fcinfo, 0, "job_ids", false);
 	ArrayType  *tokens = cq_array_arg(fcinfo, 1, "tokens", false);
-	int			nids = ArrayGetNItems(ARR_NDIM(ids), ARR_DIMS(ids));
+	Datum	   *idv;
+	Datum	   *tokenv;
+	int			n;
+	int			ntokens;
 	Datum		extra[3];
 	char		extranulls[3];
 
-	if (nids != ArrayGetNItems(ARR_NDIM(tokens), ARR_DIMS(tokens)))
+	deconstruct_array(ids, INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
+					  TYPALIGN_DOUBLE, &idv, NULL, &n);
+	deconstruct_array(tokens, INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
+					  TYPALIGN_DOUBLE, &tokenv, NULL, &ntokens);
+	if (n != ntokens)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("job_ids and tokens must have the same number of elements")));
-	if (nids > CQ_MAX_BATCH)
+	if (n > CQ_MAX_BATCH)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("at most %d jobs can be settled in one call",
@@ -268,22 +432,12 @@ cq_settle_many(FunctionCallInfo fcinfo, CqSettleOp *op)
 	cq_settle_extra(fcinfo, op, 2, extra, extranulls);
 
 	InitMaterializedSRF(fcinfo, 0);
-	if (nids == 0)
+	if (n == 0)
 		return (Datum) 0;
 
 	SPI_connect();
-	cq_settle(op, PointerGetDatum(ids), PointerGetDatum(tokens),
-			  extra, extranulls);
-	for (uint64 row = 0; row < SPI_processed; row++)
-	{
-		Datum		values[4];
-		bool		nulls[4];
-
-		heap_deform_tuple(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
-						  values, nulls);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
-							 values, nulls);
-	}
+	cq_settle(op, idv, tokenv, n, extra, extranulls,
+			  rsinfo->setResult, rsinfo->setDesc);
 	SPI_finish();
 	return (Datum) 0;
 }
@@ -298,27 +452,18 @@ cq_settle_one(FunctionCallInfo fcinfo, CqSettleOp *op)
 	Datum		token;
 	Datum		extra[3];
 	char		extranulls[3];
-	bool		ok;
-	bool		isnull;
-	char	   *outcome;
+	uint64		settled;
 
 	cq_arg_not_null(fcinfo, 0, "job_id");
 	cq_arg_not_null(fcinfo, 1, "token");
 	cq_settle_extra(fcinfo, op, 2, extra, extranulls);
-	id = PointerGetDatum(construct_array(&fcinfo->args[0].value, 1, INT8OID,
-										 sizeof(int64), FLOAT8PASSBYVAL,
-										 TYPALIGN_DOUBLE));
-	token = PointerGetDatum(construct_array(&fcinfo->args[1].value, 1, INT8OID,
-											sizeof(int64), FLOAT8PASSBYVAL,
-											TYPALIGN_DOUBLE));
+	id = PG_GETARG_DATUM(0);
+	token = PG_GETARG_DATUM(1);
 
 	SPI_connect();
-	cq_settle(op, id, token, extra, extranulls);
-	Assert(SPI_processed == 1);
-	outcome = TextDatumGetCString(cq_spi_value(0, 2, &isnull));
-	ok = strcmp(outcome, "ok") == 0;
+	settled = cq_settle(op, &id, &token, 1, extra, extranulls, NULL, NULL);
 	SPI_finish();
-	PG_RETURN_BOOL(ok);
+	PG_RETURN_BOOL(settled > 0);
 }
 
 Datum

@@ -28,3 +28,6 @@ EXTRA_CLEAN = tmp_check_regress tmp_check_iso output_iso results \
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# Every object depends on the shared header.
+$(OBJS): src/claimq.h src/compat.h

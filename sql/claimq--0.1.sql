@@ -525,33 +525,9 @@ COMMENT ON FUNCTION claimq.release(bigint, bigint) IS
 
 CREATE FUNCTION claimq.release_worker(queue text, worker text)
 RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER
+LANGUAGE c VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	q claimq.queue;
-	n bigint;
-BEGIN
-	PERFORM claimq.check_queue_name(queue);
-	IF worker IS NULL THEN
-		RAISE EXCEPTION 'argument "worker" must not be null'
-			USING ERRCODE = '22004';
-	END IF;
-	SELECT * INTO q FROM claimq.queue t WHERE t.name OPERATOR(pg_catalog.=) queue;
-	IF NOT FOUND THEN
-		RAISE EXCEPTION 'queue "%" does not exist', queue
-			USING ERRCODE = '42704';
-	END IF;
-	UPDATE claimq.job j
-	   SET state = 'pending', expires_at = NULL, claimed_at = NULL,
-		   worker = NULL
-	 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
-	   AND j.state OPERATOR(pg_catalog.=) 'claimed'
-	   AND j.worker OPERATOR(pg_catalog.=) release_worker.worker;
-	GET DIAGNOSTICS n = ROW_COUNT;
-	RETURN n;
-END
-$$;
+AS 'MODULE_PATHNAME', 'claimq_release_worker';
 
 COMMENT ON FUNCTION claimq.release_worker(text, text) IS
 'release every claimed, not started job that worker holds in queue (graceful shutdown); returns how many';
@@ -568,6 +544,15 @@ AS 'MODULE_PATHNAME', 'claimq_reclaim';
 
 COMMENT ON FUNCTION claimq.reclaim(text, integer) IS
 'put expired claims back: claimed -> pending with no attempt counted, running -> retry or dead';
+
+CREATE FUNCTION claimq.prune(max_jobs integer DEFAULT 10000)
+RETURNS bigint
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_prune';
+
+COMMENT ON FUNCTION claimq.prune(integer) IS
+'delete up to max_jobs done and dead jobs older than their queue''s keep_done / keep_dead; the reclaimer does this on every pass';
 
 CREATE FUNCTION claimq.retry_dead(queue text, job_ids bigint[] DEFAULT NULL)
 RETURNS bigint
@@ -665,6 +650,46 @@ SELECT j.job_id, q.name AS queue, j.state, j.payload, j.priority, j.run_at,
 
 COMMENT ON VIEW claimq.jobs IS
 'every job of every queue, for inspection';
+
+CREATE FUNCTION claimq.counters()
+RETURNS TABLE(database text, queue text, claimed bigint, started bigint,
+			  completed bigint, failed bigint, released bigint,
+			  reclaimed bigint, dead bigint, stale bigint)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_counters';
+
+COMMENT ON FUNCTION claimq.counters() IS
+'cumulative counts per database and queue since server start or reset_counters(), from shared memory (empty without the preload)';
+
+CREATE VIEW claimq.counters AS SELECT * FROM claimq.counters();
+
+COMMENT ON VIEW claimq.counters IS
+'cumulative counts per database and queue; see claimq.counters()';
+
+CREATE FUNCTION claimq.reset_counters()
+RETURNS void
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_reset_counters';
+
+COMMENT ON FUNCTION claimq.reset_counters() IS
+'set every counter of every database back to zero';
+
+CREATE FUNCTION claimq.reclaimer_status()
+RETURNS TABLE(database text, pid integer, last_run timestamptz,
+			  last_reclaimed bigint, total_reclaimed bigint, last_error text)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_reclaimer_status';
+
+COMMENT ON FUNCTION claimq.reclaimer_status() IS
+'one row per database the background reclaimer serves; without the preload, one row saying it is not running';
+
+CREATE VIEW claimq.reclaimer_status AS SELECT * FROM claimq.reclaimer_status();
+
+COMMENT ON VIEW claimq.reclaimer_status IS
+'state of the background reclaimer per served database';
 
 /*
  * PUBLIC gets nothing.  CREATE FUNCTION grants EXECUTE to PUBLIC by

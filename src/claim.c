@@ -98,6 +98,10 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	values[5] = BoolGetDatum(start);
 	cq_execute(plan, values, nulls, SPI_OK_SELECT);
 
+	cq_count(queue->queue_id, queue->name, CQ_CLAIMED, SPI_processed);
+	if (start)
+		cq_count(queue->queue_id, queue->name, CQ_STARTED, SPI_processed);
+
 	for (uint64 row = 0; row < SPI_processed; row++)
 	{
 		Datum		rowvalues[7];

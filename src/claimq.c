@@ -16,18 +16,108 @@
 
 #include "catalog/pg_type.h"
 #include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 
 #include "claimq.h"
 
 PG_MODULE_MAGIC;
 
+/* Settings; see _PG_init */
+char	   *cq_databases = NULL;
+int			cq_reclaim_interval = 1000;
+int			cq_reclaim_batch = 10000;
+bool		cq_reclaimer_enabled = true;
+
+/* Set once this backend has attached to claimq's shared memory. */
+bool		cq_shmem_ready = false;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
 void		_PG_init(void);
+static void cq_shmem_request(void);
+static void cq_shmem_startup(void);
 
 void
 _PG_init(void)
 {
-	/* Nothing to set up yet for sessions that load the module on demand. */
+	/* Reloadable settings exist in every session that loads the module. */
+	DefineCustomStringVariable("claimq.databases",
+							   "Databases the claimq reclaimer serves, comma-separated.",
+							   NULL,
+							   &cq_databases,
+							   "postgres",
+							   PGC_SIGHUP,
+							   0,
+							   NULL, NULL, NULL);
+	DefineCustomIntVariable("claimq.reclaim_interval",
+							"Time between two passes of the claimq reclaimer.",
+							NULL,
+							&cq_reclaim_interval,
+							1000, 10, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("claimq.reclaim_batch",
+							"Expired claims the reclaimer puts back per transaction.",
+							NULL,
+							&cq_reclaim_batch,
+							10000, 1, 1000000,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+	DefineCustomBoolVariable("claimq.reclaimer",
+							 "Whether the claimq reclaimer runs its passes.",
+							 NULL,
+							 &cq_reclaimer_enabled,
+							 true,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	MarkGUCPrefixReserved("claimq");
+
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = cq_shmem_request;
+	if (CQ_SHMEM_REQUEST_IN_INIT)
+		cq_shmem_request();
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = cq_shmem_startup;
+
+	cq_register_launcher();
+}
+
+static void
+cq_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(add_size(cq_reclaimer_shmem_size(),
+									cq_counters_shmem_size()));
+	RequestNamedLWLockTranche("claimq", 1);
+}
+
+static void
+cq_shmem_startup(void)
+{
+	LWLock	   *lock;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	lock = &(GetNamedLWLockTranche("claimq"))->lock;
+	cq_reclaimer_shmem_init(lock);
+	cq_counters_shmem_init(lock);
+	LWLockRelease(AddinShmemInitLock);
+	cq_shmem_ready = true;
 }
 
 /*
@@ -225,6 +315,7 @@ cq_lookup_queue(const char *name, CqQueue *queue)
 	if (SPI_processed == 0)
 		return false;
 
+	queue->name = name;
 	queue->queue_id = DatumGetInt32(cq_spi_value(0, 1, &isnull));
 	queue->paused = DatumGetBool(cq_spi_value(0, 2, &isnull));
 	queue->notify = DatumGetBool(cq_spi_value(0, 3, &isnull));

@@ -24,6 +24,7 @@
 
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "storage/lwlock.h"
 #include "utils/array.h"
 #include "utils/timestamp.h"
 
@@ -34,9 +35,64 @@
 #define CQ_MAX_LEASE_USECS	(7 * USECS_PER_DAY)
 #define CQ_QUEUE_NAME_MAX	63
 
+/* At most this many databases are served by the reclaimer. */
+#define CQ_MAX_DATABASES	64
+
+/* Settings (claimq.c) */
+extern char *cq_databases;
+extern int	cq_reclaim_interval;
+extern int	cq_reclaim_batch;
+extern bool cq_reclaimer_enabled;
+extern bool cq_shmem_ready;
+
+/* Shared counters (counters.c), one set per database and queue. */
+typedef enum CqCounter
+{
+	CQ_CLAIMED,
+	CQ_STARTED,
+	CQ_COMPLETED,
+	CQ_FAILED,
+	CQ_RELEASED,
+	CQ_RECLAIMED,
+	CQ_DEAD,
+	CQ_STALE,
+	CQ_NCOUNTERS
+} CqCounter;
+
+/* Counts gathered during one call, added to shared memory at its end. */
+#define CQ_COUNT_BATCH_SLOTS 16
+typedef struct CqCountBatch
+{
+	int			nslots;
+	struct
+	{
+		int32		queue_id;
+		uint64		counts[CQ_NCOUNTERS];
+	}			slots[CQ_COUNT_BATCH_SLOTS];
+} CqCountBatch;
+
+extern Size cq_counters_shmem_size(void);
+extern void cq_counters_shmem_init(LWLock *lock);
+extern void cq_count(int32 queue_id, const char *queue_name,
+					 CqCounter counter, uint64 n);
+extern void cq_count_add(CqCountBatch *batch, int32 queue_id,
+						 CqCounter counter, uint64 n);
+extern void cq_count_flush(CqCountBatch *batch);
+
+/* The background reclaimer (reclaimer.c) */
+extern Size cq_reclaimer_shmem_size(void);
+extern void cq_reclaimer_shmem_init(LWLock *lock);
+extern void cq_register_launcher(void);
+extern PGDLLEXPORT void cq_launcher_main(Datum arg);
+extern PGDLLEXPORT void cq_reclaimer_main(Datum arg);
+
+/* Pruning of done and dead jobs past their queue's retention (prune.c) */
+extern uint64 cq_prune_finished(int32 max_jobs);
+
 /* The columns of claimq.queue that the C paths need. */
 typedef struct CqQueue
 {
+	const char *name;
 	int32		queue_id;
 	bool		paused;
 	bool		notify;

@@ -47,4 +47,16 @@ InitMaterializedSRF(FunctionCallInfo fcinfo, bits32 flags)
 #define MarkGUCPrefixReserved(prefix) EmitWarningsOnPlaceholders(prefix)
 #endif
 
+/*
+ * PostgreSQL 15 added shmem_request_hook; on 14, shared memory is requested
+ * straight from _PG_init and the hook variable below is never called.
+ */
+#if PG_VERSION_NUM < 150000
+typedef void (*shmem_request_hook_type) (void);
+static shmem_request_hook_type shmem_request_hook = NULL;
+#define CQ_SHMEM_REQUEST_IN_INIT 1
+#else
+#define CQ_SHMEM_REQUEST_IN_INIT 0
+#endif
+
 #endif							/* CLAIMQ_COMPAT_H */

@@ -46,6 +46,7 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 	Oid			argtypes[3] = {INT4OID, INT4OID, TIMESTAMPTZOID};
 	Datum		values[3];
 	uint64		total = 0;
+	CqCountBatch counts = {0};
 
 	cq_plan(&plan,
 			"WITH cand AS MATERIALIZED ("
@@ -69,19 +70,19 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 			"    FROM claimq.queue q"
 			"   WHERE j.job_id = ANY (ARRAY(SELECT c.job_id FROM cand c))"
 			"     AND j.expires_at < $3 AND q.queue_id = j.queue_id"
-			"  RETURNING q.name, j.state, j.run_at"
+			"  RETURNING q.queue_id, q.name, j.state, j.run_at"
 			")"
 			/*
 			 * A released job keeps its run_at, which is before its claim and
 			 * so before $3; a retried one runs at $3 plus a backoff.
 			 */
-			" SELECT u.name,"
+			" SELECT u.queue_id, u.name,"
 			"        pg_catalog.count(*) FILTER (WHERE u.state = 'pending'"
 			"                                      AND u.run_at < $3),"
 			"        pg_catalog.count(*) FILTER (WHERE u.state = 'pending'"
 			"                                      AND u.run_at >= $3),"
 			"        pg_catalog.count(*) FILTER (WHERE u.state = 'dead')"
-			"   FROM upd u GROUP BY u.name ORDER BY u.name",
+			"   FROM upd u GROUP BY u.queue_id, u.name ORDER BY u.name",
 			3, argtypes);
 
 	values[0] = Int32GetDatum(queue_id);
@@ -91,16 +92,23 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 
 	for (uint64 row = 0; row < SPI_processed; row++)
 	{
-		Datum		rowvalues[4];
-		bool		rownulls[4];
+		Datum		rowvalues[5];
+		bool		rownulls[5];
+		int64		n;
 
+		/* queue_id, then the result row: queue, released, retried, dead */
 		heap_deform_tuple(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
 						  rowvalues, rownulls);
-		total += DatumGetInt64(rowvalues[1]) + DatumGetInt64(rowvalues[2]) +
-			DatumGetInt64(rowvalues[3]);
+		n = DatumGetInt64(rowvalues[2]) + DatumGetInt64(rowvalues[3]) +
+			DatumGetInt64(rowvalues[4]);
+		total += n;
+		cq_count_add(&counts, DatumGetInt32(rowvalues[0]), CQ_RECLAIMED, n);
+		cq_count_add(&counts, DatumGetInt32(rowvalues[0]), CQ_DEAD,
+					 DatumGetInt64(rowvalues[4]));
 		if (result)
-			tuplestore_putvalues(result, desc, rowvalues, rownulls);
+			tuplestore_putvalues(result, desc, rowvalues + 1, rownulls + 1);
 	}
+	cq_count_flush(&counts);
 	return total;
 }
 

@@ -8,6 +8,7 @@
  *		complete	claimed | running -> deleted, or done on a keep_done queue
  *		fail		claimed | running -> pending at a later run_at, or dead
  *		release		claimed -> pending (running jobs are left alone)
+ *		release_worker	the same for every job a named worker holds claimed
  *
  * Each call takes arrays of (job_id, token) and settles the whole batch in
  * one statement.  The fence is part of that statement's WHERE clause: a row
@@ -46,6 +47,7 @@ PG_FUNCTION_INFO_V1(claimq_extend_one);
 PG_FUNCTION_INFO_V1(claimq_complete_one);
 PG_FUNCTION_INFO_V1(claimq_fail_one);
 PG_FUNCTION_INFO_V1(claimq_release_one);
+PG_FUNCTION_INFO_V1(claimq_release_worker);
 
 /*
  * The input pairs, numbered; $1 job ids, $2 tokens, $3 the call's time.
@@ -68,7 +70,8 @@ PG_FUNCTION_INFO_V1(claimq_release_one);
 
 /*
  * Each statement changes the rows it may and returns, for each, the input
- * pair's number followed by the operation's extra result columns.  Pairs
+ * pair's number and the job's queue, followed by the operation's extra
+ * result columns.  Pairs
  * it does not return are told apart afterwards (see cq_settle).
  */
 typedef struct CqSettleOp
@@ -79,6 +82,7 @@ typedef struct CqSettleOp
 	int			ncols;			/* result columns: job_id, outcome, ... */
 	bool		report_started; /* a running job under the token is "started" */
 	int			spi_ok;			/* the statement's SPI result code */
+	int			counter;		/* CqCounter of a settled pair, or -1 */
 	SPIPlanPtr	plan;
 } CqSettleOp;
 
@@ -91,8 +95,8 @@ static CqSettleOp cq_start_op = {
 	"       expires_at = $3 + COALESCE($4, q.run_lease)"
 	"  FROM input i, claimq.queue q"
 	" WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
-	" RETURNING i.ord, j.expires_at",
-	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, NULL
+	" RETURNING i.ord, j.queue_id, j.expires_at",
+	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, CQ_STARTED, NULL
 };
 
 static CqSettleOp cq_extend_op = {
@@ -102,8 +106,8 @@ static CqSettleOp cq_extend_op = {
 	"                                      THEN q.lease ELSE q.run_lease END)"
 	"  FROM input i, claimq.queue q"
 	" WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
-	" RETURNING i.ord, j.expires_at",
-	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, NULL
+	" RETURNING i.ord, j.queue_id, j.expires_at",
+	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, -1, NULL
 };
 
 /* A completed job is deleted, unless its queue keeps done jobs. */
@@ -114,17 +118,17 @@ static CqSettleOp cq_complete_op = {
 	"   USING input i, claimq.queue q"
 	"   WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	"     AND q.keep_done <= '0'::interval"
-	"  RETURNING i.ord"
+	"  RETURNING i.ord, j.queue_id"
 	"), kept AS ("
 	"  UPDATE claimq.job j"
 	"     SET state = 'done', finished_at = $3, expires_at = NULL"
 	"    FROM input i, claimq.queue q"
 	"   WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	"     AND q.keep_done > '0'::interval"
-	"  RETURNING i.ord"
+	"  RETURNING i.ord, j.queue_id"
 	")"
-	" SELECT ord FROM del UNION ALL SELECT ord FROM kept",
-	0, {InvalidOid}, 2, false, SPI_OK_SELECT, NULL
+	" SELECT * FROM del UNION ALL SELECT * FROM kept",
+	0, {InvalidOid}, 2, false, SPI_OK_SELECT, CQ_COMPLETED, NULL
 };
 
 /*
@@ -147,9 +151,9 @@ static CqSettleOp cq_fail_op = {
 	"       last_error = $4, expires_at = NULL"
 	"  FROM input i, claimq.queue q"
 	" WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
-	" RETURNING i.ord, j.state,"
+	" RETURNING i.ord, j.queue_id, j.state,"
 	"           CASE WHEN j.state = 'pending' THEN j.run_at END",
-	3, {TEXTOID, INTERVALOID, BOOLOID}, 4, false, SPI_OK_UPDATE_RETURNING, NULL
+	3, {TEXTOID, INTERVALOID, BOOLOID}, 4, false, SPI_OK_UPDATE_RETURNING, CQ_FAILED, NULL
 };
 
 /* Release touches claimed jobs only; a running one reports "started". */
@@ -160,8 +164,8 @@ static CqSettleOp cq_release_op = {
 	"  FROM input i"
 	" WHERE j.job_id = i.job_id AND j.token = i.token"
 	"   AND j.state = 'claimed'"
-	" RETURNING i.ord",
-	0, {InvalidOid}, 2, true, SPI_OK_UPDATE_RETURNING, NULL
+	" RETURNING i.ord, j.queue_id",
+	0, {InvalidOid}, 2, true, SPI_OK_UPDATE_RETURNING, CQ_RELEASED, NULL
 };
 
 typedef struct CqPair
@@ -181,6 +185,7 @@ typedef struct CqJobEntry
 	int64		job_id;
 	int64		token;
 	bool		running;
+	int32		queue_id;
 } CqJobEntry;
 
 /*
@@ -204,7 +209,7 @@ cq_unsettled_jobs(int64 *ids, int nids)
 												sizeof(int64), FLOAT8PASSBYVAL,
 												TYPALIGN_DOUBLE));
 	cq_plan(&plan,
-			"SELECT j.job_id, j.token, j.state = 'running'"
+			"SELECT j.job_id, j.token, j.state = 'running', j.queue_id"
 			"  FROM claimq.job j WHERE j.job_id = ANY ($1)",
 			1, argtypes);
 	cq_execute(plan, values, NULL, SPI_OK_SELECT);
@@ -223,6 +228,7 @@ cq_unsettled_jobs(int64 *ids, int nids)
 
 		entry->token = isnull ? 0 : DatumGetInt64(token);
 		entry->running = DatumGetBool(cq_spi_value(row, 3, &isnull));
+		entry->queue_id = DatumGetInt32(cq_spi_value(row, 4, &isnull));
 	}
 	return jobs;
 }
@@ -252,6 +258,7 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 	int		   *rowof = palloc(n * sizeof(int));
 	int			nunsettled = 0;
 	HTAB	   *jobs = NULL;
+	CqCountBatch counts = {0};
 
 	for (int i = 0; i < op->nextra; i++)
 	{
@@ -276,12 +283,22 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 		rowof[i] = -1;
 	for (uint64 row = 0; row < nsettled; row++)
 	{
+		HeapTuple	tuple = settled->vals[row];
 		bool		isnull;
-		int64		ord = DatumGetInt64(SPI_getbinval(settled->vals[row],
-													  settled->tupdesc, 1,
-													  &isnull));
+		int64		ord = DatumGetInt64(SPI_getbinval(tuple, settled->tupdesc,
+													  1, &isnull));
+		int32		queue_id = DatumGetInt32(SPI_getbinval(tuple,
+														   settled->tupdesc,
+														   2, &isnull));
 
 		rowof[ord - 1] = (int) row;
+		if (op->counter >= 0)
+			cq_count_add(&counts, queue_id, op->counter, 1);
+		if (op == &cq_fail_op &&
+			strcmp(TextDatumGetCString(SPI_getbinval(tuple, settled->tupdesc,
+													 3, &isnull)),
+				   "dead") == 0)
+			cq_count_add(&counts, queue_id, CQ_DEAD, 1);
 	}
 	for (int i = 0; i < n; i++)
 		nunsettled += (rowof[i] < 0);
@@ -324,7 +341,7 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 			jobs = cq_unsettled_jobs(unsettled, nleft);
 	}
 
-	for (int i = 0; i < n && result; i++)
+	for (int i = 0; i < n; i++)
 	{
 		Datum		outvalues[4];
 		bool		outnulls[4];
@@ -337,7 +354,7 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 			outcome = "ok";
 			for (int col = 2; col < op->ncols; col++)
 				outvalues[col] = SPI_getbinval(settled->vals[rowof[i]],
-											   settled->tupdesc, col,
+											   settled->tupdesc, col + 1,
 											   &outnulls[col]);
 		}
 		else
@@ -351,14 +368,21 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 					 job->token == DatumGetInt64(tokens[i]))
 				outcome = "started";
 			else
+			{
 				outcome = "stale";
+				cq_count_add(&counts, job->queue_id, CQ_STALE, 1);
+			}
 			for (int col = 2; col < op->ncols; col++)
 				outnulls[col] = true;
 		}
-		outvalues[1] = CStringGetTextDatum(outcome);
-		outnulls[1] = false;
-		tuplestore_putvalues(result, desc, outvalues, outnulls);
+		if (result)
+		{
+			outvalues[1] = CStringGetTextDatum(outcome);
+			outnulls[1] = false;
+			tuplestore_putvalues(result, desc, outvalues, outnulls);
+		}
 	}
+	cq_count_flush(&counts);
 	SPI_freetuptable(settled);
 	return nsettled;
 }
@@ -524,4 +548,38 @@ Datum
 claimq_release_one(PG_FUNCTION_ARGS)
 {
 	return cq_settle_one(fcinfo, &cq_release_op);
+}
+
+/*
+ * release_worker(queue, worker) returns bigint: release every claimed, not
+ * started job of the queue that the worker holds (graceful shutdown).  No
+ * token is needed: the caller names the worker whose claims it gives up.
+ */
+Datum
+claimq_release_worker(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[2] = {INT4OID, TEXTOID};
+	Datum		values[2];
+	char	   *queue_name = cq_queue_name_arg(fcinfo, 0);
+	CqQueue		queue;
+	uint64		n;
+
+	cq_arg_not_null(fcinfo, 1, "worker");
+
+	SPI_connect();
+	cq_require_queue(queue_name, &queue);
+	cq_plan(&plan,
+			"UPDATE claimq.job j SET state = 'pending', expires_at = NULL"
+			" WHERE j.queue_id = $1 AND j.worker = $2 AND j.state = 'claimed'"
+			"   AND j.expires_at IS NOT NULL",
+			2, argtypes);
+	values[0] = Int32GetDatum(queue.queue_id);
+	values[1] = PG_GETARG_DATUM(1);
+	cq_execute(plan, values, NULL, SPI_OK_UPDATE);
+	n = SPI_processed;
+	SPI_finish();
+
+	cq_count(queue.queue_id, queue_name, CQ_RELEASED, n);
+	PG_RETURN_INT64((int64) n);
 }

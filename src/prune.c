@@ -1,0 +1,69 @@
+/*-------------------------------------------------------------------------
+ *
+ * prune.c
+ *		Retention: done and dead jobs leave the table once they are older
+ *		than their queue's keep_done or keep_dead.
+ *
+ * The background reclaimer prunes on every pass; without it, prune() can
+ * be called from any scheduler.  Candidates are found per queue and state
+ * through the partial index over finished jobs, oldest first.  The DELETE
+ * re-checks that the row is still done or dead, so a dead job redriven by
+ * retry_dead() meanwhile is not deleted.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+
+#include "claimq.h"
+
+PG_FUNCTION_INFO_V1(claimq_prune);
+
+/*
+ * Delete up to max_jobs done and dead jobs past their retention.  Returns
+ * how many were deleted.  The caller has connected SPI.
+ */
+uint64
+cq_prune_finished(int32 max_jobs)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[2] = {INT4OID, TIMESTAMPTZOID};
+	Datum		values[2];
+
+	cq_plan(&plan,
+			"DELETE FROM claimq.job j"
+			" WHERE j.job_id = ANY (ARRAY("
+			"   SELECT o.job_id"
+			"     FROM claimq.queue q"
+			"    CROSS JOIN LATERAL (VALUES ('done', q.keep_done),"
+			"                               ('dead', q.keep_dead)) AS k(state, keep)"
+			"    CROSS JOIN LATERAL ("
+			"      SELECT f.job_id FROM claimq.job f"
+			"       WHERE f.queue_id = q.queue_id AND f.state = k.state"
+			"         AND f.finished_at < $2 - k.keep"
+			"       ORDER BY f.finished_at"
+			"       LIMIT $1) o"
+			"    LIMIT $1))"
+			"   AND j.state = ANY ('{done,dead}'::text[])",
+			2, argtypes);
+	values[0] = Int32GetDatum(max_jobs);
+	values[1] = TimestampTzGetDatum(GetCurrentTimestamp());
+	cq_execute(plan, values, NULL, SPI_OK_DELETE);
+	return SPI_processed;
+}
+
+/*
+ * prune(max_jobs int DEFAULT 10000) returns bigint
+ */
+Datum
+claimq_prune(PG_FUNCTION_ARGS)
+{
+	int32		max_jobs = cq_int_arg(fcinfo, 0, "max_jobs", 1, INT_MAX);
+	uint64		n;
+
+	SPI_connect();
+	n = cq_prune_finished(max_jobs);
+	SPI_finish();
+	PG_RETURN_INT64((int64) n);
+}

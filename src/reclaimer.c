@@ -1,0 +1,734 @@
+/*-------------------------------------------------------------------------
+ *
+ * reclaimer.c
+ *		The background reclaimer: a launcher, and one worker per database
+ *		named in claimq.databases, which every claimq.reclaim_interval
+ *		reclaims expired claims (reclaim.c) and prunes done and dead jobs
+ *		past their retention (prune.c).
+ *
+ * The launcher is a static background worker, registered when claimq is
+ * in shared_preload_libraries.  It starts only once recovery is over, so
+ * nothing runs on a standby and serving begins at promotion; after a
+ * crash-restart the postmaster starts it again.  It connects to no
+ * database, reads the list of databases at start and on SIGHUP, resolves
+ * the names in pg_database and starts (or, for names taken off the list,
+ * stops) one dynamic worker per database, passing the database's OID in
+ * bgw_extra and the worker's status slot in bgw_main_arg.  A worker that
+ * exits is started again after CQ_RESTART_DELAY_MS.
+ *
+ * A worker runs one pass at start (a crash may have left claims behind)
+ * and then one per interval.  A pass is a few short transactions, each
+ * with its own snapshot: chunks of claimq.reclaim_batch expired claims,
+ * then one of pruning.  Queue SQL runs as the extension's owner inside a
+ * security-restricted operation with search_path pinned, never as the
+ * bootstrap superuser with whatever search_path the server was given.
+ * When the extension is not installed in the database, a pass does
+ * nothing.  A failing pass is logged once (again only if the error
+ * changes), recorded in reclaimer_status, and retried after a growing
+ * pause, up to CQ_MAX_BACKOFF_MS.
+ *
+ * A worker stays connected to its database between passes, which would
+ * make DROP DATABASE fail ("being accessed by other users"): so at least
+ * once a second it probes the database's lock, which DROP DATABASE holds
+ * exclusive while it waits for sessions to leave, and exits if it cannot
+ * get it.
+ *
+ * Shared state: one status slot per served database, under claimq's
+ * LWLock.  The launcher assigns slots; each worker writes only its own.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/tableam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/indexing.h"
+#include "catalog/pg_database.h"
+#include "catalog/pg_extension.h"
+#include "commands/dbcommands.h"
+#include "commands/extension.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lmgr.h"
+#include "storage/lock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "claimq.h"
+
+PG_FUNCTION_INFO_V1(claimq_reclaimer_status);
+
+#define CQ_RESTART_DELAY_MS		10000	/* before starting a worker again */
+#define CQ_MAX_BACKOFF_MS		60000	/* between passes that keep failing */
+#define CQ_PROBE_INTERVAL_MS	1000	/* DROP DATABASE probe, at least */
+#define CQ_MAX_CHUNKS			100		/* reclaim transactions per pass */
+#define CQ_ERROR_LEN			256
+
+typedef struct CqDbSlot
+{
+	bool		in_use;
+	char		dbname[NAMEDATALEN];
+	Oid			dboid;
+	pid_t		pid;
+	TimestampTz last_run;
+	int64		last_reclaimed;
+	int64		total_reclaimed;
+	char		last_error[CQ_ERROR_LEN];
+} CqDbSlot;
+
+typedef struct CqReclaimerShared
+{
+	LWLock	   *lock;
+	CqDbSlot	slots[CQ_MAX_DATABASES];
+} CqReclaimerShared;
+
+static CqReclaimerShared *cq_shared = NULL;
+
+Size
+cq_reclaimer_shmem_size(void)
+{
+	return MAXALIGN(sizeof(CqReclaimerShared));
+}
+
+void
+cq_reclaimer_shmem_init(LWLock *lock)
+{
+	bool		found;
+
+	cq_shared = ShmemInitStruct("claimq reclaimer", sizeof(CqReclaimerShared),
+								&found);
+	if (!found)
+	{
+		memset(cq_shared, 0, sizeof(CqReclaimerShared));
+		cq_shared->lock = lock;
+	}
+}
+
+static void
+cq_slot_set_error(int slotno, const char *message)
+{
+	LWLockAcquire(cq_shared->lock, LW_EXCLUSIVE);
+	strlcpy(cq_shared->slots[slotno].last_error, message ? message : "",
+			CQ_ERROR_LEN);
+	LWLockRelease(cq_shared->lock);
+}
+
+void
+cq_register_launcher(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
+		BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 5;
+	strlcpy(worker.bgw_library_name, "claimq", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "cq_launcher_main", BGW_MAXLEN);
+	strlcpy(worker.bgw_name, "claimq launcher", BGW_MAXLEN);
+	strlcpy(worker.bgw_type, "claimq launcher", BGW_MAXLEN);
+	RegisterBackgroundWorker(&worker);
+}
+
+/* ----------------------------------------------------------------------
+ * The launcher
+ * ----------------------------------------------------------------------
+ */
+
+/* What the launcher knows of each slot besides the shared part. */
+typedef struct CqLauncherSlot
+{
+	BackgroundWorkerHandle *handle;
+	TimestampTz not_before;		/* earliest time to start a worker */
+	bool		warned;			/* said once that the database is missing */
+} CqLauncherSlot;
+
+static CqLauncherSlot cq_launcher_slots[CQ_MAX_DATABASES];
+
+/*
+ * Split claimq.databases on commas, trimming blanks.  Database names that
+ * contain a comma cannot be listed.
+ */
+static List *
+cq_database_names(void)
+{
+	List	   *names = NIL;
+	char	   *copy = pstrdup(cq_databases ? cq_databases : "");
+	char	   *next = copy;
+
+	while (next != NULL)
+	{
+		char	   *item = next;
+		char	   *end;
+
+		next = strchr(item, ',');
+		if (next)
+			*next++ = '\0';
+		while (*item == ' ' || *item == '\t')
+			item++;
+		end = item + strlen(item);
+		while (end > item && (end[-1] == ' ' || end[-1] == '\t'))
+			*--end = '\0';
+		if (*item != '\0' && !list_member(names, makeString(item)))
+			names = lappend(names, makeString(item));
+	}
+	return names;
+}
+
+/*
+ * OID of the database of that name, or InvalidOid.  The launcher is not
+ * connected to any database, so it reads pg_database (a shared catalog)
+ * with a plain heap scan: its indexes cannot be opened from here.
+ */
+static Oid
+cq_database_oid(const char *name)
+{
+	Relation	rel = table_open(DatabaseRelationId, AccessShareLock);
+	TableScanDesc scan = table_beginscan_catalog(rel, 0, NULL);
+	HeapTuple	tuple;
+	Oid			dboid = InvalidOid;
+
+	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		Form_pg_database db = (Form_pg_database) GETSTRUCT(tuple);
+
+		if (strcmp(NameStr(db->datname), name) == 0 && db->datallowconn)
+		{
+			dboid = db->oid;
+			break;
+		}
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return dboid;
+}
+
+static void
+cq_start_worker(int slotno)
+{
+	CqDbSlot   *slot = &cq_shared->slots[slotno];
+	CqLauncherSlot *local = &cq_launcher_slots[slotno];
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
+		BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	strlcpy(worker.bgw_library_name, "claimq", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "cq_reclaimer_main", BGW_MAXLEN);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "claimq reclaimer for database %s",
+			 slot->dbname);
+	strlcpy(worker.bgw_type, "claimq reclaimer", BGW_MAXLEN);
+	worker.bgw_main_arg = Int32GetDatum(slotno);
+	memcpy(worker.bgw_extra, &slot->dboid, sizeof(Oid));
+	worker.bgw_notify_pid = MyProcPid;
+
+	local->not_before = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													CQ_RESTART_DELAY_MS);
+	if (!RegisterDynamicBackgroundWorker(&worker, &local->handle))
+	{
+		local->handle = NULL;
+		ereport(LOG,
+				(errmsg("claimq launcher could not start a reclaimer for database \"%s\"",
+						slot->dbname),
+				 errhint("Raise max_worker_processes.")));
+	}
+}
+
+static void
+cq_stop_worker(int slotno)
+{
+	CqLauncherSlot *local = &cq_launcher_slots[slotno];
+
+	if (local->handle)
+	{
+		TerminateBackgroundWorker(local->handle);
+		pfree(local->handle);
+		local->handle = NULL;
+	}
+}
+
+/*
+ * Bring the running workers in line with claimq.databases.
+ */
+static void
+cq_launcher_sync(void)
+{
+	List	   *names;
+	ListCell   *lc;
+	TimestampTz now = GetCurrentTimestamp();
+	bool		wanted[CQ_MAX_DATABASES] = {0};
+
+	names = cq_database_names();
+
+	StartTransactionCommand();
+	foreach(lc, names)
+	{
+		char	   *name = strVal(lfirst(lc));
+		Oid			dboid = cq_database_oid(name);
+		int			slotno = -1;
+		int			free_slot = -1;
+
+		for (int i = 0; i < CQ_MAX_DATABASES; i++)
+		{
+			if (cq_shared->slots[i].in_use &&
+				strcmp(cq_shared->slots[i].dbname, name) == 0)
+				slotno = i;
+			else if (!cq_shared->slots[i].in_use && free_slot < 0)
+				free_slot = i;
+		}
+		if (slotno < 0)
+		{
+			if (free_slot < 0)
+			{
+				ereport(LOG,
+						(errmsg("claimq launcher serves at most %d databases; \"%s\" is not served",
+								CQ_MAX_DATABASES, name)));
+				continue;
+			}
+			slotno = free_slot;
+			LWLockAcquire(cq_shared->lock, LW_EXCLUSIVE);
+			memset(&cq_shared->slots[slotno], 0, sizeof(CqDbSlot));
+			cq_shared->slots[slotno].in_use = true;
+			strlcpy(cq_shared->slots[slotno].dbname, name, NAMEDATALEN);
+			LWLockRelease(cq_shared->lock);
+			memset(&cq_launcher_slots[slotno], 0, sizeof(CqLauncherSlot));
+		}
+		wanted[slotno] = true;
+
+		if (cq_shared->slots[slotno].dboid != dboid)
+		{
+			/* Created, dropped or re-created under the same name. */
+			cq_stop_worker(slotno);
+			LWLockAcquire(cq_shared->lock, LW_EXCLUSIVE);
+			cq_shared->slots[slotno].dboid = dboid;
+			LWLockRelease(cq_shared->lock);
+		}
+		if (!OidIsValid(dboid))
+		{
+			if (!cq_launcher_slots[slotno].warned)
+				ereport(LOG,
+						(errmsg("claimq launcher: database \"%s\" does not exist", name),
+						 errdetail("It is named in claimq.databases; it will be served once it exists.")));
+			cq_launcher_slots[slotno].warned = true;
+			cq_slot_set_error(slotno, "database does not exist");
+			continue;
+		}
+		cq_launcher_slots[slotno].warned = false;
+
+		if (cq_launcher_slots[slotno].handle)
+		{
+			pid_t		pid;
+
+			if (GetBackgroundWorkerPid(cq_launcher_slots[slotno].handle, &pid) !=
+				BGWH_STOPPED)
+				continue;
+			pfree(cq_launcher_slots[slotno].handle);
+			cq_launcher_slots[slotno].handle = NULL;
+		}
+		if (now >= cq_launcher_slots[slotno].not_before)
+			cq_start_worker(slotno);
+	}
+	CommitTransactionCommand();
+
+	/* Stop serving databases taken off the list. */
+	for (int i = 0; i < CQ_MAX_DATABASES; i++)
+	{
+		if (!cq_shared->slots[i].in_use || wanted[i])
+			continue;
+		cq_stop_worker(i);
+		LWLockAcquire(cq_shared->lock, LW_EXCLUSIVE);
+		cq_shared->slots[i].in_use = false;
+		LWLockRelease(cq_shared->lock);
+	}
+	list_free_deep(names);
+}
+
+void
+cq_launcher_main(Datum arg)
+{
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+
+	/* Slots of a previous launcher (before a crash-restart) are stale. */
+	LWLockAcquire(cq_shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < CQ_MAX_DATABASES; i++)
+		cq_shared->slots[i].in_use = false;
+	LWLockRelease(cq_shared->lock);
+
+	for (;;)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		cq_launcher_sync();
+		(void) WaitLatch(MyLatch,
+						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 CQ_PROBE_INTERVAL_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/* ----------------------------------------------------------------------
+ * A worker
+ * ----------------------------------------------------------------------
+ */
+
+static int	cq_my_slot = -1;
+
+static void
+cq_reclaimer_detach(int code, Datum arg)
+{
+	LWLockAcquire(cq_shared->lock, LW_EXCLUSIVE);
+	if (cq_shared->slots[cq_my_slot].pid == MyProcPid)
+		cq_shared->slots[cq_my_slot].pid = 0;
+	LWLockRelease(cq_shared->lock);
+}
+
+/*
+ * True if DROP DATABASE (or another command that needs this database to
+ * itself) is waiting for us to leave.  Called inside a transaction.
+ */
+static bool
+cq_database_wanted_alone(void)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_OBJECT(tag, InvalidOid, DatabaseRelationId, MyDatabaseId, 0);
+	if (LockAcquire(&tag, AccessShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		return true;
+	LockRelease(&tag, AccessShareLock, false);
+	return false;
+}
+
+/*
+ * Owner of the claimq extension in this database, or InvalidOid if it is
+ * not installed.
+ */
+static Oid
+cq_extension_owner(void)
+{
+	Oid			extoid = get_extension_oid("claimq", true);
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	Oid			owner = InvalidOid;
+
+	if (!OidIsValid(extoid))
+		return InvalidOid;
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(extoid));
+	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+		owner = ((Form_pg_extension) GETSTRUCT(tuple))->extowner;
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return owner;
+}
+
+typedef enum CqPassStep
+{
+	CQ_STEP_RECLAIM,
+	CQ_STEP_PRUNE
+} CqPassStep;
+
+/*
+ * One transaction of a pass.  Returns the number of jobs the step changed,
+ * or -1 if the extension is not installed here.
+ */
+static int64
+cq_pass_step(CqPassStep step)
+{
+	Oid			owner;
+	Oid			save_userid;
+	int			save_sec_context;
+	int			save_nestlevel;
+	int64		result = -1;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING,
+						   step == CQ_STEP_RECLAIM ?
+						   "claimq: reclaiming expired claims" :
+						   "claimq: pruning finished jobs");
+
+	owner = cq_extension_owner();
+	if (OidIsValid(owner) && !RecoveryInProgress())
+	{
+		GetUserIdAndSecContext(&save_userid, &save_sec_context);
+		SetUserIdAndSecContext(owner, save_sec_context |
+							   SECURITY_LOCAL_USERID_CHANGE |
+							   SECURITY_RESTRICTED_OPERATION);
+		save_nestlevel = NewGUCNestLevel();
+		(void) set_config_option("search_path", "pg_catalog, pg_temp",
+								 PGC_SUSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+		(void) set_config_option("lock_timeout", "5s",
+								 PGC_SUSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+		(void) set_config_option("statement_timeout", "5min",
+								 PGC_SUSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+
+		SPI_connect();
+		if (step == CQ_STEP_RECLAIM)
+			result = (int64) cq_reclaim_expired(0, cq_reclaim_batch,
+												NULL, NULL);
+		else
+			result = (int64) cq_prune_finished(cq_reclaim_batch);
+		SPI_finish();
+
+		AtEOXact_GUC(true, save_nestlevel);
+		SetUserIdAndSecContext(save_userid, save_sec_context);
+	}
+
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return result;
+}
+
+/*
+ * A whole pass.  Returns the number of claims reclaimed, or -1 if the
+ * extension is not installed.
+ */
+static int64
+cq_pass(void)
+{
+	int64		total = 0;
+
+	for (int chunk = 0; chunk < CQ_MAX_CHUNKS; chunk++)
+	{
+		int64		n = cq_pass_step(CQ_STEP_RECLAIM);
+
+		if (n < 0)
+			return -1;
+		total += n;
+		if (n < cq_reclaim_batch)
+			break;
+	}
+	(void) cq_pass_step(CQ_STEP_PRUNE);
+	return total;
+}
+
+void
+cq_reclaimer_main(Datum arg)
+{
+	Oid			dboid;
+	MemoryContext loopcxt;
+	char	   *last_failure = NULL;
+	bool		said_not_installed = false;
+	long		backoff_ms = 0;
+	TimestampTz next_pass = 0;
+	TimestampTz last_pass = 0;
+
+	cq_my_slot = DatumGetInt32(arg);
+	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+
+	LWLockAcquire(cq_shared->lock, LW_EXCLUSIVE);
+	if (cq_shared->slots[cq_my_slot].dboid != dboid)
+	{
+		/* The launcher gave this slot away meanwhile. */
+		LWLockRelease(cq_shared->lock);
+		proc_exit(0);
+	}
+	cq_shared->slots[cq_my_slot].pid = MyProcPid;
+	LWLockRelease(cq_shared->lock);
+	before_shmem_exit(cq_reclaimer_detach, (Datum) 0);
+
+	loopcxt = AllocSetContextCreate(TopMemoryContext, "claimq reclaimer",
+									ALLOCSET_DEFAULT_SIZES);
+
+	for (;;)
+	{
+		TimestampTz now;
+		long		sleep_ms;
+		bool		leave;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			/* A new interval counts from the last pass. */
+			if (last_pass > 0 && backoff_ms == 0)
+				next_pass = TimestampTzPlusMilliseconds(last_pass,
+														cq_reclaim_interval);
+		}
+
+		/* Leave at once if DROP DATABASE is waiting for us. */
+		StartTransactionCommand();
+		leave = cq_database_wanted_alone();
+		CommitTransactionCommand();
+		if (leave)
+			proc_exit(0);
+
+		now = GetCurrentTimestamp();
+		if (cq_reclaimer_enabled && now >= next_pass)
+		{
+			MemoryContext oldcxt = MemoryContextSwitchTo(loopcxt);
+
+			PG_TRY();
+			{
+				int64		n = cq_pass();
+
+				LWLockAcquire(cq_shared->lock, LW_EXCLUSIVE);
+				cq_shared->slots[cq_my_slot].last_run = GetCurrentTimestamp();
+				if (n >= 0)
+				{
+					cq_shared->slots[cq_my_slot].last_reclaimed = n;
+					cq_shared->slots[cq_my_slot].total_reclaimed += n;
+					cq_shared->slots[cq_my_slot].last_error[0] = '\0';
+				}
+				else
+					strlcpy(cq_shared->slots[cq_my_slot].last_error,
+							"extension \"claimq\" is not installed in this database",
+							CQ_ERROR_LEN);
+				LWLockRelease(cq_shared->lock);
+
+				if (n < 0 && !said_not_installed)
+					ereport(LOG,
+							(errmsg("claimq reclaimer: extension \"claimq\" is not installed in database \"%s\"",
+									get_database_name(MyDatabaseId) ?
+									get_database_name(MyDatabaseId) : "?"),
+							 errdetail("The reclaimer will start its work once it is.")));
+				said_not_installed = (n < 0);
+				if (last_failure)
+				{
+					ereport(LOG,
+							(errmsg("claimq reclaimer: passes succeed again")));
+					pfree(last_failure);
+					last_failure = NULL;
+				}
+				backoff_ms = 0;
+			}
+			PG_CATCH();
+			{
+				ErrorData  *edata;
+
+				MemoryContextSwitchTo(loopcxt);
+				edata = CopyErrorData();
+				FlushErrorState();
+				AbortCurrentTransaction();
+				pgstat_report_activity(STATE_IDLE, NULL);
+
+				if (last_failure == NULL ||
+					strcmp(last_failure, edata->message) != 0)
+				{
+					ereport(LOG,
+							(errmsg("claimq reclaimer pass failed: %s",
+									edata->message),
+							 errdetail("The pass will be retried; this is logged again only if the error changes.")));
+					if (last_failure)
+						pfree(last_failure);
+					last_failure = MemoryContextStrdup(TopMemoryContext,
+													   edata->message);
+				}
+				cq_slot_set_error(cq_my_slot, edata->message);
+				backoff_ms = backoff_ms == 0 ? Max(cq_reclaim_interval, 1000) :
+					Min(backoff_ms * 2, CQ_MAX_BACKOFF_MS);
+			}
+			PG_END_TRY();
+
+			MemoryContextSwitchTo(oldcxt);
+			MemoryContextReset(loopcxt);
+			last_pass = GetCurrentTimestamp();
+			next_pass = TimestampTzPlusMilliseconds(last_pass,
+													backoff_ms > 0 ? backoff_ms :
+													cq_reclaim_interval);
+			now = GetCurrentTimestamp();
+		}
+
+		sleep_ms = CQ_PROBE_INTERVAL_MS;
+		if (cq_reclaimer_enabled && next_pass > now)
+			sleep_ms = Min(sleep_ms, (next_pass - now + 999) / 1000);
+		(void) WaitLatch(MyLatch,
+						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 sleep_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/*
+ * reclaimer_status() returns table(database, pid, last_run, last_reclaimed,
+ * total_reclaimed, last_error): a row per served database.  Without the
+ * preload, one row for this database says that no reclaimer runs.
+ */
+Datum
+claimq_reclaimer_status(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	CqDbSlot	slots[CQ_MAX_DATABASES];
+
+	InitMaterializedSRF(fcinfo, 0);
+
+	if (!cq_shmem_ready)
+	{
+		Datum		values[6] = {0};
+		bool		nulls[6] = {false, true, true, false, false, false};
+		char	   *dbname = get_database_name(MyDatabaseId);
+
+		values[0] = CStringGetTextDatum(dbname ? dbname : "");
+		values[3] = Int64GetDatum(0);
+		values[4] = Int64GetDatum(0);
+		values[5] = CStringGetTextDatum("not running: claimq is not in shared_preload_libraries");
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		return (Datum) 0;
+	}
+
+	LWLockAcquire(cq_shared->lock, LW_SHARED);
+	memcpy(slots, cq_shared->slots, sizeof(slots));
+	LWLockRelease(cq_shared->lock);
+
+	for (int i = 0; i < CQ_MAX_DATABASES; i++)
+	{
+		Datum		values[6];
+		bool		nulls[6] = {0};
+
+		if (!slots[i].in_use)
+			continue;
+		values[0] = CStringGetTextDatum(slots[i].dbname);
+		values[1] = Int32GetDatum(slots[i].pid);
+		nulls[1] = (slots[i].pid == 0);
+		values[2] = TimestampTzGetDatum(slots[i].last_run);
+		nulls[2] = (slots[i].last_run == 0);
+		values[3] = Int64GetDatum(slots[i].last_reclaimed);
+		values[4] = Int64GetDatum(slots[i].total_reclaimed);
+		values[5] = CStringGetTextDatum(slots[i].last_error);
+		nulls[5] = (slots[i].last_error[0] == '\0');
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}

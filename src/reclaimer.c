@@ -316,9 +316,14 @@ cq_launcher_sync(void)
 		if (cq_shared->slots[slotno].dboid != dboid)
 		{
 			/* Created, dropped or re-created under the same name. */
+			CqDbSlot   *slot = &cq_shared->slots[slotno];
+
 			cq_stop_worker(slotno);
 			LWLockAcquire(cq_shared->lock, LW_EXCLUSIVE);
-			cq_shared->slots[slotno].dboid = dboid;
+			slot->dboid = dboid;
+			slot->last_run = 0;
+			slot->last_reclaimed = slot->total_reclaimed = 0;
+			slot->last_error[0] = '\0';
 			LWLockRelease(cq_shared->lock);
 		}
 		if (!OidIsValid(dboid))
@@ -621,8 +626,7 @@ cq_reclaimer_main(Datum arg)
 				if (n < 0 && !said_not_installed)
 					ereport(LOG,
 							(errmsg("claimq reclaimer: extension \"claimq\" is not installed in database \"%s\"",
-									get_database_name(MyDatabaseId) ?
-									get_database_name(MyDatabaseId) : "?"),
+									cq_shared->slots[cq_my_slot].dbname),
 							 errdetail("The reclaimer will start its work once it is.")));
 				said_not_installed = (n < 0);
 				if (last_failure)

@@ -105,7 +105,23 @@ CREATE UNIQUE INDEX job_dedup_idx ON claimq.job (queue_id, dedup_key)
 CREATE INDEX job_finished_idx ON claimq.job (queue_id, state, finished_at)
 	WHERE state OPERATOR(pg_catalog.=) ANY ('{done,dead}'::text[]);
 
+/*
+ * Dedup key claims: a key is held by its row until expires_at passes or
+ * its winner deletes it.  The reclaimer sweeps expired rows; until then a
+ * new claim takes an expired row over.
+ */
+CREATE TABLE claimq.key_claim (
+	scope			text NOT NULL,
+	key				text NOT NULL,
+	token			bigint NOT NULL,
+	expires_at		timestamptz NOT NULL,
+	CONSTRAINT key_claim_pkey PRIMARY KEY (scope, key)
+);
+
+CREATE INDEX key_claim_expiry_idx ON claimq.key_claim (expires_at);
+
 SELECT pg_catalog.pg_extension_config_dump('claimq.queue', '');
+SELECT pg_catalog.pg_extension_config_dump('claimq.key_claim', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.queue_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.job', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.job_id_seq', '');
@@ -599,6 +615,27 @@ $$;
 
 COMMENT ON FUNCTION claimq.retry_dead(text, bigint[]) IS
 'redrive dead jobs (all of a queue''s, or those listed) to pending with attempts reset; returns how many';
+
+/*
+ * Dedup claims.
+ */
+CREATE FUNCTION claimq.claim_keys(scope text, keys text[], ttl interval)
+RETURNS TABLE(key text, token bigint)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_claim_keys';
+
+COMMENT ON FUNCTION claimq.claim_keys(text, text[], interval) IS
+'claim dedup keys for ttl; returns only the keys this call won, each with the token that releases it';
+
+CREATE FUNCTION claimq.release_keys(scope text, keys text[], tokens bigint[])
+RETURNS TABLE(key text, outcome text)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_release_keys';
+
+COMMENT ON FUNCTION claimq.release_keys(text, text[], bigint[]) IS
+'release keys held with the given tokens, never a key someone else holds; outcome ok, stale or missing per key';
 
 /*
  * Observing.  Both views compare against the wall clock, as claims do.

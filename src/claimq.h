@@ -86,6 +86,9 @@ extern void cq_register_launcher(void);
 extern PGDLLEXPORT void cq_launcher_main(Datum arg);
 extern PGDLLEXPORT void cq_reclaimer_main(Datum arg);
 
+/* The sweep of expired key claims (keys.c) */
+extern uint64 cq_sweep_keys(int32 max_keys);
+
 /* Pruning of done and dead jobs past their queue's retention (prune.c) */
 extern uint64 cq_prune_finished(int32 max_jobs);
 

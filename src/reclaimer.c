@@ -3,8 +3,9 @@
  * reclaimer.c
  *		The background reclaimer: a launcher, and one worker per database
  *		named in claimq.databases, which every claimq.reclaim_interval
- *		reclaims expired claims (reclaim.c) and prunes done and dead jobs
- *		past their retention (prune.c).
+ *		reclaims expired claims (reclaim.c), prunes done and dead jobs
+ *		past their retention (prune.c) and sweeps expired key claims
+ *		(keys.c).
  *
  * The launcher is a static background worker, registered when claimq is
  * in shared_preload_libraries.  It starts only once recovery is over, so
@@ -19,7 +20,7 @@
  * A worker runs one pass at start (a crash may have left claims behind)
  * and then one per interval.  A pass is a few short transactions, each
  * with its own snapshot: chunks of claimq.reclaim_batch expired claims,
- * then one of pruning.  Queue SQL runs as the extension's owner inside a
+ * then one that prunes done and dead jobs and sweeps expired key claims.  Queue SQL runs as the extension's owner inside a
  * security-restricted operation with search_path pinned, never as the
  * bootstrap superuser with whatever search_path the server was given.
  * When the extension is not installed in the database, a pass does
@@ -481,7 +482,7 @@ cq_pass_step(CqPassStep step)
 	pgstat_report_activity(STATE_RUNNING,
 						   step == CQ_STEP_RECLAIM ?
 						   "claimq: reclaiming expired claims" :
-						   "claimq: pruning finished jobs");
+						   "claimq: pruning finished jobs and expired keys");
 
 	owner = cq_extension_owner();
 	if (OidIsValid(owner) && !RecoveryInProgress())
@@ -506,7 +507,8 @@ cq_pass_step(CqPassStep step)
 			result = (int64) cq_reclaim_expired(0, cq_reclaim_batch,
 												NULL, NULL);
 		else
-			result = (int64) cq_prune_finished(cq_reclaim_batch);
+			result = (int64) (cq_prune_finished(cq_reclaim_batch) +
+							  cq_sweep_keys(cq_reclaim_batch));
 		SPI_finish();
 
 		AtEOXact_GUC(true, save_nestlevel);

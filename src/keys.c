@@ -1,0 +1,324 @@
+/*-------------------------------------------------------------------------
+ *
+ * keys.c
+ *		Dedup key claims (idempotency keys): claim_keys(), release_keys()
+ *		and the sweep of expired key claims.
+ *
+ *		(free or expired) -> held by a token, until ttl	claim_keys
+ *		held by the token -> free						release_keys
+ *		expired -> deleted								the reclaimer's sweep
+ *
+ * A key is held by the row (scope, key) in claimq.key_claim whose
+ * expires_at has not passed.  claim_keys first inserts every key it asks
+ * for with ON CONFLICT DO NOTHING: a key nobody holds is won, and a key
+ * another transaction is inserting right now makes this call wait for it
+ * and win only if that transaction aborts.  Keys whose row exists but has
+ * expired are then taken over by an UPDATE that re-checks the expiry under
+ * the row lock, so of two callers only one takes a key over.  Keys are
+ * inserted in sorted order, so concurrent calls lock them in one order and
+ * cannot deadlock on each other.
+ *
+ * release_keys deletes only rows held with the given token, so a caller
+ * can never free a key that somebody else won, including a key that
+ * expired and was won again.  As in settle.c, the outcome of each input
+ * pair is matched in C with hash tables, in O(n).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+
+#include "claimq.h"
+
+PG_FUNCTION_INFO_V1(claimq_claim_keys);
+PG_FUNCTION_INFO_V1(claimq_release_keys);
+
+/* A (key, token) pair as a hash key; the key text is not copied. */
+typedef struct CqKeyPair
+{
+	const char *key;
+	int64		token;
+} CqKeyPair;
+
+static uint32
+cq_key_pair_hash(const void *key, Size keysize)
+{
+	const CqKeyPair *pair = key;
+
+	return hash_bytes((const unsigned char *) pair->key, strlen(pair->key)) ^
+		hash_bytes_uint32((uint32) pair->token);
+}
+
+static int
+cq_key_pair_match(const void *key1, const void *key2, Size keysize)
+{
+	const CqKeyPair *a = key1;
+	const CqKeyPair *b = key2;
+
+	return (a->token == b->token && strcmp(a->key, b->key) == 0) ? 0 : 1;
+}
+
+static HTAB *
+cq_key_pair_table(const char *name, long size)
+{
+	HASHCTL		ctl;
+
+	ctl.keysize = sizeof(CqKeyPair);
+	ctl.entrysize = sizeof(CqKeyPair);
+	ctl.hash = cq_key_pair_hash;
+	ctl.match = cq_key_pair_match;
+	ctl.hcxt = CurrentMemoryContext;
+	return hash_create(name, Max(size, 1), &ctl,
+					   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+}
+
+static char *
+cq_scope_arg(FunctionCallInfo fcinfo)
+{
+	cq_arg_not_null(fcinfo, 0, "scope");
+	return text_to_cstring(PG_GETARG_TEXT_PP(0));
+}
+
+/*
+ * claim_keys(scope text, keys text[], ttl interval)
+ * returns table(key text, token bigint): the keys this call won.
+ */
+Datum
+claimq_claim_keys(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr token_plan = NULL;
+	static SPIPlanPtr insert_plan = NULL;
+	static SPIPlanPtr takeover_plan = NULL;
+	Oid			argtypes[4] = {TEXTOID, TEXTARRAYOID, INT8OID, TIMESTAMPTZOID};
+	Datum		values[4];
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ArrayType  *keys;
+	Interval   *ttl;
+	int			nkeys;
+	TimestampTz now;
+	bool		isnull;
+
+	(void) cq_scope_arg(fcinfo);
+	keys = cq_array_arg(fcinfo, 1, "keys", false);
+	cq_arg_not_null(fcinfo, 2, "ttl");
+	ttl = PG_GETARG_INTERVAL_P(2);
+	if (cq_interval_span(ttl) <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl must be greater than zero")));
+	nkeys = ArrayGetNItems(ARR_NDIM(keys), ARR_DIMS(keys));
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (nkeys == 0)
+		return (Datum) 0;
+
+	SPI_connect();
+	cq_plan(&token_plan, "SELECT pg_catalog.nextval('claimq.token_seq')",
+			0, NULL);
+	cq_execute(token_plan, NULL, NULL, SPI_OK_SELECT);
+	values[2] = cq_spi_value(0, 1, &isnull);
+
+	/* Claims won now expire ttl after this one reading of the clock. */
+	now = GetCurrentTimestamp();
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = PointerGetDatum(keys);
+	values[3] = DirectFunctionCall2(timestamptz_pl_interval,
+									TimestampTzGetDatum(now),
+									IntervalPGetDatum(ttl));
+	cq_plan(&insert_plan,
+			"INSERT INTO claimq.key_claim AS k (scope, key, token, expires_at)"
+			" SELECT DISTINCT $1, u.key, $3, $4"
+			"   FROM pg_catalog.unnest($2) AS u(key)"
+			"  ORDER BY 2"
+			" ON CONFLICT (scope, key) DO NOTHING"
+			" RETURNING k.key, k.token",
+			4, argtypes);
+	cq_execute(insert_plan, values, NULL, SPI_OK_INSERT_RETURNING);
+	for (uint64 row = 0; row < SPI_processed; row++)
+	{
+		Datum		rowvalues[2];
+		bool		rownulls[2];
+
+		heap_deform_tuple(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
+						  rowvalues, rownulls);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
+							 rowvalues, rownulls);
+	}
+
+	/* Some keys were held, perhaps only by claims that have expired. */
+	if (SPI_processed < (uint64) nkeys)
+	{
+		Oid			takeover_types[5] = {TEXTOID, TEXTARRAYOID, INT8OID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID};
+		Datum		takeover_values[5];
+
+		memcpy(takeover_values, values, sizeof(values));
+		takeover_values[4] = TimestampTzGetDatum(now);
+		cq_plan(&takeover_plan,
+				"UPDATE claimq.key_claim k SET token = $3, expires_at = $4"
+				" WHERE k.scope = $1 AND k.key = ANY ($2)"
+				"   AND k.expires_at < $5"
+				" RETURNING k.key, k.token",
+				5, takeover_types);
+		cq_execute(takeover_plan, takeover_values, NULL,
+				   SPI_OK_UPDATE_RETURNING);
+		for (uint64 row = 0; row < SPI_processed; row++)
+		{
+			Datum		rowvalues[2];
+			bool		rownulls[2];
+
+			heap_deform_tuple(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
+							  rowvalues, rownulls);
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
+								 rowvalues, rownulls);
+		}
+	}
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/*
+ * release_keys(scope text, keys text[], tokens bigint[])
+ * returns table(key text, outcome text), one row per input pair in order:
+ * ok (released, or released by an earlier pair of this call), stale (held
+ * under another token), missing (not held).
+ */
+Datum
+claimq_release_keys(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr release_plan = NULL;
+	static SPIPlanPtr holders_plan = NULL;
+	Oid			argtypes[3] = {TEXTOID, TEXTARRAYOID, INT8ARRAYOID};
+	Datum		values[3];
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ArrayType  *keys;
+	ArrayType  *tokens;
+	Datum	   *keyv;
+	Datum	   *tokenv;
+	char	  **keystr;
+	int			nkeys;
+	int			ntokens;
+	HTAB	   *released;
+	HTAB	   *held = NULL;
+	bool		all_released = true;
+
+	(void) cq_scope_arg(fcinfo);
+	keys = cq_array_arg(fcinfo, 1, "keys", false);
+	tokens = cq_array_arg(fcinfo, 2, "tokens", false);
+	deconstruct_array(keys, TEXTOID, -1, false, TYPALIGN_INT,
+					  &keyv, NULL, &nkeys);
+	deconstruct_array(tokens, INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
+					  TYPALIGN_DOUBLE, &tokenv, NULL, &ntokens);
+	if (nkeys != ntokens)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("keys and tokens must have the same number of elements")));
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (nkeys == 0)
+		return (Datum) 0;
+
+	keystr = palloc(nkeys * sizeof(char *));
+	for (int i = 0; i < nkeys; i++)
+		keystr[i] = TextDatumGetCString(keyv[i]);
+
+	SPI_connect();
+	cq_plan(&release_plan,
+			"DELETE FROM claimq.key_claim k"
+			" USING ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3))"
+			"       AS i(key, token)"
+			" WHERE k.scope = $1 AND k.key = i.key AND k.token = i.token"
+			" RETURNING k.key, k.token",
+			3, argtypes);
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = PointerGetDatum(keys);
+	values[2] = PointerGetDatum(tokens);
+	cq_execute(release_plan, values, NULL, SPI_OK_DELETE_RETURNING);
+
+	released = cq_key_pair_table("claimq released keys", SPI_processed);
+	for (uint64 row = 0; row < SPI_processed; row++)
+	{
+		bool		isnull;
+		CqKeyPair	pair;
+
+		pair.key = TextDatumGetCString(cq_spi_value(row, 1, &isnull));
+		pair.token = DatumGetInt64(cq_spi_value(row, 2, &isnull));
+		(void) hash_search(released, &pair, HASH_ENTER, NULL);
+	}
+	for (int i = 0; i < nkeys && all_released; i++)
+	{
+		CqKeyPair	pair = {keystr[i], DatumGetInt64(tokenv[i])};
+
+		all_released = hash_search(released, &pair, HASH_FIND, NULL) != NULL;
+	}
+
+	/* Tell stale from missing: which of the keys are held now? */
+	if (!all_released)
+	{
+		cq_plan(&holders_plan,
+				"SELECT k.key FROM claimq.key_claim k"
+				" WHERE k.scope = $1 AND k.key = ANY ($2)",
+				2, argtypes);
+		cq_execute(holders_plan, values, NULL, SPI_OK_SELECT);
+		held = cq_key_pair_table("claimq held keys", SPI_processed);
+		for (uint64 row = 0; row < SPI_processed; row++)
+		{
+			bool		isnull;
+			CqKeyPair	pair;
+
+			pair.key = TextDatumGetCString(cq_spi_value(row, 1, &isnull));
+			pair.token = 0;
+			(void) hash_search(held, &pair, HASH_ENTER, NULL);
+		}
+	}
+
+	for (int i = 0; i < nkeys; i++)
+	{
+		CqKeyPair	pair = {keystr[i], DatumGetInt64(tokenv[i])};
+		CqKeyPair	anyholder = {keystr[i], 0};
+		const char *outcome;
+		Datum		outvalues[2];
+		bool		outnulls[2] = {false, false};
+
+		if (hash_search(released, &pair, HASH_FIND, NULL))
+			outcome = "ok";
+		else if (hash_search(held, &anyholder, HASH_FIND, NULL))
+			outcome = "stale";
+		else
+			outcome = "missing";
+		outvalues[0] = keyv[i];
+		outvalues[1] = CStringGetTextDatum(outcome);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
+							 outvalues, outnulls);
+	}
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/*
+ * Delete up to max_keys expired key claims.  The caller has connected SPI.
+ */
+uint64
+cq_sweep_keys(int32 max_keys)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[2] = {INT4OID, TIMESTAMPTZOID};
+	Datum		values[2];
+
+	cq_plan(&plan,
+			"DELETE FROM claimq.key_claim k"
+			" WHERE k.ctid = ANY (ARRAY("
+			"   SELECT e.ctid FROM claimq.key_claim e"
+			"    WHERE e.expires_at < $2 ORDER BY e.expires_at LIMIT $1"
+			"    FOR UPDATE SKIP LOCKED))"
+			"   AND k.expires_at < $2",
+			2, argtypes);
+	values[0] = Int32GetDatum(max_keys);
+	values[1] = TimestampTzGetDatum(GetCurrentTimestamp());
+	cq_execute(plan, values, NULL, SPI_OK_DELETE);
+	return SPI_processed;
+}

@@ -17,8 +17,11 @@
  * about the job must present it (see settle.c).
  *
  * With wait > 0 and nothing claimable, the call sleeps on its latch and
- * tries again, until it gets jobs or the wait is over.  Under READ
- * COMMITTED each try sees jobs committed meanwhile.
+ * tries again, until it gets jobs or the wait is over.  With the preload,
+ * a commit that makes jobs of the queue ready sets the latch (wakeup.c);
+ * without, the call polls.  Under READ COMMITTED each try sees jobs
+ * committed meanwhile; under REPEATABLE READ it cannot, so waiting there
+ * only delays the empty answer.
  *
  *-------------------------------------------------------------------------
  */
@@ -34,9 +37,12 @@
 
 PG_FUNCTION_INFO_V1(claimq_claim);
 
-/* Polling period bounds while waiting for work, in milliseconds. */
+/* Polling period bounds while waiting without wake-ups, in milliseconds. */
 #define CQ_POLL_MIN_MS	10
 #define CQ_POLL_MAX_MS	100
+
+/* With wake-ups, how often a waiter looks anyway (scheduled jobs). */
+#define CQ_WAKE_RECHECK_MS	1000
 
 /*
  * Claim up to max_jobs ready jobs of the queue into the result store.
@@ -129,7 +135,7 @@ claimq_claim(PG_FUNCTION_ARGS)
 	bool		start;
 	Interval   *wait;
 	TimestampTz deadline;
-	long		poll_ms = CQ_POLL_MIN_MS;
+	volatile long poll_ms = CQ_POLL_MIN_MS;
 
 	queue_name = cq_queue_name_arg(fcinfo, 0);
 	max_jobs = cq_int_arg(fcinfo, 1, "max_jobs", 1, CQ_MAX_BATCH);
@@ -142,35 +148,60 @@ claimq_claim(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 
-	for (;;)
+	PG_TRY();
 	{
-		CqQueue		queue;
-		uint64		claimed = 0;
-		TimestampTz now;
-		long		sleep_ms;
+		bool		waiting = false;
 
-		SPI_connect();
-		cq_require_queue(queue_name, &queue);
-		if (!queue.paused)
-			claimed = cq_claim_batch(&queue, max_jobs,
-									 lease ? lease :
-									 start ? &queue.run_lease : &queue.lease,
-									 PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3),
-									 PG_ARGISNULL(3), start,
-									 rsinfo->setResult, rsinfo->setDesc);
-		SPI_finish();
+		for (;;)
+		{
+			CqQueue		queue;
+			uint64		claimed = 0;
+			TimestampTz now;
+			long		sleep_ms;
 
-		now = GetCurrentTimestamp();
-		if (claimed > 0 || now >= deadline)
-			break;
+			SPI_connect();
+			cq_require_queue(queue_name, &queue);
+			if (!queue.paused)
+				claimed = cq_claim_batch(&queue, max_jobs,
+										 lease ? lease :
+										 start ? &queue.run_lease : &queue.lease,
+										 PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3),
+										 PG_ARGISNULL(3), start,
+										 rsinfo->setResult, rsinfo->setDesc);
+			SPI_finish();
 
-		/* Nothing yet: sleep a little longer each time, up to the deadline. */
-		sleep_ms = Min(poll_ms, (deadline - now + 999) / 1000);
-		poll_ms = Min(poll_ms * 2, CQ_POLL_MAX_MS);
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 sleep_ms, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
+			now = GetCurrentTimestamp();
+			if (claimed > 0 || now >= deadline)
+				break;
+
+			/*
+			 * Nothing yet.  With wake-ups, publish the wait and look once
+			 * more before sleeping, so that a commit in between is seen one
+			 * way or the other; then sleep until woken, re-checking now and
+			 * then for scheduled jobs coming due.  Without, poll a little
+			 * less often each time.
+			 */
+			if (!waiting && (waiting = cq_wait_begin(queue.queue_id)))
+				continue;
+			if (waiting)
+				sleep_ms = CQ_WAKE_RECHECK_MS;
+			else
+			{
+				sleep_ms = poll_ms;
+				poll_ms = Min(poll_ms * 2, CQ_POLL_MAX_MS);
+			}
+			sleep_ms = Min(sleep_ms, (deadline - now + 999) / 1000);
+			(void) WaitLatch(MyLatch,
+							 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 sleep_ms, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
 	}
+	PG_FINALLY();
+	{
+		cq_wait_end();
+	}
+	PG_END_TRY();
 	return (Datum) 0;
 }

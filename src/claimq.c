@@ -99,8 +99,9 @@ cq_shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	RequestAddinShmemSpace(add_size(cq_reclaimer_shmem_size(),
-									cq_counters_shmem_size()));
+	RequestAddinShmemSpace(add_size(add_size(cq_reclaimer_shmem_size(),
+											 cq_counters_shmem_size()),
+									cq_wakeup_shmem_size()));
 	RequestNamedLWLockTranche("claimq", 1);
 }
 
@@ -116,6 +117,7 @@ cq_shmem_startup(void)
 	lock = &(GetNamedLWLockTranche("claimq"))->lock;
 	cq_reclaimer_shmem_init(lock);
 	cq_counters_shmem_init(lock);
+	cq_wakeup_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 	cq_shmem_ready = true;
 }

@@ -10,6 +10,12 @@
  *		settle.c	claimed | running -> running, done, pending, dead
  *					(start, extend, complete, fail, release)
  *		reclaim.c	expired claimed -> pending, expired running -> pending | dead
+ *		prune.c		done | dead past retention -> deleted
+ *		keys.c		dedup key claims: claim, release, sweep
+ *		reclaimer.c	the background worker that runs reclaim.c, prune.c and
+ *					the key sweep on a timer
+ *		counters.c	shared per-queue counters
+ *		wakeup.c	waking claims that wait for work
  *
  * Every SQL statement lives next to the transition it performs and runs
  * through SPI with a kept plan; rows are claimed and fenced in the same
@@ -85,6 +91,13 @@ extern void cq_reclaimer_shmem_init(LWLock *lock);
 extern void cq_register_launcher(void);
 extern PGDLLEXPORT void cq_launcher_main(Datum arg);
 extern PGDLLEXPORT void cq_reclaimer_main(Datum arg);
+
+/* Wake-ups of waiting claims (wakeup.c) */
+extern Size cq_wakeup_shmem_size(void);
+extern void cq_wakeup_shmem_init(void);
+extern bool cq_wait_begin(int32 queue_id);
+extern void cq_wait_end(void);
+extern void cq_wake_on_commit(int32 queue_id);
 
 /* The sweep of expired key claims (keys.c) */
 extern uint64 cq_sweep_keys(int32 max_keys);

@@ -139,6 +139,7 @@ cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null)
 static void
 cq_enqueue_notify(CqEnqueueArgs *args)
 {
+	cq_wake_on_commit(args->queue.queue_id);
 	if (args->queue.notify)
 		Async_Notify("claimq", args->queue_name);
 }

@@ -103,6 +103,8 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 			DatumGetInt64(rowvalues[4]);
 		total += n;
 		cq_count_add(&counts, DatumGetInt32(rowvalues[0]), CQ_RECLAIMED, n);
+		if (DatumGetInt64(rowvalues[2]) > 0)
+			cq_wake_on_commit(DatumGetInt32(rowvalues[0]));
 		cq_count_add(&counts, DatumGetInt32(rowvalues[0]), CQ_DEAD,
 					 DatumGetInt64(rowvalues[4]));
 		if (result)

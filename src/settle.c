@@ -294,6 +294,8 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 		rowof[ord - 1] = (int) row;
 		if (op->counter >= 0)
 			cq_count_add(&counts, queue_id, op->counter, 1);
+		if (op == &cq_release_op)
+			cq_wake_on_commit(queue_id);
 		if (op == &cq_fail_op &&
 			strcmp(TextDatumGetCString(SPI_getbinval(tuple, settled->tupdesc,
 													 3, &isnull)),
@@ -581,5 +583,7 @@ claimq_release_worker(PG_FUNCTION_ARGS)
 	SPI_finish();
 
 	cq_count(queue.queue_id, queue_name, CQ_RELEASED, n);
+	if (n > 0)
+		cq_wake_on_commit(queue.queue_id);
 	PG_RETURN_INT64((int64) n);
 }

@@ -729,6 +729,117 @@ COMMENT ON VIEW claimq.reclaimer_status IS
 'state of the background reclaimer per served database';
 
 /*
+ * Duties.  Each of the three duties is a fixed set of functions (and, to
+ * administer, the views): grant_duty() grants exactly that set to a role,
+ * revoke_duty() takes it back.  No duty includes any privilege on the
+ * tables, so queue rows change only through the functions.  Only the
+ * extension's owner (or a superuser) can call these two.
+ */
+CREATE FUNCTION claimq.duty_functions(duty text)
+RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	keys text[] := '{"claimq.claim_keys(text, text[], interval)",'
+				   '"claimq.release_keys(text, text[], bigint[])"}';
+BEGIN
+	CASE duty
+		WHEN 'produce' THEN
+			RETURN keys OPERATOR(pg_catalog.||) '{'
+				'"claimq.enqueue(text, jsonb, timestamptz, integer, text)",'
+				'"claimq.enqueue_many(text, jsonb[], timestamptz, integer, text[])"}'::text[];
+		WHEN 'work' THEN
+			RETURN keys OPERATOR(pg_catalog.||) '{'
+				'"claimq.claim(text, integer, interval, text, boolean, interval)",'
+				'"claimq.start(bigint[], bigint[], interval)",'
+				'"claimq.start(bigint, bigint, interval)",'
+				'"claimq.extend(bigint[], bigint[], interval)",'
+				'"claimq.extend(bigint, bigint, interval)",'
+				'"claimq.complete(bigint[], bigint[])",'
+				'"claimq.complete(bigint, bigint)",'
+				'"claimq.fail(bigint[], bigint[], text, interval, boolean)",'
+				'"claimq.fail(bigint, bigint, text, interval, boolean)",'
+				'"claimq.release(bigint[], bigint[])",'
+				'"claimq.release(bigint, bigint)",'
+				'"claimq.release_worker(text, text)"}'::text[];
+		WHEN 'administer' THEN
+			RETURN '{'
+				'"claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean)",'
+				'"claimq.alter_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean)",'
+				'"claimq.drop_queue(text, boolean)",'
+				'"claimq.pause_queue(text)",'
+				'"claimq.resume_queue(text)",'
+				'"claimq.purge_queue(text)",'
+				'"claimq.reclaim(text, integer)",'
+				'"claimq.retry_dead(text, bigint[])",'
+				'"claimq.prune(integer)",'
+				'"claimq.counters()",'
+				'"claimq.reset_counters()",'
+				'"claimq.reclaimer_status()"}'::text[];
+		ELSE
+			RAISE EXCEPTION 'unknown duty "%"', duty
+				USING ERRCODE = '22023',
+					  HINT = 'The duties are produce, work and administer.';
+	END CASE;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.duty_functions(text) IS
+'private: the functions that make up a duty';
+
+CREATE FUNCTION claimq.grant_duty(role regrole, duty text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	fn text;
+BEGIN
+	IF role IS NULL OR duty IS NULL THEN
+		RAISE EXCEPTION 'role and duty must not be null' USING ERRCODE = '22004';
+	END IF;
+	EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA claimq TO %s', role);
+	FOREACH fn IN ARRAY claimq.duty_functions(duty) LOOP
+		EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', fn, role);
+	END LOOP;
+	IF duty OPERATOR(pg_catalog.=) 'administer' THEN
+		EXECUTE pg_catalog.format('GRANT SELECT ON claimq.queue_stats, claimq.jobs,'
+								  ' claimq.counters, claimq.reclaimer_status TO %s',
+								  role);
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.grant_duty(regrole, text) IS
+'grant a role one duty: produce (enqueue, dedup keys), work (claim and settle jobs, dedup keys) or administer (queues, recovery, views)';
+
+CREATE FUNCTION claimq.revoke_duty(role regrole, duty text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	fn text;
+BEGIN
+	IF role IS NULL OR duty IS NULL THEN
+		RAISE EXCEPTION 'role and duty must not be null' USING ERRCODE = '22004';
+	END IF;
+	FOREACH fn IN ARRAY claimq.duty_functions(duty) LOOP
+		EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM %s', fn, role);
+	END LOOP;
+	IF duty OPERATOR(pg_catalog.=) 'administer' THEN
+		EXECUTE pg_catalog.format('REVOKE SELECT ON claimq.queue_stats, claimq.jobs,'
+								  ' claimq.counters, claimq.reclaimer_status FROM %s',
+								  role);
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.revoke_duty(regrole, text) IS
+'take a duty back from a role (schema USAGE stays, and grants nothing by itself)';
+
+/*
  * PUBLIC gets nothing.  CREATE FUNCTION grants EXECUTE to PUBLIC by
  * default, so take it back from each function.
  */

@@ -59,4 +59,14 @@ static shmem_request_hook_type shmem_request_hook = NULL;
 #define CQ_SHMEM_REQUEST_IN_INIT 0
 #endif
 
+/*
+ * This backend's index among the regular backends, 0 .. MaxBackends - 1:
+ * PostgreSQL 17 replaced backend ids (counted from 1) by proc numbers.
+ */
+#if PG_VERSION_NUM >= 170000
+#define CQ_MY_BACKEND_INDEX()	((int) MyProcNumber)
+#else
+#define CQ_MY_BACKEND_INDEX()	((int) MyBackendId - 1)
+#endif
+
 #endif							/* CLAIMQ_COMPAT_H */

@@ -86,9 +86,11 @@ cq_wakeup_shmem_init(void)
 static CqWaitSlot *
 cq_my_wait_slot(void)
 {
-	if (cq_wake == NULL || MyBackendId <= 0 || MyBackendId > cq_wake->nslots)
+	int			index = CQ_MY_BACKEND_INDEX();
+
+	if (cq_wake == NULL || index < 0 || index >= cq_wake->nslots)
 		return NULL;
-	return &cq_wake->slots[MyBackendId - 1];
+	return &cq_wake->slots[index];
 }
 
 /*

@@ -160,8 +160,8 @@ DECLARE
 	q claimq.queue;
 BEGIN
 	PERFORM claimq.check_queue_name(queue);
-	SELECT * INTO q FROM claimq.queue
-	 WHERE name OPERATOR(pg_catalog.=) queue FOR UPDATE;
+	SELECT * INTO q FROM claimq.queue t
+	 WHERE t.name OPERATOR(pg_catalog.=) lock_queue.queue FOR UPDATE;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'queue "%" does not exist', queue
 			USING ERRCODE = '42704';
@@ -196,20 +196,24 @@ BEGIN
 		RAISE EXCEPTION 'max_attempts must be at least 1'
 			USING ERRCODE = '22023';
 	END IF;
-	IF retry_base OPERATOR(pg_catalog.<) '0'::interval THEN
-		RAISE EXCEPTION 'retry_base must not be negative'
+	IF retry_base OPERATOR(pg_catalog.<) '0'::interval
+	   OR retry_base OPERATOR(pg_catalog.>) '100 years'::interval THEN
+		RAISE EXCEPTION 'retry_base must be at least zero and at most 100 years'
 			USING ERRCODE = '22023';
 	END IF;
-	IF retry_max OPERATOR(pg_catalog.<) '0'::interval THEN
-		RAISE EXCEPTION 'retry_max must not be negative'
+	IF retry_max OPERATOR(pg_catalog.<) '0'::interval
+	   OR retry_max OPERATOR(pg_catalog.>) '100 years'::interval THEN
+		RAISE EXCEPTION 'retry_max must be at least zero and at most 100 years'
 			USING ERRCODE = '22023';
 	END IF;
-	IF keep_done OPERATOR(pg_catalog.<) '0'::interval THEN
-		RAISE EXCEPTION 'keep_done must not be negative'
+	IF keep_done OPERATOR(pg_catalog.<) '0'::interval
+	   OR keep_done OPERATOR(pg_catalog.>) '100 years'::interval THEN
+		RAISE EXCEPTION 'keep_done must be at least zero and at most 100 years'
 			USING ERRCODE = '22023';
 	END IF;
-	IF keep_dead OPERATOR(pg_catalog.<) '0'::interval THEN
-		RAISE EXCEPTION 'keep_dead must not be negative'
+	IF keep_dead OPERATOR(pg_catalog.<) '0'::interval
+	   OR keep_dead OPERATOR(pg_catalog.>) '100 years'::interval THEN
+		RAISE EXCEPTION 'keep_dead must be at least zero and at most 100 years'
 			USING ERRCODE = '22023';
 	END IF;
 END

@@ -39,6 +39,8 @@
 /* Limits from the contract (DESIGN.md, "Limits"). */
 #define CQ_MAX_BATCH		10000	/* max_jobs per claim, elements per call */
 #define CQ_MAX_LEASE_USECS	(7 * USECS_PER_DAY)
+/* Retry delays and retention: at most 100 years, so that now + delay fits. */
+#define CQ_MAX_DELAY_USECS	(100 * 365.25 * USECS_PER_DAY)
 #define CQ_QUEUE_NAME_MAX	63
 
 /* At most this many databases are served by the reclaimer. */

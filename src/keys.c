@@ -62,18 +62,47 @@ cq_key_pair_match(const void *key1, const void *key2, Size keysize)
 	return (a->token == b->token && strcmp(a->key, b->key) == 0) ? 0 : 1;
 }
 
+/* What a table of pairs maps each pair to. */
+typedef struct CqKeyEntry
+{
+	CqKeyPair	pair;
+	int64		token;			/* claim_keys: the token that won the key */
+	bool		emitted;		/* claim_keys: already returned */
+} CqKeyEntry;
+
 static HTAB *
 cq_key_pair_table(const char *name, long size)
 {
 	HASHCTL		ctl;
 
 	ctl.keysize = sizeof(CqKeyPair);
-	ctl.entrysize = sizeof(CqKeyPair);
+	ctl.entrysize = sizeof(CqKeyEntry);
 	ctl.hash = cq_key_pair_hash;
 	ctl.match = cq_key_pair_match;
 	ctl.hcxt = CurrentMemoryContext;
 	return hash_create(name, Max(size, 1), &ctl,
 					   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+}
+
+/*
+ * Enter the (key, token) rows of the last SPI result into won, keyed by
+ * key alone.
+ */
+static void
+cq_note_won_keys(HTAB *won)
+{
+	for (uint64 row = 0; row < SPI_processed; row++)
+	{
+		bool		isnull;
+		CqKeyPair	pair;
+		CqKeyEntry *entry;
+
+		pair.key = TextDatumGetCString(cq_spi_value(row, 1, &isnull));
+		pair.token = 0;
+		entry = hash_search(won, &pair, HASH_ENTER, NULL);
+		entry->token = DatumGetInt64(cq_spi_value(row, 2, &isnull));
+		entry->emitted = false;
+	}
 }
 
 static char *
@@ -85,7 +114,8 @@ cq_scope_arg(FunctionCallInfo fcinfo)
 
 /*
  * claim_keys(scope text, keys text[], ttl interval)
- * returns table(key text, token bigint): the keys this call won.
+ * returns table(key text, token bigint): the keys this call won, in the
+ * order of their first appearance in keys.
  */
 Datum
 claimq_claim_keys(PG_FUNCTION_ARGS)
@@ -97,10 +127,12 @@ claimq_claim_keys(PG_FUNCTION_ARGS)
 	Datum		values[4];
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	ArrayType  *keys;
+	Datum	   *keyv;
 	Interval   *ttl;
 	int			nkeys;
 	TimestampTz now;
 	bool		isnull;
+	HTAB	   *won;
 
 	(void) cq_scope_arg(fcinfo);
 	keys = cq_array_arg(fcinfo, 1, "keys", false);
@@ -138,16 +170,8 @@ claimq_claim_keys(PG_FUNCTION_ARGS)
 			" RETURNING k.key, k.token",
 			4, argtypes);
 	cq_execute(insert_plan, values, NULL, SPI_OK_INSERT_RETURNING);
-	for (uint64 row = 0; row < SPI_processed; row++)
-	{
-		Datum		rowvalues[2];
-		bool		rownulls[2];
-
-		heap_deform_tuple(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
-						  rowvalues, rownulls);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
-							 rowvalues, rownulls);
-	}
+	won = cq_key_pair_table("claimq won keys", nkeys);
+	cq_note_won_keys(won);
 
 	/* Some keys were held, perhaps only by claims that have expired. */
 	if (SPI_processed < (uint64) nkeys)
@@ -166,16 +190,26 @@ claimq_claim_keys(PG_FUNCTION_ARGS)
 				5, takeover_types);
 		cq_execute(takeover_plan, takeover_values, NULL,
 				   SPI_OK_UPDATE_RETURNING);
-		for (uint64 row = 0; row < SPI_processed; row++)
-		{
-			Datum		rowvalues[2];
-			bool		rownulls[2];
+		cq_note_won_keys(won);
+	}
 
-			heap_deform_tuple(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
-							  rowvalues, rownulls);
-			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
-								 rowvalues, rownulls);
-		}
+	/* The keys won, in the order the caller first named them. */
+	deconstruct_array(keys, TEXTOID, -1, false, TYPALIGN_INT,
+					  &keyv, NULL, &nkeys);
+	for (int i = 0; i < nkeys; i++)
+	{
+		CqKeyPair	pair = {TextDatumGetCString(keyv[i]), 0};
+		CqKeyEntry *entry = hash_search(won, &pair, HASH_FIND, NULL);
+		Datum		rowvalues[2];
+		bool		rownulls[2] = {false, false};
+
+		if (entry == NULL || entry->emitted)
+			continue;
+		entry->emitted = true;
+		rowvalues[0] = keyv[i];
+		rowvalues[1] = Int64GetDatum(entry->token);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
+							 rowvalues, rownulls);
 	}
 	SPI_finish();
 	return (Datum) 0;

@@ -132,7 +132,7 @@ claimq_reclaim(PG_FUNCTION_ARGS)
 
 	if (!PG_ARGISNULL(0))
 		queue_name = cq_queue_name_arg(fcinfo, 0);
-	max_jobs = cq_int_arg(fcinfo, 1, "max_jobs", 1, INT_MAX);
+	max_jobs = cq_int_arg(fcinfo, 1, "max_jobs", 1, CQ_MAX_BATCH);
 
 	InitMaterializedSRF(fcinfo, 0);
 

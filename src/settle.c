@@ -412,10 +412,12 @@ cq_settle_extra(FunctionCallInfo fcinfo, CqSettleOp *op, int argno,
 		{
 			Interval   *retry_in = PG_GETARG_INTERVAL_P(argno + 1);
 
-			if (cq_interval_span(retry_in) < 0)
+			double		span = cq_interval_span(retry_in);
+
+			if (span < 0 || span > CQ_MAX_DELAY_USECS)
 				ereport(ERROR,
 						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("retry_in must not be negative")));
+						 errmsg("retry_in must be at least zero and at most 100 years")));
 			extra[1] = IntervalPGetDatum(retry_in);
 			extranulls[1] = ' ';
 		}

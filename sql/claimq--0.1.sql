@@ -3,6 +3,37 @@
 \echo Use "CREATE EXTENSION claimq" to load this file. \quit
 
 /*
+ * CREATE EXTENSION uses a schema named claimq if one exists already.  One
+ * that somebody else owns, or that already holds objects, could let its
+ * owner replace what this script creates, so refuse it.
+ */
+DO $$
+DECLARE
+	nsp oid := (SELECT n.oid FROM pg_catalog.pg_namespace n
+				 WHERE n.nspname OPERATOR(pg_catalog.=) 'claimq');
+BEGIN
+	IF (SELECT n.nspowner FROM pg_catalog.pg_namespace n
+		 WHERE n.oid OPERATOR(pg_catalog.=) nsp)
+	   OPERATOR(pg_catalog.<>) (SELECT r.oid FROM pg_catalog.pg_roles r
+								 WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER)
+	   OR EXISTS (SELECT FROM pg_catalog.pg_class c
+				   WHERE c.relnamespace OPERATOR(pg_catalog.=) nsp)
+	   OR EXISTS (SELECT FROM pg_catalog.pg_proc p
+				   WHERE p.pronamespace OPERATOR(pg_catalog.=) nsp)
+	   OR EXISTS (SELECT FROM pg_catalog.pg_type t
+				   WHERE t.typnamespace OPERATOR(pg_catalog.=) nsp)
+	   OR EXISTS (SELECT FROM pg_catalog.pg_operator o
+				   WHERE o.oprnamespace OPERATOR(pg_catalog.=) nsp)
+	THEN
+		RAISE EXCEPTION 'schema "claimq" already exists'
+			USING ERRCODE = '42P06',
+				  DETAIL = 'It is owned by another role or is not empty.',
+				  HINT = 'Drop it, or let the role that installs claimq own it empty.';
+	END IF;
+END
+$$;
+
+/*
  * Every name and operator below is schema-qualified, and every function
  * pins search_path, so that nothing a caller puts on its search_path can
  * take part in a claimq call.  The functions run as the extension's owner

@@ -603,7 +603,7 @@ SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'claimq_prune';
 
 COMMENT ON FUNCTION claimq.prune(integer) IS
-'delete up to max_jobs done and dead jobs older than their queue''s keep_done / keep_dead; the reclaimer does this on every pass';
+'delete up to max_jobs done and dead jobs older than their queue''s keep_done / keep_dead, and as many expired key claims; the reclaimer does this on every pass';
 
 CREATE FUNCTION claimq.retry_dead(queue text, job_ids bigint[] DEFAULT NULL)
 RETURNS bigint
@@ -627,8 +627,7 @@ BEGIN
 	 */
 	UPDATE claimq.job j
 	   SET state = 'pending', attempts = 0, run_at = pg_catalog.clock_timestamp(),
-		   finished_at = NULL, expires_at = NULL, claimed_at = NULL,
-		   worker = NULL
+		   finished_at = NULL, expires_at = NULL
 	 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
 	   AND j.state OPERATOR(pg_catalog.=) 'dead'
 	   AND (job_ids IS NULL OR j.job_id OPERATOR(pg_catalog.=) ANY (job_ids))

@@ -5,7 +5,7 @@
  *		than their queue's keep_done or keep_dead.
  *
  * The background reclaimer prunes on every pass; without it, prune() can
- * be called from any scheduler.  Candidates are found per queue and state
+ * be called from any scheduler (it sweeps expired key claims too).  Candidates are found per queue and state
  * through the partial index over finished jobs, oldest first.  The DELETE
  * re-checks that the row is still done or dead, so a dead job redriven by
  * retry_dead() meanwhile is not deleted.
@@ -54,16 +54,19 @@ cq_prune_finished(int32 max_jobs)
 }
 
 /*
- * prune(max_jobs int DEFAULT 10000) returns bigint
+ * prune(max_jobs int DEFAULT 10000) returns bigint: what the reclaimer's
+ * pass does besides reclaiming, for servers without it.  Deletes up to
+ * max_jobs finished jobs and up to as many expired key claims, and
+ * returns how many rows it deleted in all.
  */
 Datum
 claimq_prune(PG_FUNCTION_ARGS)
 {
-	int32		max_jobs = cq_int_arg(fcinfo, 0, "max_jobs", 1, INT_MAX);
+	int32		max_jobs = cq_int_arg(fcinfo, 0, "max_jobs", 1, CQ_MAX_BATCH);
 	uint64		n;
 
 	SPI_connect();
-	n = cq_prune_finished(max_jobs);
+	n = cq_prune_finished(max_jobs) + cq_sweep_keys(max_jobs);
 	SPI_finish();
 	PG_RETURN_INT64((int64) n);
 }

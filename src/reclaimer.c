@@ -603,7 +603,9 @@ cq_reclaimer_main(Datum arg)
 			proc_exit(0);
 
 		now = GetCurrentTimestamp();
-		if (cq_reclaimer_enabled && now >= next_pass)
+		if (!cq_reclaimer_enabled)
+			cq_slot_set_error(cq_my_slot, "paused: claimq.reclaimer is off");
+		else if (now >= next_pass)
 		{
 			MemoryContext oldcxt = MemoryContextSwitchTo(loopcxt);
 

@@ -1,0 +1,91 @@
+-- The SQL API's shape: every documented function with its argument names
+-- and types, how many arguments have defaults, and its result type.
+\pset format unaligned
+\pset tuples_only on
+\pset footer off
+SET client_min_messages = warning;
+BEGIN;
+CREATE EXTENSION IF NOT EXISTS pgtap;
+CREATE EXTENSION IF NOT EXISTS claimq;
+SELECT plan(143);
+
+CREATE TEMP TABLE api(sig text, args text, ndefaults int, result text);
+INSERT INTO api VALUES
+('claimq.create_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean)',
+ 'queue text, lease interval, run_lease interval, max_attempts integer, retry_base interval, retry_max interval, keep_done interval, keep_dead interval, notify boolean',
+ 8, 'void'),
+('claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean)',
+ 'queue text, lease interval, run_lease interval, max_attempts integer, retry_base interval, retry_max interval, keep_done interval, keep_dead interval, notify boolean',
+ 8, 'void'),
+('claimq.drop_queue(text,boolean)', 'queue text, force boolean', 1, 'void'),
+('claimq.pause_queue(text)', 'queue text', 0, NULL),
+('claimq.resume_queue(text)', 'queue text', 0, NULL),
+('claimq.purge_queue(text)', 'queue text', 0, 'bigint'),
+('claimq.enqueue(text,jsonb,timestamptz,integer,text)',
+ 'queue text, payload jsonb, run_at timestamp with time zone, priority integer, dedup_key text',
+ 3, 'bigint'),
+('claimq.enqueue_many(text,jsonb[],timestamptz,integer,text[])',
+ 'queue text, payloads jsonb[], run_at timestamp with time zone, priority integer, dedup_keys text[]',
+ 3, 'SETOF bigint'),
+('claimq.claim(text,integer,interval,text,boolean,interval)',
+ 'queue text, max_jobs integer, lease interval, worker text, start boolean, wait interval',
+ 5, 'TABLE(job_id bigint, token bigint, payload jsonb, attempts integer, priority integer, enqueued_at timestamp with time zone, expires_at timestamp with time zone)'),
+('claimq.start(bigint[],bigint[],interval)', 'job_ids bigint[], tokens bigint[], lease interval',
+ 1, 'TABLE(job_id bigint, outcome text, expires_at timestamp with time zone)'),
+('claimq.extend(bigint[],bigint[],interval)', 'job_ids bigint[], tokens bigint[], lease interval',
+ 1, 'TABLE(job_id bigint, outcome text, expires_at timestamp with time zone)'),
+('claimq.complete(bigint[],bigint[])', 'job_ids bigint[], tokens bigint[]',
+ 0, 'TABLE(job_id bigint, outcome text)'),
+('claimq.fail(bigint[],bigint[],text,interval,boolean)',
+ 'job_ids bigint[], tokens bigint[], error text, retry_in interval, permanent boolean',
+ 3, 'TABLE(job_id bigint, outcome text, state text, run_at timestamp with time zone)'),
+('claimq.release(bigint[],bigint[])', 'job_ids bigint[], tokens bigint[]',
+ 0, 'TABLE(job_id bigint, outcome text)'),
+('claimq.start(bigint,bigint,interval)', 'job_id bigint, token bigint, lease interval', 1, 'boolean'),
+('claimq.extend(bigint,bigint,interval)', 'job_id bigint, token bigint, lease interval', 1, 'boolean'),
+('claimq.complete(bigint,bigint)', 'job_id bigint, token bigint', 0, 'boolean'),
+('claimq.fail(bigint,bigint,text,interval,boolean)',
+ 'job_id bigint, token bigint, error text, retry_in interval, permanent boolean', 3, 'boolean'),
+('claimq.release(bigint,bigint)', 'job_id bigint, token bigint', 0, 'boolean'),
+('claimq.release_worker(text,text)', 'queue text, worker text', 0, 'bigint'),
+('claimq.reclaim(text,integer)', 'queue text, max_jobs integer',
+ 2, 'TABLE(queue text, released bigint, retried bigint, dead bigint)'),
+('claimq.retry_dead(text,bigint[])', 'queue text, job_ids bigint[]', 1, 'bigint');
+
+SELECT ok(to_regprocedure(sig) IS NOT NULL, sig || ' exists') FROM api;
+SELECT is(pg_get_function_identity_arguments(to_regprocedure(sig)), args,
+	sig || ': argument names and types')
+  FROM api;
+SELECT is(p.pronargdefaults::int, a.ndefaults, a.sig || ': ' || a.ndefaults || ' default(s)')
+  FROM api a LEFT JOIN pg_proc p ON p.oid = to_regprocedure(a.sig);
+SELECT is(pg_get_function_result(to_regprocedure(sig)), result, sig || ' returns ' || result)
+  FROM api WHERE result IS NOT NULL;
+SELECT ok(NOT p.proisstrict, a.sig || ' is not strict: NULL arguments get a clear error')
+  FROM api a JOIN pg_proc p ON p.oid = to_regprocedure(a.sig);
+SELECT ok(p.provolatile = 'v', a.sig || ' is volatile')
+  FROM api a JOIN pg_proc p ON p.oid = to_regprocedure(a.sig);
+
+-- The documented defaults that do not depend on how intervals are printed.
+SELECT is(pg_get_expr(p.proargdefaults, 0), d, s || ' defaults')
+  FROM (VALUES
+	('claimq.drop_queue(text,boolean)', 'false'),
+	('claimq.enqueue(text,jsonb,timestamptz,integer,text)', 'NULL::timestamp with time zone, 0, NULL::text'),
+	('claimq.enqueue_many(text,jsonb[],timestamptz,integer,text[])', 'NULL::timestamp with time zone, 0, NULL::text[]'),
+	('claimq.start(bigint[],bigint[],interval)', 'NULL::interval'),
+	('claimq.extend(bigint[],bigint[],interval)', 'NULL::interval'),
+	('claimq.fail(bigint[],bigint[],text,interval,boolean)', 'NULL::text, NULL::interval, false'),
+	('claimq.start(bigint,bigint,interval)', 'NULL::interval'),
+	('claimq.extend(bigint,bigint,interval)', 'NULL::interval'),
+	('claimq.fail(bigint,bigint,text,interval,boolean)', 'NULL::text, NULL::interval, false'),
+	('claimq.reclaim(text,integer)', 'NULL::text, 10000'),
+	('claimq.retry_dead(text,bigint[])', 'NULL::bigint[]')) v(s, d)
+  LEFT JOIN pg_proc p ON p.oid = to_regprocedure(v.s);
+SELECT is(pg_get_expr(p.proargdefaults, 0) ~ 'NULL::interval, NULL::interval, NULL::integer, NULL::interval, NULL::interval, NULL::interval, NULL::interval, NULL::boolean',
+	true, 'alter_queue: every option defaults to NULL')
+  FROM pg_proc p WHERE p.oid = to_regprocedure('claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean)');
+SELECT is(pg_get_expr(p.proargdefaults, 0) ~ '^1, NULL::interval, NULL::text, false, ',
+	true, 'claim: max_jobs 1, lease NULL, worker NULL, start false')
+  FROM pg_proc p WHERE p.oid = to_regprocedure('claimq.claim(text,integer,interval,text,boolean,interval)');
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -204,6 +204,18 @@ $$;
 COMMENT ON FUNCTION claimq.lock_queue(text) IS
 'private: lock a queue''s row and return it; raise 42704 if there is none';
 
+CREATE FUNCTION claimq.lock_producers(queue text)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT pg_catalog.pg_advisory_xact_lock(1668050289,
+											pg_catalog.hashtext(queue COLLATE "C"))
+$$;
+
+COMMENT ON FUNCTION claimq.lock_producers(text) IS
+'private: take a queue''s producer lock exclusive until the end of the transaction, waiting for enqueues in progress and holding new ones back';
+
 CREATE FUNCTION claimq.check_queue_settings(
 	lease interval, run_lease interval, max_attempts integer,
 	retry_base interval, retry_max interval,
@@ -351,11 +363,20 @@ BEGIN
 		RAISE EXCEPTION 'argument "force" must not be null'
 			USING ERRCODE = '22004';
 	END IF;
+	PERFORM claimq.check_queue_name(queue);
+	PERFORM claimq.lock_producers(queue);
 	q := claimq.lock_queue(queue);
+	/*
+	 * Without force, delete only jobs nobody holds.  A claim in progress
+	 * makes the DELETE wait for it and then skip the job it claimed; the
+	 * count that follows, with a fresh snapshot, finds every held job.
+	 */
+	DELETE FROM claimq.job j
+	 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+	   AND (force OR j.state OPERATOR(pg_catalog.<>) ALL ('{claimed,running}'::text[]));
 	IF NOT force THEN
 		SELECT pg_catalog.count(*) INTO held FROM claimq.job j
-		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
-		   AND j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[]);
+		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id;
 		IF held OPERATOR(pg_catalog.>) 0 THEN
 			RAISE EXCEPTION 'cannot drop queue "%" while it has claimed or running jobs', queue
 				USING ERRCODE = '55006',
@@ -363,7 +384,6 @@ BEGIN
 					  HINT = 'Wait for them to settle, or pass force => true.';
 		END IF;
 	END IF;
-	DELETE FROM claimq.job j WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id;
 	DELETE FROM claimq.queue t WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
 END
 $$;
@@ -615,6 +635,8 @@ DECLARE
 	n bigint;
 BEGIN
 	PERFORM claimq.check_queue_name(queue);
+	/* No enqueue may add a live key while this looks for live keys. */
+	PERFORM claimq.lock_producers(queue);
 	SELECT * INTO q FROM claimq.queue t WHERE t.name OPERATOR(pg_catalog.=) queue;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'queue "%" does not exist', queue

@@ -14,10 +14,12 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
+#include "storage/lock.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -336,4 +338,23 @@ cq_require_queue(const char *name, CqQueue *queue)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("queue \"%s\" does not exist", name)));
+}
+
+/*
+ * Take the producer lock of a queue in share mode (see claimq.h); held to
+ * the end of the transaction.  Keyed by name so that it can be taken
+ * before the queue is looked up: the look-up then sees a drop that
+ * committed while this waited.
+ */
+void
+cq_lock_producers(const char *queue_name)
+{
+	LOCKTAG		tag;
+	int32		hash;
+
+	hash = DatumGetInt32(DirectFunctionCall1Coll(hashtext, C_COLLATION_OID,
+												 CStringGetTextDatum(queue_name)));
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) CQ_PRODUCER_LOCK_KEY,
+						 (uint32) hash, 2);
+	(void) LockAcquire(&tag, ShareLock, false, false);
 }

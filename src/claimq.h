@@ -142,6 +142,16 @@ extern ArrayType *cq_array_arg(FunctionCallInfo fcinfo, int argno,
 							   const char *argname, bool nulls_ok);
 extern double cq_interval_span(const Interval *span);
 
+/*
+ * The producer lock of a queue: a transaction-level advisory lock on
+ * (CQ_PRODUCER_LOCK_KEY, hashtext(queue name)).  enqueue holds it shared;
+ * drop_queue and retry_dead hold it exclusive, so that no job is inserted
+ * into a queue being dropped and no live dedup key appears while dead jobs
+ * are redriven.  The SQL functions take it with pg_advisory_xact_lock().
+ */
+#define CQ_PRODUCER_LOCK_KEY	1668050289	/* 'clmq' */
+extern void cq_lock_producers(const char *queue_name);
+
 /* claimq.c: SPI helpers (the caller has done SPI_connect) */
 extern SPIPlanPtr cq_plan(SPIPlanPtr *cache, const char *sql,
 						  int nargs, Oid *argtypes);

@@ -12,6 +12,9 @@
  * that job finished in between, the key is free again and the insert is
  * tried once more.
  *
+ * Every enqueue holds its queue's producer lock in share mode (claimq.h),
+ * so a job cannot be inserted into a queue that drop_queue is deleting.
+ *
  * On a queue created with notify, every enqueue queues NOTIFY claimq with
  * the queue's name; PostgreSQL folds identical notifications of one
  * transaction into one, sent at commit.
@@ -156,6 +159,7 @@ claimq_enqueue(PG_FUNCTION_ARGS)
 	cq_enqueue_args(fcinfo, &args);
 	cq_arg_not_null(fcinfo, 1, "payload");
 
+	cq_lock_producers(args.queue_name);
 	SPI_connect();
 	cq_require_queue(args.queue_name, &args.queue);
 	job_id = cq_enqueue_one(&args, PG_GETARG_DATUM(1),
@@ -204,6 +208,7 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 
+	cq_lock_producers(args.queue_name);
 	SPI_connect();
 	cq_require_queue(args.queue_name, &args.queue);
 	if (npayloads == 0)

@@ -30,9 +30,9 @@
  *
  * A worker stays connected to its database between passes, which would
  * make DROP DATABASE fail ("being accessed by other users"): so at least
- * once a second it probes the database's lock, which DROP DATABASE holds
- * exclusive while it waits for sessions to leave, and exits if it cannot
- * get it.
+ * once a second it probes the database's lock, which DROP DATABASE (and
+ * CREATE DATABASE using it as a template) holds while it waits for
+ * sessions to leave, and exits if it cannot get it.
  *
  * Shared state: one status slot per served database, under claimq's
  * LWLock.  The launcher assigns slots; each worker writes only its own.
@@ -226,6 +226,8 @@ cq_start_worker(int slotno)
 	CqDbSlot   *slot = &cq_shared->slots[slotno];
 	CqLauncherSlot *local = &cq_launcher_slots[slotno];
 	BackgroundWorker worker;
+	MemoryContext oldcxt;
+	bool		registered;
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
@@ -241,11 +243,15 @@ cq_start_worker(int slotno)
 	memcpy(worker.bgw_extra, &slot->dboid, sizeof(Oid));
 	worker.bgw_notify_pid = MyProcPid;
 
-	local->not_before = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													CQ_RESTART_DELAY_MS);
-	if (!RegisterDynamicBackgroundWorker(&worker, &local->handle))
+	/* The handle outlives the launcher's transaction. */
+	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+	registered = RegisterDynamicBackgroundWorker(&worker, &local->handle);
+	MemoryContextSwitchTo(oldcxt);
+	if (!registered)
 	{
 		local->handle = NULL;
+		local->not_before = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														CQ_RESTART_DELAY_MS);
 		ereport(LOG,
 				(errmsg("claimq launcher could not start a reclaimer for database \"%s\"",
 						slot->dbname),
@@ -346,8 +352,11 @@ cq_launcher_sync(void)
 			if (GetBackgroundWorkerPid(cq_launcher_slots[slotno].handle, &pid) !=
 				BGWH_STOPPED)
 				continue;
+			/* It exited: start another one, but not at once. */
 			pfree(cq_launcher_slots[slotno].handle);
 			cq_launcher_slots[slotno].handle = NULL;
+			cq_launcher_slots[slotno].not_before =
+				TimestampTzPlusMilliseconds(now, CQ_RESTART_DELAY_MS);
 		}
 		if (now >= cq_launcher_slots[slotno].not_before)
 			cq_start_worker(slotno);
@@ -414,18 +423,20 @@ cq_reclaimer_detach(int code, Datum arg)
 }
 
 /*
- * True if DROP DATABASE (or another command that needs this database to
- * itself) is waiting for us to leave.  Called inside a transaction.
+ * True if DROP DATABASE, or CREATE DATABASE with this one as template, or
+ * another command that needs this database to itself, is waiting for us
+ * to leave.  Called inside a transaction.
  */
 static bool
 cq_database_wanted_alone(void)
 {
 	LOCKTAG		tag;
 
+	/* The lock a new session takes: DROP and template use conflict with it. */
 	SET_LOCKTAG_OBJECT(tag, InvalidOid, DatabaseRelationId, MyDatabaseId, 0);
-	if (LockAcquire(&tag, AccessShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+	if (LockAcquire(&tag, RowExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
 		return true;
-	LockRelease(&tag, AccessShareLock, false);
+	LockRelease(&tag, RowExclusiveLock, false);
 	return false;
 }
 
@@ -485,7 +496,9 @@ cq_pass_step(CqPassStep step)
 						   "claimq: pruning finished jobs and expired keys");
 
 	owner = cq_extension_owner();
-	if (OidIsValid(owner) && !RecoveryInProgress())
+	if (RecoveryInProgress())
+		result = 0;				/* not reached: the launcher waits for promotion */
+	else if (OidIsValid(owner))
 	{
 		GetUserIdAndSecContext(&save_userid, &save_sec_context);
 		SetUserIdAndSecContext(owner, save_sec_context |

@@ -508,7 +508,12 @@ cq_pass_step(CqPassStep step)
 		(void) set_config_option("search_path", "pg_catalog, pg_temp",
 								 PGC_SUSET, PGC_S_SESSION,
 								 GUC_ACTION_SAVE, true, 0, false);
-		(void) set_config_option("lock_timeout", "5s",
+		/*
+		 * Give way to DDL: a pass that has to wait for a table lock gives
+		 * up well before a deadlock check could pick the other side (say a
+		 * DROP EXTENSION) as the victim.
+		 */
+		(void) set_config_option("lock_timeout", "200ms",
 								 PGC_SUSET, PGC_S_SESSION,
 								 GUC_ACTION_SAVE, true, 0, false);
 		(void) set_config_option("statement_timeout", "5min",

@@ -844,53 +844,50 @@ $$;
 COMMENT ON FUNCTION claimq.duty_functions(text) IS
 'private: the functions that make up a duty';
 
-CREATE FUNCTION claimq.grant_duty(role regrole, duty text)
+CREATE FUNCTION claimq.set_duty(role regrole, duty text, grant_it boolean)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+	verb text := CASE WHEN grant_it THEN 'GRANT %s ON %s TO %s'
+				 ELSE 'REVOKE %s ON %s FROM %s' END;
 	fn text;
 BEGIN
 	IF role IS NULL OR duty IS NULL THEN
 		RAISE EXCEPTION 'role and duty must not be null' USING ERRCODE = '22004';
 	END IF;
-	EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA claimq TO %s', role);
+	IF grant_it THEN
+		EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA claimq TO %s', role);
+	END IF;
 	FOREACH fn IN ARRAY claimq.duty_functions(duty) LOOP
-		EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', fn, role);
+		EXECUTE pg_catalog.format(verb, 'EXECUTE', 'FUNCTION ' OPERATOR(pg_catalog.||) fn, role);
 	END LOOP;
 	IF duty OPERATOR(pg_catalog.=) 'administer' THEN
-		EXECUTE pg_catalog.format('GRANT SELECT ON claimq.queue_stats, claimq.jobs,'
-								  ' claimq.counters, claimq.reclaimer_status TO %s',
+		EXECUTE pg_catalog.format(verb, 'SELECT',
+								  'claimq.queue_stats, claimq.jobs, claimq.counters, claimq.reclaimer_status',
 								  role);
 	END IF;
 END
 $$;
+
+COMMENT ON FUNCTION claimq.set_duty(regrole, text, boolean) IS
+'private: grant or revoke the privileges that make up a duty';
+
+CREATE FUNCTION claimq.grant_duty(role regrole, duty text)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT claimq.set_duty(role, duty, true) $$;
 
 COMMENT ON FUNCTION claimq.grant_duty(regrole, text) IS
 'grant a role one duty: produce (enqueue, dedup keys), work (claim and settle jobs, dedup keys) or administer (queues, recovery, views)';
 
 CREATE FUNCTION claimq.revoke_duty(role regrole, duty text)
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	fn text;
-BEGIN
-	IF role IS NULL OR duty IS NULL THEN
-		RAISE EXCEPTION 'role and duty must not be null' USING ERRCODE = '22004';
-	END IF;
-	FOREACH fn IN ARRAY claimq.duty_functions(duty) LOOP
-		EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM %s', fn, role);
-	END LOOP;
-	IF duty OPERATOR(pg_catalog.=) 'administer' THEN
-		EXECUTE pg_catalog.format('REVOKE SELECT ON claimq.queue_stats, claimq.jobs,'
-								  ' claimq.counters, claimq.reclaimer_status FROM %s',
-								  role);
-	END IF;
-END
-$$;
+AS $$ SELECT claimq.set_duty(role, duty, false) $$;
 
 COMMENT ON FUNCTION claimq.revoke_duty(regrole, text) IS
 'take a duty back from a role (schema USAGE stays, and grants nothing by itself)';

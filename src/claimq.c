@@ -256,8 +256,8 @@ cq_array_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
 }
 
 /*
- * Prepare a statement once per backend and keep its plan.  The plan cache
- * re-plans by itself when the extension's tables are dropped and created
+ * Prepare a statement once per backend and keep its generic plan.  The
+ * plan cache re-plans by itself when the extension's tables are dropped and created
  * again, since the statement text names them, not their OIDs.
  */
 SPIPlanPtr
@@ -265,7 +265,12 @@ cq_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 {
 	if (*cache == NULL)
 	{
-		SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+		/*
+		 * Every statement is written to run well with a generic plan, and
+		 * planning some of them costs more than running them: plan once.
+		 */
+		SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes,
+											  CURSOR_OPT_GENERIC_PLAN);
 
 		if (plan == NULL)
 			elog(ERROR, "SPI_prepare failed: %s",

@@ -7,8 +7,10 @@
  * The background reclaimer prunes on every pass; without it, prune() can
  * be called from any scheduler (it sweeps expired key claims too).  Candidates are found per queue and state
  * through the partial index over finished jobs, oldest first.  The DELETE
- * re-checks that the row is still done or dead, so a dead job redriven by
- * retry_dead() meanwhile is not deleted.
+ * re-checks that the row still has a finished_at, which only done and dead
+ * jobs have, so a dead job redriven by retry_dead() meanwhile is not
+ * deleted.  (Re-checking the state instead would invite the planner to
+ * scan that partial index in full rather than look the ids up.)
  *
  *-------------------------------------------------------------------------
  */
@@ -31,21 +33,27 @@ cq_prune_finished(int32 max_jobs)
 	Oid			argtypes[2] = {INT4OID, TIMESTAMPTZOID};
 	Datum		values[2];
 
+	/*
+	 * One branch per state, each with the state as a constant, so that
+	 * both use the partial index over finished jobs.
+	 */
 	cq_plan(&plan,
 			"DELETE FROM claimq.job j"
 			" WHERE j.job_id = ANY (ARRAY("
 			"   SELECT o.job_id"
 			"     FROM claimq.queue q"
-			"    CROSS JOIN LATERAL (VALUES ('done', q.keep_done),"
-			"                               ('dead', q.keep_dead)) AS k(state, keep)"
 			"    CROSS JOIN LATERAL ("
-			"      SELECT f.job_id FROM claimq.job f"
-			"       WHERE f.queue_id = q.queue_id AND f.state = k.state"
-			"         AND f.finished_at < $2 - k.keep"
-			"       ORDER BY f.finished_at"
-			"       LIMIT $1) o"
+			"      (SELECT f.job_id FROM claimq.job f"
+			"        WHERE f.queue_id = q.queue_id AND f.state = 'done'"
+			"          AND f.finished_at < $2 - q.keep_done"
+			"        ORDER BY f.finished_at LIMIT $1)"
+			"      UNION ALL"
+			"      (SELECT f.job_id FROM claimq.job f"
+			"        WHERE f.queue_id = q.queue_id AND f.state = 'dead'"
+			"          AND f.finished_at < $2 - q.keep_dead"
+			"        ORDER BY f.finished_at LIMIT $1)) o"
 			"    LIMIT $1))"
-			"   AND j.state = ANY ('{done,dead}'::text[])",
+			"   AND j.finished_at IS NOT NULL",
 			2, argtypes);
 	values[0] = Int32GetDatum(max_jobs);
 	values[1] = TimestampTzGetDatum(GetCurrentTimestamp());

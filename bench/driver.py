@@ -1,0 +1,867 @@
+#!/usr/bin/python3
+"""claimq benchmark driver; bench/run starts the server and calls this.
+
+Connection comes from PGHOST/PGPORT/PGUSER/PGDATABASE; BENCH_BIN is the
+directory of pgbench, BENCH_DIR the directory of the pgbench scripts.
+"""
+import argparse
+import json
+import math
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+METHODS = {
+    # name: (pgbench script, label, flow, ratio reference)
+    "baseline-tx": ("baseline_tx.sql", "baseline 1-tx", "1-tx", None),
+    "claimq-tx": ("claimq_tx.sql", "claimq 1-tx", "1-tx", "baseline-tx"),
+    "baseline-lease": ("baseline_lease.sql", "baseline lease", "lease", None),
+    "claimq-lease": ("claimq_lease.sql", "claimq lease", "lease", "baseline-lease"),
+    "pgq": ("pgq.sql", "PgQ", "batch", "baseline-tx"),
+    "floor": ("floor.sql", "floor", "1-tx", "baseline-tx"),
+}
+PARTS = ["matrix", "backlog", "latency", "reclaim", "sustained"]
+
+# First guesses of jobs/s per batch size, used only to size the first pool
+# of a (variant, method, batch); every later pool is sized from measured rates.
+GUESS = {"off": {1: 4000, 10: 25000, 100: 60000},
+         "on": {1: 1500, 10: 12000, 100: 50000}}
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="bench/run",
+        description="claimq benchmark: jobs/s, WAL bytes/job and table+index "
+                    "size per method, clients and batch size; plus backlog, "
+                    "wake-up latency and reclaim targets.")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true",
+                   help="short runs on a subset (under 2 minutes)")
+    g.add_argument("--full", action="store_true",
+                   help="the whole matrix and the extras (the default; about 20 minutes)")
+    g.add_argument("--sustained", action="store_true",
+                   help="only the sustained enqueue+claim+complete run (5 minutes)")
+    p.add_argument("--duration", type=float,
+                   default=float(os.environ["BENCH_DURATION"]) if os.environ.get("BENCH_DURATION") else None,
+                   help="seconds per pgbench run (env BENCH_DURATION; default 5, quick 2)")
+    p.add_argument("--methods", help="comma-separated subset of " + ",".join(METHODS))
+    p.add_argument("--clients", help="comma-separated client counts (default 1,4,8)")
+    p.add_argument("--batches", help="comma-separated batch sizes (default 1,10,100)")
+    p.add_argument("--sync", help="synchronous_commit variants, comma-separated (default off,on)")
+    p.add_argument("--only", help="comma-separated parts: " + ",".join(PARTS))
+    p.add_argument("--sustain-seconds", type=int,
+                   default=int(os.environ.get("BENCH_SUSTAIN_SECONDS", "300")),
+                   help="length of the sustained run (env BENCH_SUSTAIN_SECONDS; default 300)")
+    p.add_argument("--sustain-rate", type=int,
+                   default=int(os.environ["BENCH_SUSTAIN_RATE"]) if os.environ.get("BENCH_SUSTAIN_RATE") else None,
+                   help="jobs/s the producers offer in the sustained run "
+                        "(env BENCH_SUSTAIN_RATE; default: half the measured consumer rate)")
+    p.add_argument("--json", metavar="FILE", help="also write every measurement to FILE")
+    p.add_argument("--keep", action="store_true",
+                   help="leave the server running afterwards (for poking)")
+    p.add_argument("--check-args", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+
+    def ints(s, what):
+        try:
+            v = [int(x) for x in s.split(",") if x.strip()]
+        except ValueError:
+            p.error("--%s takes comma-separated integers" % what)
+        if not v or min(v) < 1:
+            p.error("--%s takes positive integers" % what)
+        return v
+
+    quick = a.quick
+    a.mode = "quick" if quick else "sustained" if a.sustained else "full"
+    if a.duration is None:
+        a.duration = 2.0 if quick else 5.0
+    if a.duration <= 0:
+        p.error("--duration must be positive")
+    a.clients = ints(a.clients, "clients") if a.clients else ([4] if quick else [1, 4, 8])
+    a.batches = ints(a.batches, "batches") if a.batches else ([1, 100] if quick else [1, 10, 100])
+    if max(a.batches) > 10000:
+        p.error("batch sizes go up to 10000 (claimq's max_jobs)")
+    a.sync = a.sync.split(",") if a.sync else (["off"] if quick else ["off", "on"])
+    for s in a.sync:
+        if s not in ("off", "on", "local", "remote_write"):
+            p.error("--sync takes off, on, local, remote_write")
+    a.methods = a.methods.split(",") if a.methods else list(METHODS)
+    for m in a.methods:
+        if m not in METHODS:
+            p.error("unknown method %r (have %s)" % (m, ", ".join(METHODS)))
+    if a.only:
+        a.parts = a.only.split(",")
+        for x in a.parts:
+            if x not in PARTS:
+                p.error("unknown part %r (have %s)" % (x, ", ".join(PARTS)))
+    elif a.sustained:
+        a.parts = ["sustained"]
+    else:
+        a.parts = ["matrix", "backlog", "latency", "reclaim"]
+    return a
+
+
+ARGS = parse_args(sys.argv[1:])
+if ARGS.check_args:
+    sys.exit(0)
+
+import psycopg  # noqa: E402  (installed by bench/run before this point)
+
+BIN = os.environ["BENCH_BIN"]
+DIR = os.environ["BENCH_DIR"]
+OUT = []            # report lines, printed as they come and kept for --json
+RESULTS = {"cells": [], "extras": {}}
+
+
+def say(line=""):
+    print(line, flush=True)
+    OUT.append(line)
+
+
+def log(msg):
+    print("   " + msg, file=sys.stderr, flush=True)
+
+
+def connect():
+    return psycopg.connect("", autocommit=True)
+
+
+DB = connect()
+CRASHES = []        # what was being done when the server went away
+
+
+def server_gone(exc):
+    txt = str(exc)
+    return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)) or (
+        isinstance(exc, RuntimeError) and ("server closed the connection" in txt
+                                           or "terminating connection" in txt
+                                           or "recovery mode" in txt
+                                           or "connection to server" in txt))
+
+
+def reconnect():
+    """After a crash the postmaster restarts the server by itself (restart_after_crash):
+    wait for it and connect again."""
+    global DB
+    try:
+        DB.close()
+    except Exception:
+        pass
+    deadline = time.time() + 120
+    while True:
+        try:
+            DB = connect()
+            DB.execute("SELECT 1")
+            return
+        except psycopg.OperationalError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def retrying(what, fn, *a):
+    """Run fn; if the server crashed meanwhile, note it, wait for the restart
+    and run fn once more."""
+    try:
+        return fn(*a)
+    except Exception as exc:    # noqa: BLE001
+        if not server_gone(exc):
+            raise
+        log("the server went away during %s; waiting for its restart, then again" % what)
+        CRASHES.append(what)
+        reconnect()
+        return fn(*a)
+
+
+def q(sql, params=None):
+    """One value (first column of the first row) or None."""
+    cur = DB.execute(sql, params)
+    row = cur.fetchone() if cur.description else None
+    return row[0] if row else None
+
+
+def rows(sql, params=None):
+    return DB.execute(sql, params).fetchall()
+
+
+def lsn():
+    return q("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
+
+
+def set_sync(value):
+    """synchronous_commit for every new session of the bench database (and
+    this one).  No configuration reload: see README (a SIGHUP is avoided)."""
+    DB.execute("ALTER DATABASE bench SET synchronous_commit = '%s'" % value)
+    DB.execute("SET synchronous_commit = '%s'" % value)
+
+
+def mb(nbytes):
+    return "%.1f" % (nbytes / 1048576.0)
+
+
+def fmt_rate(x):
+    if x is None:
+        return "-"
+    if x >= 100:
+        return "{:,}".format(int(round(x)))
+    return "%.1f" % x
+
+
+# ---------------------------------------------------------------------------
+# pgbench
+
+def pgbench(script, clients, seconds, batch=None, extra=(), rate=None, progress=None):
+    cmd = [os.path.join(BIN, "pgbench"), "-n", "-M", "prepared",
+           "-c", str(clients), "-j", str(min(clients, 4)),
+           "-T", str(int(math.ceil(seconds))) if seconds >= 1 else "1",
+           "-f", os.path.join(DIR, script)]
+    if batch is not None:
+        cmd += ["-D", "batch=%d" % batch]
+    if rate:
+        cmd += ["-R", "%.1f" % rate]
+    if progress:
+        cmd += ["-P", str(progress)]
+    cmd += list(extra)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def pgbench_result(proc):
+    out, err = proc.communicate()
+    txt = out + err
+    m_n = re.search(r"number of transactions actually processed: (\d+)", txt)
+    m_tps = re.search(r"tps = ([\d.]+) \(without initial connection time\)", txt)
+    m_lat = re.search(r"latency average = ([\d.]+) ms", txt)
+    failed = re.search(r"number of failed transactions: (\d+)", txt)
+    if proc.returncode != 0 or not m_n or not m_tps or "aborted" in txt:
+        raise RuntimeError("pgbench failed:\n" + txt[-3000:])
+    n = int(m_n.group(1))
+    tps = float(m_tps.group(1))
+    return {"txns": n, "tps": tps, "seconds": n / tps if tps > 0 else 0.0,
+            "latency_ms": float(m_lat.group(1)) if m_lat else None,
+            "failed": int(failed.group(1)) if failed else 0,
+            "output": txt}
+
+
+# ---------------------------------------------------------------------------
+# The matrix
+
+def tables_of(method):
+    if method.startswith("baseline"):
+        return ["bench.job"]
+    if method.startswith("claimq"):
+        return ["claimq.job", "claimq.queue"]
+    if method == "floor":
+        return ["bench.floor"]
+    return [r[0] for r in rows(
+        "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c"
+        "  JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = 'pgq' AND c.relkind = 'r'"
+        "   AND (c.relname LIKE 'event\\_' || (SELECT queue_id FROM pgq.queue WHERE queue_name = 'bench') || '%%'"
+        "        OR c.relname IN ('tick', 'subscription', 'queue'))")]
+
+
+def reset_and_load(method, pool, batch):
+    """Empty the method's storage, load `pool` jobs, vacuum and analyze.
+
+    A checkpoint comes first, so that no checkpoint starts between the load
+    and the end of the run: WAL per job then holds no full-page images.
+    """
+    if method.startswith("baseline"):
+        DB.execute("TRUNCATE bench.job")
+    elif method.startswith("claimq"):
+        DB.execute("TRUNCATE claimq.job")
+    elif method == "floor":
+        DB.execute("TRUNCATE bench.floor")
+    else:
+        DB.execute("SELECT bench.reset_pgq()")
+    DB.execute("CHECKPOINT")
+    t0 = time.time()
+    if method.startswith("baseline"):
+        DB.execute("SELECT bench.load_baseline(%s)", (pool,))
+    elif method.startswith("claimq"):
+        DB.execute("SELECT bench.load_claimq('bench', %s)", (pool,))
+    elif method == "floor":
+        DB.execute("SELECT bench.load_floor(%s)", (pool,))
+    else:
+        DB.execute("CALL bench.load_pgq(%s, %s)", (pool, batch))
+    for t in tables_of(method):
+        DB.execute("VACUUM (ANALYZE) " + t)
+    return time.time() - t0
+
+
+def remaining(method, state):
+    """Jobs still to do."""
+    if method.startswith("baseline"):
+        return q("SELECT count(*) FROM bench.job WHERE state = 'pending'")
+    if method.startswith("claimq"):
+        return q("SELECT count(*) FROM claimq.job WHERE state = 'pending'")
+    if method == "floor":
+        return q("SELECT count(*) FROM bench.floor WHERE id <= %s", (state["floor_max"],))
+    return state["pool"] - (q("SELECT bench.pgq_consumed()") - state["pgq_start"])
+
+
+def processed(method, state):
+    """Jobs finished during the run, counted in the database."""
+    if method.startswith("baseline"):
+        return state["rows_before"] - q("SELECT count(*) FROM bench.job")
+    if method.startswith("claimq"):
+        return state["rows_before"] - q("SELECT count(*) FROM claimq.job")
+    if method == "floor":
+        return state["pool"] - q("SELECT count(*) FROM bench.floor WHERE id <= %s",
+                                 (state["floor_max"],))
+    return q("SELECT bench.pgq_consumed()") - state["pgq_start"]
+
+
+def claimq_counters():
+    r = rows("SELECT completed, stale FROM claimq.counters WHERE queue = 'bench'"
+             " AND database = current_database()")
+    return r[0] if r else (0, 0)
+
+
+def run_cell(variant, method, clients, batch, pool):
+    state = {"pool": pool}
+    load_s = reset_and_load(method, pool, batch)
+    if method.startswith("baseline"):
+        state["rows_before"] = q("SELECT count(*) FROM bench.job")
+    elif method.startswith("claimq"):
+        state["rows_before"] = q("SELECT count(*) FROM claimq.job")
+        state["counters"] = claimq_counters()
+    elif method == "floor":
+        state["floor_max"] = q("SELECT max(id) FROM bench.floor")
+    else:
+        state["pgq_start"] = q("SELECT bench.pgq_consumed()")
+    size_before = q("SELECT bench.method_size(%s)", (method,))
+    lsn_before = lsn()
+    res = pgbench_result(pgbench(METHODS[method][0], clients, ARGS.duration, batch))
+    lsn_after = lsn()
+    size_after = q("SELECT bench.method_size(%s)", (method,))
+    jobs = processed(method, state)
+    left = remaining(method, state)
+    cell = {
+        "variant": variant, "method": method, "clients": clients, "batch": batch,
+        "pool": pool, "load_s": round(load_s, 2),
+        "jobs": jobs, "seconds": res["seconds"], "txns": res["txns"], "tps": res["tps"],
+        "jobs_per_s": jobs / res["seconds"] if res["seconds"] else 0.0,
+        "wal_per_job": (lsn_after - lsn_before) / jobs if jobs else None,
+        "size_before": size_before, "size_after": size_after,
+        "latency_ms": res["latency_ms"], "left": left,
+        # A run that got near the end of its pool may have had short batches.
+        "dry": left < 2 * clients * batch,
+        "notes": [],
+    }
+    if method.startswith("claimq"):
+        c0, c1 = state["counters"], claimq_counters()
+        if c1[1] - c0[1]:
+            cell["notes"].append("%d stale outcomes" % (c1[1] - c0[1]))
+        if q("SELECT count(*) FROM claimq.job WHERE state <> 'pending'"):
+            cell["notes"].append("claimed jobs left over")
+    if method != "pgq" and jobs != res["txns"] * batch and not cell["dry"]:
+        cell["notes"].append("%d jobs counted vs %d txns x batch" % (jobs, res["txns"] * batch))
+    return cell
+
+
+def run_matrix():
+    cells = {}
+    rates = {}
+    for variant in ARGS.sync:
+        set_sync(variant)
+        say()
+        say("== matrix, synchronous_commit = %s" % variant)
+        # Every method runs right after the others at the same clients and
+        # batch, so that all of them see about the same background load.
+        for batch in ARGS.batches:
+            for clients in sorted(ARGS.clients):
+                for method in ARGS.methods:
+                    key = (variant, method, batch)
+                    smaller = [b for b in ARGS.batches if b < batch
+                               and (variant, method, clients, b) in cells]
+                    if key in rates:
+                        # This batch at fewer clients: scale by clients.
+                        r, c_prev = rates[key]
+                        grow = clients / c_prev
+                        grow = min(grow, 2.5) if variant == "off" else min(grow, 6.0)
+                        est = r * max(grow, 1.0)
+                    elif smaller:
+                        # A smaller batch at these clients: scale by batch.
+                        b = max(smaller)
+                        # (rates grow a little less than the batch: 1 -> 10
+                        # gave 4-7x here, 10 -> 100 3-7x; PgQ at many clients
+                        # grows much more, as its empty turns go away)
+                        est = cells[(variant, method, clients, b)]["jobs_per_s"] * (batch / b) ** 0.85
+                    else:
+                        est = GUESS.get(variant, GUESS["on"]).get(batch, 50000)
+                        if method == "pgq":
+                            est = min(est, 1500 * batch)
+                    pool = int(est * ARGS.duration * 1.3) + 4 * clients * batch + 2000
+                    what = "%s c=%d b=%d sync=%s" % (method, clients, batch, variant)
+                    cell = retrying(what, run_cell, variant, method, clients, batch, pool)
+                    if cell["dry"]:
+                        log("%s c=%d b=%d came near the end of its pool of %d; again with more"
+                            % (method, clients, batch, pool))
+                        pool = max(int(pool * 4), int(cell["jobs_per_s"] * ARGS.duration * 3))
+                        cell = retrying(what, run_cell, variant, method, clients, batch, pool)
+                    cells[(variant, method, clients, batch)] = cell
+                    RESULTS["cells"].append(cell)
+                    rates[key] = (cell["jobs_per_s"], clients)
+                    log("%-15s sync=%-3s c=%d b=%-3d %9s jobs/s  %6s B/job  pool %d (load %.1fs)%s"
+                        % (method, variant, clients, batch, fmt_rate(cell["jobs_per_s"]),
+                           "%.0f" % cell["wal_per_job"] if cell["wal_per_job"] else "-",
+                           pool, cell["load_s"],
+                           "  [" + "; ".join(cell["notes"]) + "]" if cell["notes"] else ""))
+        print_tables(variant, cells)
+    return cells
+
+
+def print_tables(variant, cells):
+    methods = ARGS.methods
+    say()
+    say("### synchronous_commit = %s: jobs/s end to end (ratio to the baseline of the same flow)"
+        % variant)
+    say()
+    say("| batch | clients | " + " | ".join(METHODS[m][1] for m in methods) + " |")
+    say("|---:|---:|" + "---:|" * len(methods))
+    for batch in ARGS.batches:
+        for clients in sorted(ARGS.clients):
+            out = []
+            for m in methods:
+                c = cells.get((variant, m, clients, batch))
+                if not c:
+                    out.append("-")
+                    continue
+                s = fmt_rate(c["jobs_per_s"])
+                ref = METHODS[m][3]
+                rc = cells.get((variant, ref, clients, batch)) if ref else None
+                if rc and rc["jobs_per_s"]:
+                    s += " (%.2f×)" % (c["jobs_per_s"] / rc["jobs_per_s"])
+                if c["dry"] or c["notes"]:
+                    s += " !"
+                out.append(s)
+            say("| %d | %d | %s |" % (batch, clients, " | ".join(out)))
+    say()
+    say("### synchronous_commit = %s: WAL bytes per job" % variant)
+    say()
+    say("| batch | clients | " + " | ".join(METHODS[m][1] for m in methods) + " |")
+    say("|---:|---:|" + "---:|" * len(methods))
+    for batch in ARGS.batches:
+        for clients in sorted(ARGS.clients):
+            out = []
+            for m in methods:
+                c = cells.get((variant, m, clients, batch))
+                out.append("%.0f" % c["wal_per_job"] if c and c["wal_per_job"] else "-")
+            say("| %d | %d | %s |" % (batch, clients, " | ".join(out)))
+    say()
+    say("### synchronous_commit = %s: table + index size, MB: before run → after run "
+        "(jobs loaded before the run)" % variant)
+    say()
+    say("| batch | clients | " + " | ".join(METHODS[m][1] for m in methods) + " |")
+    say("|---:|---:|" + "---:|" * len(methods))
+    for batch in ARGS.batches:
+        for clients in sorted(ARGS.clients):
+            out = []
+            for m in methods:
+                c = cells.get((variant, m, clients, batch))
+                out.append("%s → %s (%s)" % (mb(c["size_before"]), mb(c["size_after"]),
+                                             "{:,}".format(c["pool"])) if c else "-")
+            say("| %d | %d | %s |" % (batch, clients, " | ".join(out)))
+    notes = [c for c in RESULTS["cells"] if c["variant"] == variant and (c["dry"] or c["notes"])]
+    if notes:
+        say()
+        for c in notes:
+            say("! %s c=%d b=%d: %s" % (c["method"], c["clients"], c["batch"],
+                                         "; ".join(c["notes"] + (["pool ran low (%d left)" % c["left"]]
+                                                                 if c["dry"] else []))))
+
+
+# ---------------------------------------------------------------------------
+# Backlog: claims must not visit scheduled, dead or other queues' rows.
+
+def ensure_queue(name):
+    if not q("SELECT 1 FROM claimq.queue WHERE name = %s", (name,)):
+        DB.execute("SELECT claimq.create_queue(%s)", (name,))
+
+
+def claim_plans(queue, batch, calls):
+    """auto_explain output (ANALYZE, BUFFERS) of claimq's claim statement
+    for `calls` successive calls in one session, rolled back."""
+    notices = []
+    with connect() as c:
+        c.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        c.execute("LOAD 'auto_explain'")
+        for s in ("auto_explain.log_min_duration = 0", "auto_explain.log_analyze = on",
+                  "auto_explain.log_buffers = on", "auto_explain.log_nested_statements = on",
+                  "auto_explain.log_level = notice", "client_min_messages = notice"):
+            c.execute("SET " + s)
+        c.execute("BEGIN")
+        for _ in range(calls):
+            c.execute("SELECT count(*) FROM claimq.claim(%s, %s)", (queue, batch)).fetchall()
+        c.execute("ROLLBACK")
+    return [n for n in notices if "WITH RECURSIVE prio" in n]
+
+
+def plan_text(notice):
+    """The plan part of an auto_explain message (the query text is one line)."""
+    lines = notice.splitlines()
+    k = next((i for i, l in enumerate(lines) if l.startswith("Query Text:")), -1)
+    return "\n".join(lines[k + 1:])
+
+
+def plan_kind(plan):
+    # A custom plan shows the call's time as a literal in the run_at bound.
+    return "custom" if re.search(r"run_at <= '\d{4}-", plan) else "generic"
+
+
+def run_backlog():
+    n = 100000 if ARGS.mode == "quick" else 1000000
+    clients, batch = 4, 10
+    set_sync("off")
+    ensure_queue("other")
+    say()
+    say("== backlog: claimq with %s ready, %s scheduled and %s dead jobs in its queue, "
+        "and %s ready in another queue (synchronous_commit = off, %d clients, batch %d)"
+        % tuple(["{:,}".format(n)] * 4 + [clients, batch]))
+    res = {}
+    for method in ("claimq-tx", "claimq-lease"):
+        small = run_cell("off", method, clients, batch, int(60000 * ARGS.duration) + 5000)
+        res[(method, "small")] = small
+    DB.execute("TRUNCATE claimq.job")
+    DB.execute("CHECKPOINT")
+    t0 = time.time()
+    DB.execute("SELECT bench.load_claimq('bench', %s)", (n,))
+    DB.execute("SELECT bench.load_claimq('bench', %s, 'pending', now() + interval '1 day')", (n,))
+    DB.execute("SELECT bench.load_claimq('bench', %s, 'dead')", (n,))
+    DB.execute("SELECT bench.load_claimq('other', %s)", (n,))
+    DB.execute("VACUUM (ANALYZE) claimq.job")
+    log("backlog loaded in %.1fs" % (time.time() - t0))
+    size0 = q("SELECT pg_total_relation_size('claimq.job')")
+    plans = claim_plans("bench", batch, 7)
+    for method in ("claimq-tx", "claimq-lease"):
+        before = q("SELECT count(*) FROM claimq.job WHERE state = 'pending' AND queue_id ="
+                   " (SELECT queue_id FROM claimq.queue WHERE name = 'bench') AND run_at <= now()")
+        l0 = lsn()
+        r = pgbench_result(pgbench(METHODS[method][0], clients, ARGS.duration, batch))
+        l1 = lsn()
+        after = q("SELECT count(*) FROM claimq.job WHERE state = 'pending' AND queue_id ="
+                  " (SELECT queue_id FROM claimq.queue WHERE name = 'bench') AND run_at <= now()")
+        jobs = before - after
+        res[(method, "backlog")] = {"jobs_per_s": jobs / r["seconds"], "wal_per_job": (l1 - l0) / jobs,
+                                    "latency_ms": r["latency_ms"]}
+        DB.execute("VACUUM claimq.job")
+    say()
+    say("| flow | small queue jobs/s | with backlog jobs/s | ratio | WAL B/job small → backlog |")
+    say("|---|---:|---:|---:|---:|")
+    for method in ("claimq-tx", "claimq-lease"):
+        s, b = res[(method, "small")], res[(method, "backlog")]
+        say("| %s | %s | %s | %.2f× | %.0f → %.0f |" % (
+            METHODS[method][1], fmt_rate(s["jobs_per_s"]), fmt_rate(b["jobs_per_s"]),
+            b["jobs_per_s"] / s["jobs_per_s"], s["wal_per_job"], b["wal_per_job"]))
+    say()
+    say("claimq.job with the backlog: %s MB (table + indexes)" % mb(size0))
+    if plans:
+        say()
+        for title, p in (("call %d of %d in one session" % (len(plans), len(plans)), plans[-1]),
+                         ("first call of the session", plans[0])):
+            say("Plan of claimq's claim statement on the backlog, %s (auto_explain with ANALYZE and "
+                "BUFFERS; %s plan):" % (title, plan_kind(plan_text(p))))
+            say()
+            say("```")
+            for line in plan_text(p).splitlines():
+                say(line)
+            say("```")
+            say()
+    RESULTS["extras"]["backlog"] = {"%s/%s" % k: v if k[1] != "small" else
+                                    {"jobs_per_s": v["jobs_per_s"], "wal_per_job": v["wal_per_job"]}
+                                    for k, v in res.items()}
+    RESULTS["extras"]["backlog_plans"] = plans
+    DB.execute("TRUNCATE claimq.job")
+
+
+# ---------------------------------------------------------------------------
+# Wake-up latency of claim(..., wait => '5 seconds').
+
+def run_latency():
+    trials = 50 if ARGS.mode == "quick" else 200
+    set_sync("off")
+    ensure_queue("lat")
+    DB.execute("DELETE FROM claimq.job WHERE queue_id = (SELECT queue_id FROM claimq.queue WHERE name = 'lat')")
+    worker = connect()
+    producer = connect()
+    wpid = worker.info.backend_pid
+    box = {}
+    go = threading.Event()
+    done = threading.Event()
+
+    def work():
+        while True:
+            go.wait()
+            go.clear()
+            if box.get("stop"):
+                return
+            row = worker.execute("SELECT job_id, token FROM claimq.claim('lat', 1, wait => '5 seconds')").fetchone()
+            box["t_return"] = time.perf_counter()
+            box["row"] = row
+            done.set()
+
+    th = threading.Thread(target=work, daemon=True)
+    th.start()
+    sent, acked, enq = [], [], []
+    misses = 0
+    for _ in range(trials):
+        done.clear()
+        go.set()
+        # Wait until the worker sleeps inside claim().
+        deadline = time.time() + 5
+        while time.time() < deadline:
+            w = q("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s AND state = 'active'", (wpid,))
+            if w == "Extension":
+                break
+            time.sleep(0.001)
+        time.sleep(random.uniform(0.0, 0.005))
+        t_send = time.perf_counter()
+        producer.execute("SELECT claimq.enqueue('lat', '{\"n\": 1}')")
+        t_ack = time.perf_counter()
+        done.wait(10)
+        row = box.get("row")
+        if not row:
+            misses += 1
+            continue
+        worker.execute("SELECT claimq.complete(%s, %s)", row)
+        sent.append((box["t_return"] - t_send) * 1000)
+        acked.append((box["t_return"] - t_ack) * 1000)
+        enq.append((t_ack - t_send) * 1000)
+    box["stop"] = True
+    go.set()
+    th.join(2)
+    worker.close()
+    producer.close()
+
+    def pct(v, p):
+        v = sorted(v)
+        return v[min(len(v) - 1, int(math.ceil(p / 100.0 * len(v))) - 1)]
+
+    say()
+    say("== wake-up latency: claim('lat', 1, wait => '5 seconds') waiting, then one enqueue "
+        "commits in another session (%d trials, synchronous_commit = off)" % trials)
+    say()
+    say("| measured from | p50 ms | p99 ms | max ms |")
+    say("|---|---:|---:|---:|")
+    say("| enqueue sent (before its commit) | %.2f | %.2f | %.2f |" % (pct(sent, 50), pct(sent, 99), max(sent)))
+    say("| enqueue commit acknowledged | %.2f | %.2f | %.2f |" % (pct(acked, 50), pct(acked, 99), max(acked)))
+    say("| (the enqueue call itself) | %.2f | %.2f | %.2f |" % (pct(enq, 50), pct(enq, 99), max(enq)))
+    if misses:
+        say("! %d trials returned no job within the wait" % misses)
+    RESULTS["extras"]["latency"] = {"from_send_ms": sent, "from_ack_ms": acked, "misses": misses}
+
+
+# ---------------------------------------------------------------------------
+# Reclaim of 100,000 expired claims in one call.
+
+def run_reclaim():
+    """In a database the background reclaimer does not serve (it serves only
+    claimq.databases = bench), so that nothing reclaims the claims first."""
+    n = 100000
+    with connect() as c:
+        if not c.execute("SELECT 1 FROM pg_database WHERE datname = 'bench_reclaim'").fetchone():
+            c.execute("CREATE DATABASE bench_reclaim")
+    rdb = psycopg.connect("dbname=bench_reclaim", autocommit=True)
+    rq = lambda sql, p=None: rdb.execute(sql, p).fetchone()[0]
+    rdb.execute("SET synchronous_commit = off")
+    if not rq("SELECT count(*) FROM pg_extension WHERE extname = 'claimq'"):
+        rdb.execute("CREATE EXTENSION claimq")
+        rdb.execute("SELECT claimq.create_queue('rq')")
+        rdb.execute("ALTER TABLE claimq.job SET (autovacuum_enabled = false)")
+    rdb.execute("TRUNCATE claimq.job")
+    rdb.execute("CHECKPOINT")
+    for _ in range(n // 10000):
+        rdb.execute("SELECT count(*) FROM claimq.enqueue_many('rq', ARRAY(SELECT jsonb_build_object("
+                    "'task', 'send_email', 'user_id', i) FROM generate_series(1, 10000) i))")
+    for _ in range(n // 10000):
+        rdb.execute("SELECT count(*) FROM claimq.claim('rq', 10000, lease => '1 second')")
+    rdb.execute("VACUUM (ANALYZE) claimq.job")
+    while rq("SELECT max(expires_at) >= clock_timestamp() FROM claimq.job"):
+        time.sleep(0.1)
+    expired = rq("SELECT count(*) FROM claimq.job WHERE expires_at < clock_timestamp()")
+    l0 = rq("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
+    # One call for all of them if max_jobs allows; else calls of the
+    # largest max_jobs accepted until none is left, each timed.
+    calls = []
+    max_jobs = n
+    while True:
+        t0 = time.perf_counter()
+        try:
+            r = rdb.execute("SELECT coalesce(sum(released), 0) FROM claimq.reclaim('rq', %s)",
+                            (max_jobs,)).fetchone()[0]
+        except psycopg.errors.InvalidParameterValue:
+            if max_jobs == 10000:
+                raise
+            max_jobs = 10000
+            continue
+        calls.append((time.perf_counter() - t0, int(r)))
+        if r == 0 or sum(c[1] for c in calls) >= expired:
+            break
+    l1 = rq("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
+    left = rq("SELECT count(*) FROM claimq.job WHERE state = 'claimed'")
+    rdb.execute("TRUNCATE claimq.job")
+    rdb.close()
+    calls = [c for c in calls if c[1] > 0]
+    released = sum(c[1] for c in calls)
+    total = sum(c[0] for c in calls)
+    say()
+    say("== reclaim: %s expired claims, claimq.reclaim('rq', max_jobs => %s) "
+        "(in a database the background reclaimer does not serve)"
+        % ("{:,}".format(expired), "{:,}".format(max_jobs)))
+    say()
+    if max_jobs < n:
+        say("max_jobs above 10,000 is refused, so one call cannot reclaim all %s; "
+            "calls of 10,000 until none is left:" % "{:,}".format(n))
+        say()
+    say("| calls | first call s (jobs) | all calls s | jobs/s | released | WAL B/job | claims left |")
+    say("|---:|---:|---:|---:|---:|---:|---:|")
+    say("| %d | %.3f (%s) | %.2f | %s | %s | %.0f | %d |" % (
+        len(calls), calls[0][0], "{:,}".format(calls[0][1]), total,
+        fmt_rate(released / total if total else 0), "{:,}".format(released),
+        (l1 - l0) / released if released else 0, left))
+    RESULTS["extras"]["reclaim"] = {"calls": calls, "released": released, "expired": expired,
+                                    "wal_bytes": l1 - l0, "left": left, "max_jobs": max_jobs}
+
+
+# ---------------------------------------------------------------------------
+# Sustained: producers and consumers together for minutes.
+
+def run_sustained():
+    secs = ARGS.sustain_seconds
+    set_sync("off")
+    DB.execute("ALTER TABLE claimq.job SET (autovacuum_enabled = true)")
+    cons_clients, prod_clients, batch = 4, 2, 10
+    say()
+    # Consumer capacity, for the default offered load.
+    rate = ARGS.sustain_rate
+    if not rate:
+        cal = run_cell("off", "claimq-lease", cons_clients, batch, 150000)
+        rate = int(cal["jobs_per_s"] * 0.5)
+        log("consumers alone: %s jobs/s; offering %d jobs/s" % (fmt_rate(cal["jobs_per_s"]), rate))
+    DB.execute("TRUNCATE claimq.job")
+    DB.execute("SELECT bench.load_claimq('bench', 10000)")
+    DB.execute("VACUUM (ANALYZE) claimq.job")
+    say("== sustained: %d s, %d producer clients offering %d jobs/s (enqueue_many of %d), "
+        "%d consumer clients (claim %d with wait => '1 second', then complete, lease flow); "
+        "autovacuum on, synchronous_commit = off"
+        % (secs, prod_clients, rate, batch, cons_clients, batch))
+    qid = q("SELECT queue_id FROM claimq.queue WHERE name = 'bench'")
+
+    def sample():
+        r = rows("SELECT (SELECT completed FROM claimq.counters WHERE queue = 'bench' AND database = current_database()),"
+                 " (SELECT last_value FROM claimq.job_id_seq),"
+                 " (SELECT count(*) FROM claimq.job WHERE queue_id = %s AND state = 'pending'),"
+                 " pg_total_relation_size('claimq.job'), pg_relation_size('claimq.job'),"
+                 " pg_current_wal_lsn() - '0/0'::pg_lsn,"
+                 " (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'claimq.job'::regclass),"
+                 " (SELECT autovacuum_count FROM pg_stat_user_tables WHERE relid = 'claimq.job'::regclass)",
+                 (qid,))[0]
+        return [time.time()] + [int(x or 0) for x in r]
+
+    samples = [sample()]
+    cons = pgbench("sustain_consume.sql", cons_clients, secs, batch, progress=60)
+    prod = pgbench("sustain_produce.sql", prod_clients, secs, batch, rate=rate / batch)
+    end = time.time() + secs + 2
+    while time.time() < end:
+        time.sleep(10)
+        samples.append(sample())
+    rc = pgbench_result(cons)
+    pgbench_result(prod)
+    samples.append(sample())
+    DB.execute("ALTER TABLE claimq.job SET (autovacuum_enabled = false)")
+    prog = re.findall(r"progress: ([\d.]+) s, ([\d.]+) tps, lat ([\d.]+) ms", rc["output"])
+    say()
+    say("| minute | enqueued/s | completed/s | ready at end | claimq.job MB (heap) at end | WAL MB | consumer txn ms | autovacuums |")
+    say("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    t_start = samples[0][0]
+    per_min = []
+    for k in range(int(math.ceil(secs / 60.0))):
+        a = min(samples, key=lambda s: abs(s[0] - (t_start + 60 * k)))
+        b = min(samples, key=lambda s: abs(s[0] - (t_start + 60 * (k + 1))))
+        dt = b[0] - a[0]
+        if dt <= 0:
+            continue
+        lat = prog[k][2] if k < len(prog) else "-"
+        row = {"enq": (b[2] - a[2]) / dt, "done": (b[1] - a[1]) / dt, "ready": b[3],
+               "size": b[4], "heap": b[5], "wal": b[6] - a[6], "lat": lat, "av": b[8] - samples[0][8]}
+        per_min.append(row)
+        say("| %d | %s | %s | %s | %s (%s) | %s | %s | %d |" % (
+            k + 1, fmt_rate(row["enq"]), fmt_rate(row["done"]), "{:,}".format(row["ready"]),
+            mb(row["size"]), mb(row["heap"]), mb(row["wal"]), lat, row["av"]))
+    if len(per_min) >= 2:
+        f, l = per_min[0], per_min[-1]
+        say()
+        say("last minute vs first: completed/s %.2f×, table+index size %.2f×"
+            % (l["done"] / f["done"] if f["done"] else float("nan"),
+               l["size"] / f["size"] if f["size"] else float("nan")))
+    RESULTS["extras"]["sustained"] = {"rate": rate, "per_minute": per_min,
+                                      "samples": samples}
+
+
+# ---------------------------------------------------------------------------
+
+def header():
+    settings = ["server_version", "shared_buffers", "max_wal_size", "checkpoint_timeout",
+                "wal_level", "fsync", "full_page_writes", "autovacuum", "jit",
+                "shared_preload_libraries", "claimq.databases", "claimq.reclaim_interval"]
+    vals = {s: q("SELECT current_setting(%s)", (s,)) for s in settings}
+    say("# claimq benchmark (%s)" % ARGS.mode)
+    say()
+    say("Throwaway server, settings: " + ", ".join("%s = %s" % (s, vals[s]) for s in settings)
+        + "; autovacuum_enabled = false on the measured tables (VACUUM ANALYZE before each run);"
+        " synchronous_commit per section below.")
+    say("Machine: %d CPUs, %s MB RAM. pgbench -M prepared, %g s per run, -j min(clients, 4)."
+        % (os.cpu_count(), int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1048576),
+           ARGS.duration))
+    if "matrix" in ARGS.parts:
+        say("Matrix: methods %s; clients %s; batch %s; synchronous_commit %s."
+            % (", ".join(ARGS.methods), ",".join(map(str, ARGS.clients)),
+               ",".join(map(str, ARGS.batches)), ",".join(ARGS.sync)))
+        say("Each run: empty the method's table, CHECKPOINT, load a pool of jobs, VACUUM ANALYZE, "
+            "run; jobs are counted in the database. PgQ: one consumer shared by all clients, "
+            "a batch per tick (ticked every <batch> events at load), no per-job lease.")
+
+
+def main():
+    t0 = time.time()
+    header()
+    if "matrix" in ARGS.parts:
+        run_matrix()
+    for part, fn in (("backlog", run_backlog), ("latency", run_latency),
+                     ("reclaim", run_reclaim), ("sustained", run_sustained)):
+        if part in ARGS.parts:
+            try:
+                retrying("the %s test" % part, fn)
+            except Exception as exc:    # noqa: BLE001
+                if not server_gone(exc):
+                    raise
+                CRASHES.append("the %s test, again" % part)
+                say()
+                say("! the %s test was abandoned: the server went away twice" % part)
+                reconnect()
+    if CRASHES:
+        say()
+        say("! the server crashed and restarted during: " + "; ".join(CRASHES)
+            + ". Those parts were run again. From the server log:")
+        try:
+            with open(os.environ.get("BENCH_SERVER_LOG", "/dev/null")) as f:
+                for line in f:
+                    if "terminated by signal" in line or "was terminated" in line:
+                        say("    " + line.rstrip())
+        except OSError:
+            pass
+    say()
+    say("(%d s in all)" % (time.time() - t0))
+    if ARGS.json:
+        with open(ARGS.json, "w") as f:
+            json.dump({"report": OUT, "results": RESULTS}, f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+-- Benchmark objects: the plain-SQL baseline table, the floor table, the
+-- loaders, and the claimq and PgQ queues.  Run once in the bench database.
+
+CREATE EXTENSION claimq;
+CREATE EXTENSION pgq;
+
+CREATE SCHEMA bench;
+
+-- The baseline: the same columns and indexes as claimq.job, so that the
+-- only difference measured is how a job is claimed and settled.
+CREATE SEQUENCE bench.job_id_seq AS bigint;
+CREATE SEQUENCE bench.token_seq AS bigint;
+
+CREATE TABLE bench.job (
+	job_id		bigint NOT NULL DEFAULT nextval('bench.job_id_seq'),
+	token		bigint,
+	run_at		timestamptz NOT NULL,
+	enqueued_at	timestamptz NOT NULL,
+	expires_at	timestamptz,
+	claimed_at	timestamptz,
+	finished_at	timestamptz,
+	queue_id	integer NOT NULL,
+	priority	integer NOT NULL DEFAULT 0,
+	attempts	integer NOT NULL DEFAULT 0,
+	state		text NOT NULL,
+	worker		text,
+	dedup_key	text,
+	last_error	text,
+	payload		jsonb NOT NULL,
+	PRIMARY KEY (job_id),
+	CHECK (state = ANY ('{pending,claimed,running,dead,done}'::text[])),
+	CHECK ((expires_at IS NOT NULL) = (state = ANY ('{claimed,running}'::text[])))
+);
+CREATE INDEX ON bench.job (queue_id, priority DESC, run_at, job_id)
+	WHERE state = 'pending';
+CREATE INDEX ON bench.job (expires_at) WHERE expires_at IS NOT NULL;
+CREATE UNIQUE INDEX ON bench.job (queue_id, dedup_key)
+	WHERE dedup_key IS NOT NULL AND state = ANY ('{pending,claimed,running}'::text[]);
+CREATE INDEX ON bench.job (queue_id, state, finished_at)
+	WHERE state = ANY ('{done,dead}'::text[]);
+
+-- The floor: a small row per job and nothing else.
+CREATE TABLE bench.floor (
+	id			bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	payload		jsonb NOT NULL
+);
+
+-- Every method carries the same payload.
+CREATE FUNCTION bench.payload(i bigint) RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT jsonb_build_object('task', 'send_email', 'user_id', i, 'template', 'welcome') $$;
+
+CREATE FUNCTION bench.load_baseline(n bigint) RETURNS void
+LANGUAGE sql
+AS $$
+	INSERT INTO bench.job (queue_id, state, run_at, enqueued_at, payload)
+	SELECT 1, 'pending', clock_timestamp(), clock_timestamp(), bench.payload(i)
+	  FROM generate_series(1, n) i;
+$$;
+
+CREATE FUNCTION bench.load_floor(n bigint) RETURNS void
+LANGUAGE sql
+AS $$
+	INSERT INTO bench.floor (payload)
+	SELECT bench.payload(i) FROM generate_series(1, n) i;
+$$;
+
+-- claimq jobs: enqueue_many is not what the matrix measures, and loading
+-- through it costs minutes over a full run, so the loader writes the very
+-- rows enqueue_many would write (pending, ready now, priority 0) straight
+-- into claimq.job.  The backlog test also loads scheduled and dead jobs.
+CREATE FUNCTION bench.load_claimq(queue text, n bigint,
+								  state text DEFAULT 'pending',
+								  run_at timestamptz DEFAULT NULL) RETURNS void
+LANGUAGE sql
+AS $$
+	INSERT INTO claimq.job (queue_id, state, run_at, enqueued_at, finished_at,
+							attempts, last_error, payload)
+	SELECT q.queue_id, load_claimq.state,
+		   coalesce(load_claimq.run_at, clock_timestamp()), clock_timestamp(),
+		   CASE WHEN load_claimq.state = 'dead' THEN clock_timestamp() END,
+		   CASE WHEN load_claimq.state = 'dead' THEN q.max_attempts ELSE 0 END,
+		   CASE WHEN load_claimq.state = 'dead' THEN 'bench: loaded dead' END,
+		   bench.payload(i)
+	  FROM claimq.queue q, generate_series(1, n) i
+	 WHERE q.name = load_claimq.queue;
+$$;
+
+-- PgQ: a fresh queue with one consumer, then n events, ticked every
+-- `batch` events so that each batch the consumer gets holds `batch` events.
+-- Each chunk and each tick is its own transaction.
+CREATE PROCEDURE bench.load_pgq(n bigint, batch int)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	done bigint := 0;
+	k int;
+BEGIN
+	PERFORM pgq.set_queue_config('bench', 'ticker_max_count', '1');
+	PERFORM pgq.set_queue_config('bench', 'ticker_max_lag', '1 hour');
+	PERFORM pgq.set_queue_config('bench', 'ticker_idle_period', '1 hour');
+	COMMIT;
+	WHILE done < n LOOP
+		k := least(batch, n - done);
+		PERFORM pgq.insert_event('bench', 'job', bench.payload(done + i)::text)
+		  FROM generate_series(1, k) i;
+		COMMIT;
+		IF pgq.ticker('bench') IS NULL THEN
+			RAISE EXCEPTION 'pgq ticker made no tick after % events', k;
+		END IF;
+		COMMIT;
+		done := done + k;
+	END LOOP;
+END
+$$;
+
+CREATE FUNCTION bench.reset_pgq() RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	t regclass;
+BEGIN
+	IF EXISTS (SELECT 1 FROM pgq.queue WHERE queue_name = 'bench') THEN
+		PERFORM pgq.drop_queue('bench', true);
+	END IF;
+	PERFORM pgq.create_queue('bench');
+	PERFORM pgq.register_consumer('bench', 'worker');
+	-- The first tick recorded the event sequence before its first nextval;
+	-- draw that value now so that every later tick's count is exact.
+	PERFORM nextval(queue_event_seq) FROM pgq.queue WHERE queue_name = 'bench';
+	FOR t IN
+		SELECT c.oid::regclass FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		 WHERE n.nspname = 'pgq' AND c.relkind = 'r'
+	LOOP
+		EXECUTE format('ALTER TABLE %s SET (autovacuum_enabled = false)', t);
+	END LOOP;
+END
+$$;
+
+-- Events the consumer has finished: the event sequence at its last tick.
+CREATE FUNCTION bench.pgq_consumed() RETURNS bigint
+LANGUAGE sql
+AS $$
+	SELECT t.tick_event_seq
+	  FROM pgq.subscription s
+	  JOIN pgq.queue q ON q.queue_id = s.sub_queue AND q.queue_name = 'bench'
+	  JOIN pgq.tick t ON t.tick_queue = s.sub_queue AND t.tick_id = s.sub_last_tick;
+$$;
+
+-- Table plus index size of each method's storage.
+CREATE FUNCTION bench.method_size(method text) RETURNS bigint
+LANGUAGE sql
+AS $$
+	SELECT CASE
+		WHEN method LIKE 'baseline%' THEN pg_total_relation_size('bench.job')
+		WHEN method LIKE 'claimq%' THEN pg_total_relation_size('claimq.job')
+		WHEN method = 'floor' THEN pg_total_relation_size('bench.floor')
+		WHEN method = 'pgq' THEN (
+			SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)
+			  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			 WHERE n.nspname = 'pgq' AND c.relkind = 'r'
+			   AND (c.relname LIKE 'event\_' || (SELECT queue_id FROM pgq.queue WHERE queue_name = 'bench') || '%'
+					OR c.relname IN ('tick', 'subscription')))
+	END;
+$$;
+
+-- Autovacuum stays on for the server but off for the tables measured: each
+-- run starts after an explicit VACUUM, and nothing vacuums during a run
+-- (the sustained run turns it back on for claimq.job).
+ALTER TABLE bench.job SET (autovacuum_enabled = false);
+ALTER TABLE bench.floor SET (autovacuum_enabled = false);
+ALTER TABLE claimq.job SET (autovacuum_enabled = false);
+
+SELECT claimq.create_queue('bench');
+SELECT bench.reset_pgq();

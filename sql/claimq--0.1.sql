@@ -94,7 +94,9 @@ ALTER SEQUENCE claimq.queue_id_seq OWNED BY claimq.queue.queue_id;
  * about the job must present it.
  */
 CREATE SEQUENCE claimq.job_id_seq AS bigint;
-CREATE SEQUENCE claimq.token_seq AS bigint;
+-- Tokens add the timeline in bits 48 and up (see the C code): the sequence
+-- stays below them.
+CREATE SEQUENCE claimq.token_seq AS bigint MAXVALUE 281474976710655;
 
 CREATE TABLE claimq.job (
 	job_id			bigint NOT NULL

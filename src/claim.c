@@ -13,8 +13,9 @@
  * and reads only the ready range of each, under FOR UPDATE SKIP LOCKED.
  * The cost is O(batch + priorities in use), whatever else the table holds.
  *
- * Every claimed job gets the token drawn once for the call; later calls
- * about the job must present it (see settle.c).
+ * Every claimed job gets the token drawn once for the call (the timeline's
+ * epoch plus the next value of claimq.token_seq); later calls about the
+ * job must present it (see settle.c).
  *
  * With wait > 0 and nothing claimable, the call sleeps on its latch and
  * tries again, until it gets jobs or the wait is over.  With the preload,
@@ -54,10 +55,10 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 			   Tuplestorestate *result, TupleDesc desc)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[6] = {INT4OID, INT4OID, TIMESTAMPTZOID, INTERVALOID,
-	TEXTOID, BOOLOID};
-	Datum		values[6];
-	char		nulls[6] = "      ";
+	Oid			argtypes[7] = {INT4OID, INT4OID, TIMESTAMPTZOID, INTERVALOID,
+	TEXTOID, BOOLOID, INT8OID};
+	Datum		values[7];
+	char		nulls[7] = "       ";
 
 	cq_plan(&plan,
 			"WITH RECURSIVE prio(p) AS ("
@@ -83,7 +84,7 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 			"  UPDATE claimq.job j"
 			"     SET state = CASE WHEN $6 THEN 'running' ELSE 'claimed' END,"
 			"         attempts = j.attempts + CASE WHEN $6 THEN 1 ELSE 0 END,"
-			"         token = (SELECT pg_catalog.nextval('claimq.token_seq')),"
+			"         token = $7 + (SELECT pg_catalog.nextval('claimq.token_seq')),"
 			"         worker = $5, claimed_at = $3, expires_at = $3 + $4"
 			"   WHERE j.job_id = ANY (ARRAY(SELECT p.job_id FROM picked p))"
 			"  RETURNING j.job_id, j.token, j.payload, j.attempts, j.priority,"
@@ -93,7 +94,7 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 			"        u.enqueued_at, u.expires_at"
 			"   FROM upd u"
 			"  ORDER BY u.priority DESC, u.run_at, u.job_id",
-			6, argtypes);
+			7, argtypes);
 
 	values[0] = Int32GetDatum(queue->queue_id);
 	values[1] = Int32GetDatum(max_jobs);
@@ -102,6 +103,7 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	values[4] = worker;
 	nulls[4] = worker_null ? 'n' : ' ';
 	values[5] = BoolGetDatum(start);
+	values[6] = Int64GetDatum(cq_token_epoch());
 	cq_execute(plan, values, nulls, SPI_OK_SELECT);
 
 	cq_count(queue->queue_id, queue->name, CQ_CLAIMED, SPI_processed);

@@ -363,3 +363,17 @@ cq_lock_producers(const char *queue_name)
 						 (uint32) hash, 2);
 	(void) LockAcquire(&tag, ShareLock, false, false);
 }
+
+/*
+ * What to add to a value of claimq.token_seq to make a token: the current
+ * timeline, less one, in the high bits.  On the first timeline tokens are
+ * the sequence's values themselves.  An asynchronous failover can lose
+ * the WAL of claims the old primary made, and with it the sequence's
+ * progress, so the new primary would hand out the same values again; its
+ * timeline is higher, though, and so are its tokens.
+ */
+int64
+cq_token_epoch(void)
+{
+	return ((int64) CQ_TIMELINE() - 1) << CQ_TOKEN_EPOCH_BITS;
+}

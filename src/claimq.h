@@ -152,6 +152,15 @@ extern double cq_interval_span(const Interval *span);
 #define CQ_PRODUCER_LOCK_KEY	1668050289	/* 'clmq' */
 extern void cq_lock_producers(const char *queue_name);
 
+/*
+ * Tokens are the timeline's epoch plus a value of claimq.token_seq, which
+ * stops below 2^48.  After a failover the new primary's sequence may be
+ * behind values the old primary handed out in WAL that never arrived, but
+ * promotion starts a new timeline, so no token repeats (see claimq.c).
+ */
+#define CQ_TOKEN_EPOCH_BITS		48
+extern int64 cq_token_epoch(void);
+
 /* claimq.c: SPI helpers (the caller has done SPI_connect) */
 extern SPIPlanPtr cq_plan(SPIPlanPtr *cache, const char *sql,
 						  int nargs, Oid *argtypes);

@@ -12,6 +12,7 @@
 #ifndef CLAIMQ_COMPAT_H
 #define CLAIMQ_COMPAT_H
 
+#include "access/xlog.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/tuplestore.h"
@@ -67,6 +68,13 @@ static shmem_request_hook_type shmem_request_hook = NULL;
 #define CQ_MY_BACKEND_INDEX()	((int) MyProcNumber)
 #else
 #define CQ_MY_BACKEND_INDEX()	((int) MyBackendId - 1)
+#endif
+
+/* The timeline WAL is written on: PostgreSQL 15 made it a function. */
+#if PG_VERSION_NUM >= 150000
+#define CQ_TIMELINE()	GetWALInsertionTimeLine()
+#else
+#define CQ_TIMELINE()	ThisTimeLineID
 #endif
 
 #endif							/* CLAIMQ_COMPAT_H */

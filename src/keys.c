@@ -152,7 +152,8 @@ claimq_claim_keys(PG_FUNCTION_ARGS)
 	cq_plan(&token_plan, "SELECT pg_catalog.nextval('claimq.token_seq')",
 			0, NULL);
 	cq_execute(token_plan, NULL, NULL, SPI_OK_SELECT);
-	values[2] = cq_spi_value(0, 1, &isnull);
+	values[2] = Int64GetDatum(cq_token_epoch() +
+							  DatumGetInt64(cq_spi_value(0, 1, &isnull)));
 
 	/* Claims won now expire ttl after this one reading of the clock. */
 	now = GetCurrentTimestamp();

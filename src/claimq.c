@@ -29,6 +29,7 @@
 PG_MODULE_MAGIC;
 
 /* Settings; see _PG_init */
+int			cq_node_id = 0;
 char	   *cq_databases = NULL;
 int			cq_reclaim_interval = 1000;
 int			cq_reclaim_batch = 10000;
@@ -48,6 +49,14 @@ void
 _PG_init(void)
 {
 	/* Reloadable settings exist in every session that loads the module. */
+	DefineCustomIntVariable("claimq.node_id",
+							"Node number of this server, kept in the high bits of the job ids it issues.",
+							"Give each server of a sharded deployment its own number.",
+							&cq_node_id,
+							0, 0, CQ_MAX_NODE_ID,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
 	DefineCustomStringVariable("claimq.databases",
 							   "Databases the claimq reclaimer serves, comma-separated.",
 							   NULL,
@@ -376,4 +385,15 @@ int64
 cq_token_epoch(void)
 {
 	return ((int64) CQ_TIMELINE() - 1) << CQ_TOKEN_EPOCH_BITS;
+}
+
+/*
+ * What to add to a value of claimq.job_id_seq to make a job id: this
+ * server's node number in the high bits, so that a router can send every
+ * call about a job to the server that issued it.
+ */
+int64
+cq_job_id_base(void)
+{
+	return (int64) cq_node_id << CQ_TOKEN_EPOCH_BITS;
 }

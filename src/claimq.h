@@ -47,6 +47,8 @@
 #define CQ_MAX_DATABASES	64
 
 /* Settings (claimq.c) */
+#define CQ_MAX_NODE_ID		32767	/* node numbers fill bits 48 to 62 */
+extern int	cq_node_id;
 extern char *cq_databases;
 extern int	cq_reclaim_interval;
 extern int	cq_reclaim_batch;
@@ -160,6 +162,7 @@ extern void cq_lock_producers(const char *queue_name);
  */
 #define CQ_TOKEN_EPOCH_BITS		48
 extern int64 cq_token_epoch(void);
+extern int64 cq_job_id_base(void);
 
 /* claimq.c: SPI helpers (the caller has done SPI_connect) */
 extern SPIPlanPtr cq_plan(SPIPlanPtr *cache, const char *sql,

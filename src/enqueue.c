@@ -12,6 +12,9 @@
  * that job finished in between, the key is free again and the insert is
  * tried once more.
  *
+ * A job's id is this server's node number (claimq.node_id) in the high
+ * bits plus the next value of claimq.job_id_seq.
+ *
  * Every enqueue holds its queue's producer lock in share mode (claimq.h),
  * so a job cannot be inserted into a queue that drop_queue is deleting.
  *
@@ -93,21 +96,23 @@ static int64
 cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[6] = {INT4OID, INT4OID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, TEXTOID, JSONBOID};
-	Datum		values[6];
-	char		nulls[6] = "      ";
+	Oid			argtypes[7] = {INT4OID, INT4OID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, TEXTOID, JSONBOID, INT8OID};
+	Datum		values[7];
+	char		nulls[7] = "       ";
 	bool		isnull;
 
 	cq_plan(&plan,
 			"INSERT INTO claimq.job AS j"
-			" (queue_id, state, priority, run_at, enqueued_at, dedup_key, payload)"
-			" VALUES ($1, 'pending', $2, COALESCE($3, $4), $4, $5, $6)"
+			" (job_id, queue_id, state, priority, run_at, enqueued_at,"
+			"  dedup_key, payload)"
+			" VALUES ($7 + pg_catalog.nextval('claimq.job_id_seq'),"
+			"         $1, 'pending', $2, COALESCE($3, $4), $4, $5, $6)"
 			" ON CONFLICT (queue_id, dedup_key)"
 			"   WHERE dedup_key IS NOT NULL AND state = ANY (" CQ_LIVE_STATES ")"
 			" DO NOTHING"
 			" RETURNING j.job_id",
-			6, argtypes);
+			7, argtypes);
 	values[0] = Int32GetDatum(args->queue.queue_id);
 	values[1] = Int32GetDatum(args->priority);
 	values[2] = args->run_at;
@@ -116,6 +121,7 @@ cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null)
 	values[4] = key;
 	nulls[4] = key_null ? 'n' : ' ';
 	values[5] = payload;
+	values[6] = Int64GetDatum(cq_job_id_base());
 
 	for (int attempt = 0; attempt < CQ_DEDUP_RETRIES; attempt++)
 	{
@@ -184,10 +190,10 @@ Datum
 claimq_enqueue_many(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[6] = {INT4OID, JSONBARRAYOID, TEXTARRAYOID, INT4OID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID};
-	Datum		values[6];
-	char		nulls[6] = "      ";
+	Oid			argtypes[7] = {INT4OID, JSONBARRAYOID, TEXTARRAYOID, INT4OID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID};
+	Datum		values[7];
+	char		nulls[7] = "       ";
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	CqEnqueueArgs args;
 	ArrayType  *payloads;
@@ -220,7 +226,7 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 	cq_plan(&plan,
 			"WITH input AS MATERIALIZED ("
 			"  SELECT u.ord, u.payload, u.dedup_key,"
-			"         pg_catalog.nextval('claimq.job_id_seq') AS job_id"
+			"         $7 + pg_catalog.nextval('claimq.job_id_seq') AS job_id"
 			"    FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3))"
 			"         WITH ORDINALITY"
 			"         AS u(payload, dedup_key, ord)"
@@ -240,7 +246,7 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 			"        i.dedup_key, i.payload"
 			"   FROM input i LEFT JOIN ins ON ins.job_id = i.job_id"
 			"  ORDER BY i.ord",
-			6, argtypes);
+			7, argtypes);
 	values[0] = Int32GetDatum(args.queue.queue_id);
 	values[1] = PointerGetDatum(payloads);
 	values[2] = keys ? PointerGetDatum(keys) : (Datum) 0;
@@ -249,6 +255,7 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 	values[4] = args.run_at;
 	nulls[4] = args.run_at_null ? 'n' : ' ';
 	values[5] = TimestampTzGetDatum(args.now);
+	values[6] = Int64GetDatum(cq_job_id_base());
 	cq_execute(plan, values, nulls, SPI_OK_SELECT);
 
 	{

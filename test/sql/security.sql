@@ -92,16 +92,20 @@ SELECT ok(NOT extrelocatable, 'the extension is not relocatable')
 SELECT is((SELECT n.nspname::text FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
 			WHERE e.extname = 'claimq'), 'claimq', 'the extension lives in schema claimq');
 
--- The install script: no CREATE OR REPLACE, no IF NOT EXISTS, a psql guard.
+-- The install and update scripts: no CREATE OR REPLACE, no IF NOT EXISTS,
+-- a psql guard.
 CREATE TEMP TABLE script AS
-SELECT pg_read_file((SELECT setting FROM pg_config WHERE name = 'SHAREDIR')
-					|| '/extension/claimq--' || extversion || '.sql') AS body
-  FROM pg_extension WHERE extname = 'claimq';
+SELECT string_agg(pg_read_file(d || '/' || f), E'\n' ORDER BY f) AS body,
+	   count(*) AS n,
+	   count(*) FILTER (WHERE pg_read_file(d || '/' || f) ~ '\\echo [^\n]*\\quit') AS guarded
+  FROM (SELECT (SELECT setting FROM pg_config WHERE name = 'SHAREDIR') || '/extension' AS d) x,
+	   pg_ls_dir((SELECT setting FROM pg_config WHERE name = 'SHAREDIR') || '/extension') f
+ WHERE f ~ '^claimq--.*\.sql$';
 SELECT ok(body !~* 'create\s+or\s+replace', 'the install script has no CREATE OR REPLACE')
   FROM script;
 SELECT ok(body !~* 'if\s+not\s+exists', 'the install script has no IF NOT EXISTS')
   FROM script;
-SELECT ok(body ~ '\\echo [^\n]*\\quit', 'the install script refuses to run from psql')
+SELECT ok(n >= 2 AND guarded = n, 'the install script refuses to run from psql')
   FROM script;
 
 --

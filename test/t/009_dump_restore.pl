@@ -164,7 +164,7 @@ for my $what (sort keys %compare)
 is( dbq('dst', q{
 	SELECT e.extversion, cardinality(e.extconfig)
 	  FROM pg_extension e WHERE e.extname = 'claimq'}),
-	'0.1|6',
+	'0.2|6',
 	'the restored extension keeps its six dumped tables and sequences');
 
 # Duties survive the dump; PUBLIC still gets nothing.

@@ -36,7 +36,7 @@
 
 #include "compat.h"
 
-/* Limits from the contract (DESIGN.md, "Limits"). */
+/* Limits from the API contract. */
 #define CQ_MAX_BATCH		10000	/* max_jobs per claim, elements per call */
 #define CQ_MAX_LEASE_USECS	(7 * USECS_PER_DAY)
 /* Retry delays and retention: at most 100 years, so that now + delay fits. */

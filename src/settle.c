@@ -110,7 +110,11 @@ static CqSettleOp cq_extend_op = {
 	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, -1, NULL
 };
 
-/* A completed job is deleted, unless its queue keeps done jobs. */
+/*
+ * A completed job is deleted, unless its queue keeps done jobs.  The
+ * second branch looks the jobs up again, so it is skipped outright (a
+ * one-time filter) while no queue keeps done jobs.
+ */
 static CqSettleOp cq_complete_op = {
 	CQ_INPUT_SQL
 	", del AS ("
@@ -125,6 +129,8 @@ static CqSettleOp cq_complete_op = {
 	"    FROM input i, claimq.queue q"
 	"   WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	"     AND q.keep_done > '0'::interval"
+	"     AND (SELECT pg_catalog.bool_or(k.keep_done > '0'::interval)"
+	"            FROM claimq.queue k)"
 	"  RETURNING i.ord, j.queue_id"
 	")"
 	" SELECT * FROM del UNION ALL SELECT * FROM kept",

@@ -199,13 +199,13 @@ cq_interval_span(const Interval *span)
 }
 
 /*
- * Check a lease or wait argument: greater than zero (or zero, when zero_ok)
- * and at most 7 days.  Returns NULL for a NULL argument; the caller decides
- * whether NULL is allowed.
+ * Check an interval argument: greater than zero (or zero, when zero_ok)
+ * and at most max_usecs, which the message names as max_text.  Returns
+ * NULL for a NULL argument; the caller decides whether NULL is allowed.
  */
 Interval *
-cq_lease_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
-			 bool zero_ok)
+cq_interval_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
+				bool zero_ok, double max_usecs, const char *max_text)
 {
 	Interval   *span;
 	double		usecs;
@@ -214,12 +214,11 @@ cq_lease_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
 		return NULL;
 	span = PG_GETARG_INTERVAL_P(argno);
 	usecs = cq_interval_span(span);
-	if (usecs < 0 || (usecs == 0 && !zero_ok) ||
-		usecs > (double) CQ_MAX_LEASE_USECS)
+	if (usecs < 0 || (usecs == 0 && !zero_ok) || usecs > max_usecs)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must be %s zero and at most 7 days", argname,
-						zero_ok ? "at least" : "greater than")));
+				 errmsg("%s must be %s zero and at most %s", argname,
+						zero_ok ? "at least" : "greater than", max_text)));
 	return span;
 }
 

@@ -136,8 +136,18 @@ typedef struct CqQueue
 extern void cq_arg_not_null(FunctionCallInfo fcinfo, int argno,
 							const char *argname);
 extern char *cq_queue_name_arg(FunctionCallInfo fcinfo, int argno);
-extern Interval *cq_lease_arg(FunctionCallInfo fcinfo, int argno,
-							  const char *argname, bool zero_ok);
+extern Interval *cq_interval_arg(FunctionCallInfo fcinfo, int argno,
+								 const char *argname, bool zero_ok,
+								 double max_usecs, const char *max_text);
+
+/* A lease or wait: at most 7 days. */
+#define cq_lease_arg(fcinfo, argno, argname, zero_ok) \
+	cq_interval_arg(fcinfo, argno, argname, zero_ok, \
+					(double) CQ_MAX_LEASE_USECS, "7 days")
+/* A retry delay or a ttl: at most 100 years. */
+#define cq_delay_arg(fcinfo, argno, argname, zero_ok) \
+	cq_interval_arg(fcinfo, argno, argname, zero_ok, \
+					CQ_MAX_DELAY_USECS, "100 years")
 extern int32 cq_int_arg(FunctionCallInfo fcinfo, int argno,
 						const char *argname, int32 min, int32 max);
 extern ArrayType *cq_array_arg(FunctionCallInfo fcinfo, int argno,

@@ -137,11 +137,7 @@ claimq_claim_keys(PG_FUNCTION_ARGS)
 	(void) cq_scope_arg(fcinfo);
 	keys = cq_array_arg(fcinfo, 1, "keys", false);
 	cq_arg_not_null(fcinfo, 2, "ttl");
-	ttl = PG_GETARG_INTERVAL_P(2);
-	if (cq_interval_span(ttl) <= 0 || cq_interval_span(ttl) > CQ_MAX_DELAY_USECS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ttl must be greater than zero and at most 100 years")));
+	ttl = cq_delay_arg(fcinfo, 2, "ttl", false);
 	nkeys = ArrayGetNItems(ARR_NDIM(keys), ARR_DIMS(keys));
 
 	InitMaterializedSRF(fcinfo, 0);

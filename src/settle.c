@@ -413,19 +413,12 @@ cq_settle_extra(FunctionCallInfo fcinfo, CqSettleOp *op, int argno,
 	{
 		extra[0] = PG_ARGISNULL(argno) ? (Datum) 0 : PG_GETARG_DATUM(argno);
 		extranulls[0] = PG_ARGISNULL(argno) ? 'n' : ' ';
-		extranulls[1] = 'n';
-		if (!PG_ARGISNULL(argno + 1))
 		{
-			Interval   *retry_in = PG_GETARG_INTERVAL_P(argno + 1);
+			Interval   *retry_in = cq_delay_arg(fcinfo, argno + 1, "retry_in",
+												true);
 
-			double		span = cq_interval_span(retry_in);
-
-			if (span < 0 || span > CQ_MAX_DELAY_USECS)
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("retry_in must be at least zero and at most 100 years")));
-			extra[1] = IntervalPGetDatum(retry_in);
-			extranulls[1] = ' ';
+			extra[1] = retry_in ? IntervalPGetDatum(retry_in) : (Datum) 0;
+			extranulls[1] = retry_in ? ' ' : 'n';
 		}
 		cq_arg_not_null(fcinfo, argno + 2, "permanent");
 		extra[2] = PG_GETARG_DATUM(argno + 2);

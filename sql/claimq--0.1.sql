@@ -639,11 +639,7 @@ BEGIN
 	PERFORM claimq.check_queue_name(queue);
 	/* No enqueue may add a live key while this looks for live keys. */
 	PERFORM claimq.lock_producers(queue);
-	SELECT * INTO q FROM claimq.queue t WHERE t.name OPERATOR(pg_catalog.=) queue;
-	IF NOT FOUND THEN
-		RAISE EXCEPTION 'queue "%" does not exist', queue
-			USING ERRCODE = '42704';
-	END IF;
+	q := claimq.lock_queue(queue);
 	/*
 	 * A dead job whose dedup key a live job has taken again stays dead:
 	 * redriving it would make two live jobs with one key.  Of several dead

@@ -13,6 +13,13 @@
  * and reads only the ready range of each, under FOR UPDATE SKIP LOCKED.
  * The cost is O(batch + priorities in use), whatever else the table holds.
  *
+ * The probes walk the index backwards, lowest priority first, so that
+ * each lands on the newest entries of a priority: the oldest ones are
+ * where claimed jobs leave dead index entries until VACUUM, and a forward
+ * probe would step over all of them on every call (the pick itself starts
+ * there anyway).  The picked rows are updated through their ctid, which
+ * the row lock keeps current, rather than looked up again by id.
+ *
  * Every claimed job gets the token drawn once for the call (the timeline's
  * epoch plus the next value of claimq.token_seq); later calls about the
  * job must present it (see settle.c).
@@ -62,23 +69,23 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 
 	cq_plan(&plan,
 			"WITH RECURSIVE prio(p) AS ("
-			"    SELECT pg_catalog.max(j.priority) FROM claimq.job j"
+			"    SELECT pg_catalog.min(j.priority) FROM claimq.job j"
 			"     WHERE j.queue_id = $1 AND j.state = 'pending'"
 			"  UNION ALL"
-			"    SELECT (SELECT pg_catalog.max(j.priority) FROM claimq.job j"
+			"    SELECT (SELECT pg_catalog.min(j.priority) FROM claimq.job j"
 			"             WHERE j.queue_id = $1 AND j.state = 'pending'"
-			"               AND j.priority < prio.p)"
+			"               AND j.priority > prio.p)"
 			"      FROM prio WHERE prio.p IS NOT NULL"
 			"), picked AS MATERIALIZED ("
-			"  SELECT c.job_id"
-			"    FROM prio CROSS JOIN LATERAL ("
-			"      SELECT j.job_id FROM claimq.job j"
+			"  SELECT c.ctid"
+			"    FROM (SELECT prio.p FROM prio WHERE prio.p IS NOT NULL"
+			"           ORDER BY prio.p DESC) prio CROSS JOIN LATERAL ("
+			"      SELECT j.ctid FROM claimq.job j"
 			"       WHERE j.queue_id = $1 AND j.state = 'pending'"
 			"         AND j.priority = prio.p AND j.run_at <= $3"
 			"       ORDER BY j.run_at, j.job_id"
 			"       LIMIT $2"
 			"       FOR UPDATE SKIP LOCKED) c"
-			"   WHERE prio.p IS NOT NULL"
 			"   LIMIT $2"
 			"), upd AS ("
 			"  UPDATE claimq.job j"
@@ -86,7 +93,7 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 			"         attempts = j.attempts + CASE WHEN $6 THEN 1 ELSE 0 END,"
 			"         token = $7 + (SELECT pg_catalog.nextval('claimq.token_seq')),"
 			"         worker = $5, claimed_at = $3, expires_at = $3 + $4"
-			"   WHERE j.job_id = ANY (ARRAY(SELECT p.job_id FROM picked p))"
+			"   WHERE j.ctid = ANY (ARRAY(SELECT p.ctid FROM picked p))"
 			"  RETURNING j.job_id, j.token, j.payload, j.attempts, j.priority,"
 			"            j.enqueued_at, j.expires_at, j.run_at"
 			")"

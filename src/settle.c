@@ -111,17 +111,29 @@ static CqSettleOp cq_extend_op = {
 };
 
 /*
- * A completed job is deleted, unless its queue keeps done jobs.  The
- * second branch looks the jobs up again, so it is skipped outright (a
- * one-time filter) while no queue keeps done jobs.
+ * A completed job is deleted, unless its queue keeps done jobs.  While no
+ * queue keeps done jobs (the usual case), the first branch deletes without
+ * looking each job's queue up; otherwise the other two branches split the
+ * jobs by their queue's setting.  The branches not taken are skipped
+ * outright (one-time filters on the single look at claimq.queue).
  */
 static CqSettleOp cq_complete_op = {
 	CQ_INPUT_SQL
-	", del AS ("
+	", keeping AS MATERIALIZED ("
+	"  SELECT COALESCE(pg_catalog.bool_or(k.keep_done > '0'::interval), false)"
+	"         AS any FROM claimq.queue k"
+	"), del AS ("
+	"  DELETE FROM claimq.job j"
+	"   USING input i"
+	"   WHERE" CQ_FENCE_SQL
+	"     AND NOT (SELECT k.any FROM keeping k)"
+	"  RETURNING i.ord, j.queue_id"
+	"), del_some AS ("
 	"  DELETE FROM claimq.job j"
 	"   USING input i, claimq.queue q"
 	"   WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	"     AND q.keep_done <= '0'::interval"
+	"     AND (SELECT k.any FROM keeping k)"
 	"  RETURNING i.ord, j.queue_id"
 	"), kept AS ("
 	"  UPDATE claimq.job j"
@@ -129,11 +141,11 @@ static CqSettleOp cq_complete_op = {
 	"    FROM input i, claimq.queue q"
 	"   WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	"     AND q.keep_done > '0'::interval"
-	"     AND (SELECT pg_catalog.bool_or(k.keep_done > '0'::interval)"
-	"            FROM claimq.queue k)"
+	"     AND (SELECT k.any FROM keeping k)"
 	"  RETURNING i.ord, j.queue_id"
 	")"
-	" SELECT * FROM del UNION ALL SELECT * FROM kept",
+	" SELECT * FROM del UNION ALL SELECT * FROM del_some"
+	" UNION ALL SELECT * FROM kept",
 	0, {InvalidOid}, 2, false, SPI_OK_SELECT, CQ_COMPLETED, NULL
 };
 

@@ -8,7 +8,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(179);
+SELECT plan(182);
 
 -- Claims made by the tests, by label.  'nope' is a job that never existed.
 CREATE TEMP TABLE h(label text PRIMARY KEY, job_id bigint NOT NULL, token bigint NOT NULL);
@@ -180,6 +180,12 @@ SELECT results_eq($$SELECT outcome FROM claimq.complete(pg_temp.ids('k1'), pg_te
 	ARRAY['stale'], 'complete of a done job: stale');
 SELECT is((SELECT done FROM claimq.queue_stats WHERE queue = 'stl_keep'), 2::bigint,
 	'queue_stats counts the done jobs');
+SELECT ok(pg_temp.take('stl_keep', 'k3') > 0 AND pg_temp.take('stl', 'm2') > 0,
+	'claim k3 on the keep_done queue and m2 on another');
+SELECT results_eq($$SELECT outcome FROM claimq.complete(pg_temp.ids('k3', 'm2'), pg_temp.toks('k3', 'm2'))$$,
+	ARRAY['ok', 'ok'], 'one complete call across a keep_done queue and another');
+SELECT results_eq($$SELECT state FROM claimq.job WHERE job_id = ANY (pg_temp.ids('k3', 'm2'))$$,
+	ARRAY['done'], 'each job settled as its own queue says: kept as done, deleted');
 
 --
 -- fail (the backoff and dead paths are in retry.sql)

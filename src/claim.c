@@ -35,6 +35,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -55,6 +56,11 @@ PG_FUNCTION_INFO_V1(claimq_claim);
 /*
  * Claim up to max_jobs ready jobs of the queue into the result store.
  * Returns how many were claimed.
+ *
+ * The statement returns, after the columns of claim()'s result, each
+ * job's run_at, the lowest priority with pending jobs and the number of
+ * rows picked, which decide whether the queue's floor may be raised (see
+ * floor.c).
  */
 static uint64
 cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
@@ -62,10 +68,15 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 			   Tuplestorestate *result, TupleDesc desc)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[7] = {INT4OID, INT4OID, TIMESTAMPTZOID, INTERVALOID,
-	TEXTOID, BOOLOID, INT8OID};
-	Datum		values[7];
-	char		nulls[7] = "       ";
+	Oid			argtypes[9] = {INT4OID, INT4OID, TIMESTAMPTZOID, INTERVALOID,
+	TEXTOID, BOOLOID, INT8OID, TIMESTAMPTZOID, INT8OID};
+	Datum		values[9];
+	char		nulls[9] = "         ";
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz earliest = DT_NOEND;
+	CqFloor		floor;
+	uint64		claimed;
+	bool		isnull;
 
 	cq_plan(&plan,
 			"WITH RECURSIVE prio(p) AS ("
@@ -83,6 +94,7 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 			"      SELECT j.ctid FROM claimq.job j"
 			"       WHERE j.queue_id = $1 AND j.state = 'pending'"
 			"         AND j.priority = prio.p AND j.run_at <= $3"
+			"         AND (j.run_at, j.job_id) >= ($8, $9)"
 			"       ORDER BY j.run_at, j.job_id"
 			"       LIMIT $2"
 			"       FOR UPDATE SKIP LOCKED) c"
@@ -98,35 +110,61 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 			"            j.enqueued_at, j.expires_at, j.run_at"
 			")"
 			" SELECT u.job_id, u.token, u.payload, u.attempts, u.priority,"
-			"        u.enqueued_at, u.expires_at"
+			"        u.enqueued_at, u.expires_at, u.run_at,"
+			"        (SELECT pg_catalog.min(prio.p) FROM prio),"
+			"        (SELECT pg_catalog.count(*) FROM picked)"
 			"   FROM upd u"
 			"  ORDER BY u.priority DESC, u.run_at, u.job_id",
-			7, argtypes);
+			9, argtypes);
+
+	cq_floor_read(cq_job_relid(), queue->queue_id, now, &floor);
 
 	values[0] = Int32GetDatum(queue->queue_id);
 	values[1] = Int32GetDatum(max_jobs);
-	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
+	values[2] = TimestampTzGetDatum(now);
 	values[3] = IntervalPGetDatum(lease);
 	values[4] = worker;
 	nulls[4] = worker_null ? 'n' : ' ';
 	values[5] = BoolGetDatum(start);
 	values[6] = Int64GetDatum(cq_token_epoch());
+	values[7] = TimestampTzGetDatum(floor.run_at);
+	values[8] = Int64GetDatum(floor.job_id);
 	cq_execute(plan, values, nulls, SPI_OK_SELECT);
+	claimed = SPI_processed;
 
-	cq_count(queue->queue_id, queue->name, CQ_CLAIMED, SPI_processed);
+	cq_count(queue->queue_id, queue->name, CQ_CLAIMED, claimed);
 	if (start)
-		cq_count(queue->queue_id, queue->name, CQ_STARTED, SPI_processed);
+		cq_count(queue->queue_id, queue->name, CQ_STARTED, claimed);
 
-	for (uint64 row = 0; row < SPI_processed; row++)
+	for (uint64 row = 0; row < claimed; row++)
 	{
-		Datum		rowvalues[7];
-		bool		rownulls[7];
+		Datum		rowvalues[10];
+		bool		rownulls[10];
 
 		heap_deform_tuple(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
 						  rowvalues, rownulls);
 		tuplestore_putvalues(result, desc, rowvalues, rownulls);
+		earliest = Min(earliest, DatumGetTimestampTz(rowvalues[7]));
 	}
-	return SPI_processed;
+	if (claimed == 0)
+		return 0;
+
+	/* Should this transaction abort, the jobs are pending again. */
+	cq_claimed_in_xact(queue->queue_id, earliest);
+
+	/*
+	 * The last job claimed is the new floor if it is of the lowest priority
+	 * with pending jobs, every picked row was claimed, and the snapshot was
+	 * taken after the floor was read.
+	 */
+	if (!IsolationUsesXactSnapshot() &&
+		DatumGetInt64(cq_spi_value(claimed - 1, 10, &isnull)) == (int64) claimed &&
+		DatumGetInt32(cq_spi_value(claimed - 1, 5, &isnull)) ==
+		DatumGetInt32(cq_spi_value(claimed - 1, 9, &isnull)))
+		cq_floor_raise(&floor,
+					   DatumGetTimestampTz(cq_spi_value(claimed - 1, 8, &isnull)),
+					   DatumGetInt64(cq_spi_value(claimed - 1, 1, &isnull)));
+	return claimed;
 }
 
 /*

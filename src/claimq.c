@@ -14,6 +14,7 @@
  */
 #include "postgres.h"
 
+#include "catalog/namespace.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "mb/pg_wchar.h"
@@ -23,6 +24,7 @@
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 
 #include "claimq.h"
 
@@ -112,7 +114,8 @@ cq_shmem_request(void)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(add_size(add_size(cq_reclaimer_shmem_size(),
 											 cq_counters_shmem_size()),
-									cq_wakeup_shmem_size()));
+									add_size(cq_wakeup_shmem_size(),
+											 cq_floor_shmem_size())));
 	RequestNamedLWLockTranche("claimq", 1);
 }
 
@@ -129,6 +132,7 @@ cq_shmem_startup(void)
 	cq_reclaimer_shmem_init(lock);
 	cq_counters_shmem_init(lock);
 	cq_wakeup_shmem_init();
+	cq_floor_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 	cq_shmem_ready = true;
 }
@@ -310,6 +314,16 @@ cq_spi_value(int row, int col, bool *isnull)
 {
 	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
 						 col, isnull);
+}
+
+/*
+ * The OID of claimq.job, which tells one installation of the extension in
+ * a database from the next.
+ */
+Oid
+cq_job_relid(void)
+{
+	return get_relname_relid("job", get_namespace_oid("claimq", false));
 }
 
 /*

@@ -96,12 +96,40 @@ extern void cq_register_launcher(void);
 extern PGDLLEXPORT void cq_launcher_main(Datum arg);
 extern PGDLLEXPORT void cq_reclaimer_main(Datum arg);
 
-/* Wake-ups of waiting claims (wakeup.c) */
+/*
+ * What a transaction does to the set of pending jobs (wakeup.c): jobs made
+ * pending wake waiting claims and lower the queue's claim floor once the
+ * commit is visible; jobs claimed lower it again if the claim aborts.
+ */
 extern Size cq_wakeup_shmem_size(void);
 extern void cq_wakeup_shmem_init(void);
 extern bool cq_wait_begin(int32 queue_id);
 extern void cq_wait_end(void);
-extern void cq_wake_on_commit(int32 queue_id);
+extern void cq_ready_on_commit(int32 queue_id, TimestampTz run_at);
+extern void cq_claimed_in_xact(int32 queue_id, TimestampTz run_at);
+
+/* Claim floors (floor.c) */
+typedef struct CqFloor
+{
+	TimestampTz run_at;			/* start the claim at (run_at, job_id) */
+	int64		job_id;
+	int			slot;			/* the rest is for cq_floor_raise */
+	uint64		incarnation;
+	uint64		seq;
+	bool		from_head;
+	TimestampTz read_at;
+} CqFloor;
+
+extern Size cq_floor_shmem_size(void);
+extern void cq_floor_shmem_init(void);
+extern void cq_floor_read(Oid relid, int32 queue_id, TimestampTz now,
+						  CqFloor *floor);
+extern void cq_floor_raise(const CqFloor *floor, TimestampTz run_at,
+						   int64 job_id);
+extern void cq_floor_lower(Oid dboid, Oid relid, int32 queue_id,
+						   TimestampTz run_at);
+extern void cq_floor_drop_database(Oid dboid);
+extern Oid	cq_job_relid(void);
 
 /* The sweep of expired key claims (keys.c) */
 extern uint64 cq_sweep_keys(int32 max_keys);

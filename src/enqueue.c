@@ -148,7 +148,9 @@ cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null)
 static void
 cq_enqueue_notify(CqEnqueueArgs *args)
 {
-	cq_wake_on_commit(args->queue.queue_id);
+	cq_ready_on_commit(args->queue.queue_id,
+					   args->run_at_null ? args->now :
+					   DatumGetTimestampTz(args->run_at));
 	if (args->queue.notify)
 		Async_Notify("claimq", args->queue_name);
 }

@@ -81,7 +81,8 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 			"                                      AND u.run_at < $3),"
 			"        pg_catalog.count(*) FILTER (WHERE u.state = 'pending'"
 			"                                      AND u.run_at >= $3),"
-			"        pg_catalog.count(*) FILTER (WHERE u.state = 'dead')"
+			"        pg_catalog.count(*) FILTER (WHERE u.state = 'dead'),"
+			"        pg_catalog.min(u.run_at) FILTER (WHERE u.state = 'pending')"
 			"   FROM upd u GROUP BY u.queue_id, u.name ORDER BY u.name",
 			3, argtypes);
 
@@ -92,19 +93,23 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 
 	for (uint64 row = 0; row < SPI_processed; row++)
 	{
-		Datum		rowvalues[5];
-		bool		rownulls[5];
+		Datum		rowvalues[6];
+		bool		rownulls[6];
 		int64		n;
 
-		/* queue_id, then the result row: queue, released, retried, dead */
+		/*
+		 * queue_id, then the result row: queue, released, retried, dead;
+		 * then the earliest run_at made pending
+		 */
 		heap_deform_tuple(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
 						  rowvalues, rownulls);
 		n = DatumGetInt64(rowvalues[2]) + DatumGetInt64(rowvalues[3]) +
 			DatumGetInt64(rowvalues[4]);
 		total += n;
 		cq_count_add(&counts, DatumGetInt32(rowvalues[0]), CQ_RECLAIMED, n);
-		if (DatumGetInt64(rowvalues[2]) > 0)
-			cq_wake_on_commit(DatumGetInt32(rowvalues[0]));
+		if (!rownulls[5])
+			cq_ready_on_commit(DatumGetInt32(rowvalues[0]),
+							   DatumGetTimestampTz(rowvalues[5]));
 		cq_count_add(&counts, DatumGetInt32(rowvalues[0]), CQ_DEAD,
 					 DatumGetInt64(rowvalues[4]));
 		if (result)

@@ -182,7 +182,7 @@ static CqSettleOp cq_release_op = {
 	"  FROM input i"
 	" WHERE j.job_id = i.job_id AND j.token = i.token"
 	"   AND j.state = 'claimed'"
-	" RETURNING i.ord, j.queue_id",
+	" RETURNING i.ord, j.queue_id, j.run_at",
 	0, {InvalidOid}, 2, true, SPI_OK_UPDATE_RETURNING, CQ_RELEASED, NULL
 };
 
@@ -313,12 +313,20 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 		if (op->counter >= 0)
 			cq_count_add(&counts, queue_id, op->counter, 1);
 		if (op == &cq_release_op)
-			cq_wake_on_commit(queue_id);
-		if (op == &cq_fail_op &&
-			strcmp(TextDatumGetCString(SPI_getbinval(tuple, settled->tupdesc,
-													 3, &isnull)),
-				   "dead") == 0)
-			cq_count_add(&counts, queue_id, CQ_DEAD, 1);
+			cq_ready_on_commit(queue_id,
+							   DatumGetTimestampTz(SPI_getbinval(tuple,
+																 settled->tupdesc,
+																 3, &isnull)));
+		if (op == &cq_fail_op)
+		{
+			Datum		retry_at = SPI_getbinval(tuple, settled->tupdesc,
+												 4, &isnull);
+
+			if (isnull)
+				cq_count_add(&counts, queue_id, CQ_DEAD, 1);
+			else
+				cq_ready_on_commit(queue_id, DatumGetTimestampTz(retry_at));
+		}
 	}
 	for (int i = 0; i < n; i++)
 		nunsettled += (rowof[i] < 0);
@@ -597,6 +605,6 @@ claimq_release_worker(PG_FUNCTION_ARGS)
 
 	cq_count(queue.queue_id, queue_name, CQ_RELEASED, n);
 	if (n > 0)
-		cq_wake_on_commit(queue.queue_id);
+		cq_ready_on_commit(queue.queue_id, DT_NOBEGIN);
 	PG_RETURN_INT64((int64) n);
 }

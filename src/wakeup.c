@@ -21,6 +21,11 @@
  *
  * Without the preload there are no slots and claim() polls instead.
  *
+ * The same list of queues serves the claim floors (floor.c): at commit
+ * each listed queue's floor is lowered to the earliest run_at this
+ * transaction made pending, and the queues it claimed from are lowered to
+ * the earliest job it claimed when it, or a subtransaction, aborts.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -31,6 +36,7 @@
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
+#include "utils/timestamp.h"
 
 #include "claimq.h"
 
@@ -54,10 +60,25 @@ typedef struct CqWakeShared
 
 static CqWakeShared *cq_wake = NULL;
 
-/* This transaction's queues with newly ready jobs. */
-static int32 cq_ready_queues[CQ_WAKE_QUEUES];
-static int	cq_nready = 0;
-static bool cq_ready_many = false;
+/*
+ * This transaction's queues: those it made jobs pending in (ready) and
+ * those it claimed jobs from (claimed), each with the earliest run_at.
+ * Past CQ_WAKE_QUEUES queues it counts as "many": every waiter of the
+ * database is woken and every floor of it dropped.
+ */
+typedef struct CqXactQueue
+{
+	int32		queue_id;
+	bool		ready;
+	bool		claimed;
+	TimestampTz ready_run_at;
+	TimestampTz claimed_run_at;
+} CqXactQueue;
+
+static CqXactQueue cq_xact_queues[CQ_WAKE_QUEUES];
+static int	cq_nqueues = 0;
+static bool cq_queues_many = false;
+static Oid	cq_xact_relid = InvalidOid;
 static bool cq_callback_registered = false;
 
 Size
@@ -141,49 +162,143 @@ cq_wake_waiters(void)
 		pg_read_barrier();
 		if (slot->dboid != MyDatabaseId)
 			continue;
-		wake = cq_ready_many;
-		for (int q = 0; q < cq_nready && !wake; q++)
-			wake = (cq_ready_queues[q] == slot->queue_id);
+		wake = cq_queues_many;
+		for (int q = 0; q < cq_nqueues && !wake; q++)
+			wake = (cq_xact_queues[q].ready &&
+					cq_xact_queues[q].queue_id == slot->queue_id);
 		if (wake)
 			SetLatch(slot->latch);
+	}
+}
+
+/*
+ * Lower the floors of the listed queues: those made ready (at commit) or
+ * those claimed from (at abort).
+ */
+static void
+cq_lower_floors(bool ready)
+{
+	if (cq_queues_many)
+	{
+		cq_floor_drop_database(MyDatabaseId);
+		return;
+	}
+	for (int q = 0; q < cq_nqueues; q++)
+	{
+		CqXactQueue *xq = &cq_xact_queues[q];
+
+		if (ready ? xq->ready : xq->claimed)
+			cq_floor_lower(MyDatabaseId, cq_xact_relid, xq->queue_id,
+						   ready ? xq->ready_run_at : xq->claimed_run_at);
 	}
 }
 
 static void
 cq_wakeup_xact_callback(XactEvent event, void *arg)
 {
-	if (cq_nready == 0 && !cq_ready_many)
+	if (cq_nqueues == 0 && !cq_queues_many)
 		return;
-	if (event == XACT_EVENT_COMMIT)
-		cq_wake_waiters();
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
-		event == XACT_EVENT_PARALLEL_COMMIT ||
-		event == XACT_EVENT_PARALLEL_ABORT || event == XACT_EVENT_PREPARE)
+	switch (event)
 	{
-		cq_nready = 0;
-		cq_ready_many = false;
+		case XACT_EVENT_COMMIT:
+			cq_wake_waiters();
+			cq_lower_floors(true);
+			break;
+		case XACT_EVENT_ABORT:
+			cq_lower_floors(false);
+			break;
+		case XACT_EVENT_PREPARE:
+			/* Its fate is decided elsewhere; the floors' age limit covers it. */
+			cq_lower_floors(true);
+			cq_lower_floors(false);
+			break;
+		default:
+			return;
 	}
+	cq_nqueues = 0;
+	cq_queues_many = false;
+}
+
+/* Claims of an aborted subtransaction are undone: lower at once. */
+static void
+cq_wakeup_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						   SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		cq_lower_floors(false);
 }
 
 /*
- * Note that this transaction made jobs of the queue ready: waiters on it
- * are woken when the transaction commits.
+ * The entry of a queue in this transaction's list, or NULL once there are
+ * too many to list.
  */
-void
-cq_wake_on_commit(int32 queue_id)
+static CqXactQueue *
+cq_xact_queue(int32 queue_id)
 {
-	if (cq_wake == NULL)
-		return;
+	CqXactQueue *xq;
+
 	if (!cq_callback_registered)
 	{
 		RegisterXactCallback(cq_wakeup_xact_callback, NULL);
+		RegisterSubXactCallback(cq_wakeup_subxact_callback, NULL);
 		cq_callback_registered = true;
 	}
-	for (int q = 0; q < cq_nready; q++)
-		if (cq_ready_queues[q] == queue_id)
-			return;
-	if (cq_nready < CQ_WAKE_QUEUES)
-		cq_ready_queues[cq_nready++] = queue_id;
-	else
-		cq_ready_many = true;
+	if (cq_nqueues == 0 && !cq_queues_many)
+		cq_xact_relid = cq_job_relid();
+	for (int q = 0; q < cq_nqueues; q++)
+		if (cq_xact_queues[q].queue_id == queue_id)
+			return &cq_xact_queues[q];
+	if (cq_nqueues == CQ_WAKE_QUEUES)
+	{
+		cq_queues_many = true;
+		return NULL;
+	}
+	xq = &cq_xact_queues[cq_nqueues++];
+	xq->queue_id = queue_id;
+	xq->ready = xq->claimed = false;
+	xq->ready_run_at = xq->claimed_run_at = DT_NOEND;
+	return xq;
+}
+
+/*
+ * Note that this transaction made jobs of the queue pending, the earliest
+ * at run_at (DT_NOBEGIN if unknown): waiters on the queue are woken and
+ * its floor lowered when the transaction commits.  The floor is lowered
+ * at once as well, for this transaction's own later claims, which see the
+ * jobs already.
+ */
+void
+cq_ready_on_commit(int32 queue_id, TimestampTz run_at)
+{
+	CqXactQueue *xq;
+
+	if (cq_wake == NULL)
+		return;
+	xq = cq_xact_queue(queue_id);
+	if (xq == NULL)
+	{
+		cq_floor_drop_database(MyDatabaseId);
+		return;
+	}
+	xq->ready = true;
+	xq->ready_run_at = Min(xq->ready_run_at, run_at);
+	cq_floor_lower(MyDatabaseId, cq_xact_relid, queue_id, run_at);
+}
+
+/*
+ * Note that this transaction claimed jobs of the queue, the earliest at
+ * run_at: if it aborts, they are pending again.
+ */
+void
+cq_claimed_in_xact(int32 queue_id, TimestampTz run_at)
+{
+	CqXactQueue *xq;
+
+	if (cq_wake == NULL)
+		return;
+	xq = cq_xact_queue(queue_id);
+	if (xq == NULL)
+		return;
+	xq->claimed = true;
+	xq->claimed_run_at = Min(xq->claimed_run_at, run_at);
 }

@@ -1,0 +1,268 @@
+/*-------------------------------------------------------------------------
+ *
+ * floor.c
+ *		Claim floors: where in a queue's ready index a claim may start.
+ *
+ * Every claimed job leaves a dead entry at the head of the partial index
+ * over pending jobs, and VACUUM is what removes it.  Until then each claim
+ * that starts at the head of the index steps over all of them, one index
+ * page per few hundred claimed jobs, so a busy queue's claims slow down by
+ * the minute.  A floor is a position (run_at, job_id) below which the queue
+ * has no pending job; a claim that knows it starts its scan there.
+ *
+ * With shared_preload_libraries = 'claimq', shared memory holds one floor
+ * per recently claimed queue (a fixed number of slots; a queue without one
+ * just starts at the head).  The floor is only ever raised by a claim and
+ * lowered by the transitions that make jobs pending:
+ *
+ *	- A claim that read the floor, then took its statement's snapshot, and
+ *	  claimed every job it picked, of the lowest priority with pending jobs
+ *	  last, raises the floor to the last job it claimed.  Every pending job
+ *	  before that was claimed, skipped as locked by another claim, or not
+ *	  yet visible to it.  It does so only if no lowering happened since it
+ *	  read the floor (the slot's sequence number is unchanged), and only
+ *	  under READ COMMITTED, where its snapshot is younger than its read.
+ *	- A transaction that made jobs pending (enqueue, release, reclaim,
+ *	  fail with a retry) lowers the floor to their earliest run_at once its
+ *	  commit is visible; one that claimed jobs lowers it to the earliest
+ *	  of them when it, or the subtransaction that claimed them, aborts
+ *	  (wakeup.c keeps the list and calls here).
+ *
+ * So a job skipped as locked by a claim that then rolls back, or committed
+ * by a transaction the claim could not see yet, lowers the floor again
+ * before or after the claim raises it; either way no later claim starts
+ * past it.  Whatever else makes a job pending behind the claim's back (a
+ * superuser's UPDATE, ROLLBACK PREPARED, retry_dead, which is plain SQL)
+ * is caught by the age limit: a floor older than CQ_FLOOR_MAX_AGE_MS since
+ * a claim last started at the head of the index is not used, so the next
+ * claim starts at the head again and sets it anew.
+ *
+ * Slots are keyed by database, the OID of claimq.job (a dropped and
+ * re-created extension starts afresh) and queue id.  One spinlock guards
+ * them all; every operation is a few comparisons.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/timestamp.h"
+
+#include "claimq.h"
+
+#define CQ_FLOOR_SLOTS		256
+#define CQ_FLOOR_PROBES		8	/* slots a key may occupy */
+#define CQ_FLOOR_MAX_AGE_MS	1000
+
+typedef struct CqFloorSlot
+{
+	bool		used;
+	Oid			dboid;
+	Oid			relid;
+	int32		queue_id;
+	uint64		incarnation;	/* changes when the slot is (re)assigned */
+	uint64		seq;			/* lowerings so far */
+	bool		valid;			/* run_at, job_id hold a floor */
+	TimestampTz run_at;
+	int64		job_id;
+	TimestampTz head_at;		/* when a claim last started at the head */
+} CqFloorSlot;
+
+typedef struct CqFloorShared
+{
+	slock_t		mutex;
+	uint64		next_incarnation;
+	CqFloorSlot slots[CQ_FLOOR_SLOTS];
+} CqFloorShared;
+
+static CqFloorShared *cq_floors = NULL;
+
+Size
+cq_floor_shmem_size(void)
+{
+	return sizeof(CqFloorShared);
+}
+
+void
+cq_floor_shmem_init(void)
+{
+	bool		found;
+
+	cq_floors = ShmemInitStruct("claimq claim floors", cq_floor_shmem_size(),
+								&found);
+	if (!found)
+	{
+		memset(cq_floors, 0, cq_floor_shmem_size());
+		SpinLockInit(&cq_floors->mutex);
+		cq_floors->next_incarnation = 1;
+	}
+}
+
+static uint32
+cq_floor_home(Oid dboid, Oid relid, int32 queue_id)
+{
+	uint32		h = (uint32) queue_id * 0x9E3779B1u;
+
+	h ^= (uint32) dboid * 0x85EBCA6Bu;
+	h ^= (uint32) relid * 0xC2B2AE35u;
+	return h % CQ_FLOOR_SLOTS;
+}
+
+/*
+ * The slot of a queue, or NULL.  With create, a missing slot is assigned
+ * (without a floor), taking over the least recently reset slot of the
+ * key's probe window if all are used.  Called with the mutex held.
+ */
+static CqFloorSlot *
+cq_floor_slot(Oid dboid, Oid relid, int32 queue_id, bool create)
+{
+	uint32		home = cq_floor_home(dboid, relid, queue_id);
+	CqFloorSlot *victim = NULL;
+
+	for (int i = 0; i < CQ_FLOOR_PROBES; i++)
+	{
+		CqFloorSlot *slot = &cq_floors->slots[(home + i) % CQ_FLOOR_SLOTS];
+
+		if (slot->used && slot->dboid == dboid && slot->relid == relid &&
+			slot->queue_id == queue_id)
+			return slot;
+		if (victim == NULL || !slot->used ||
+			(victim->used && slot->head_at < victim->head_at))
+			victim = slot;
+	}
+	if (!create)
+		return NULL;
+	victim->used = true;
+	victim->dboid = dboid;
+	victim->relid = relid;
+	victim->queue_id = queue_id;
+	victim->incarnation = cq_floors->next_incarnation++;
+	victim->seq = 0;
+	victim->valid = false;
+	victim->head_at = 0;
+	return victim;
+}
+
+/*
+ * Read the floor a claim on the queue may start at, before the claim takes
+ * its snapshot.  Sets floor->run_at and floor->job_id to the position
+ * (-infinity when the claim must start at the head) and remembers what
+ * cq_floor_raise needs.
+ */
+void
+cq_floor_read(Oid relid, int32 queue_id, TimestampTz now, CqFloor *floor)
+{
+	CqFloorSlot *slot;
+
+	floor->run_at = DT_NOBEGIN;
+	floor->job_id = PG_INT64_MIN;
+	floor->slot = -1;
+	if (cq_floors == NULL)
+		return;
+
+	SpinLockAcquire(&cq_floors->mutex);
+	slot = cq_floor_slot(MyDatabaseId, relid, queue_id, true);
+	floor->slot = slot - cq_floors->slots;
+	floor->incarnation = slot->incarnation;
+	floor->seq = slot->seq;
+	floor->from_head = !slot->valid ||
+		TimestampDifferenceExceeds(slot->head_at, now, CQ_FLOOR_MAX_AGE_MS);
+	if (!floor->from_head)
+	{
+		floor->run_at = slot->run_at;
+		floor->job_id = slot->job_id;
+	}
+	SpinLockRelease(&cq_floors->mutex);
+	floor->read_at = now;
+}
+
+/*
+ * After a claim that read floor: raise the queue's floor to the last job
+ * the claim took, unless anything lowered it since the read.  The caller
+ * has checked the other conditions (see the file header).
+ */
+void
+cq_floor_raise(const CqFloor *floor, TimestampTz run_at, int64 job_id)
+{
+	CqFloorSlot *slot;
+
+	if (cq_floors == NULL || floor->slot < 0)
+		return;
+
+	SpinLockAcquire(&cq_floors->mutex);
+	slot = &cq_floors->slots[floor->slot];
+	if (slot->used && slot->incarnation == floor->incarnation &&
+		slot->seq == floor->seq)
+	{
+		if (floor->from_head)
+		{
+			slot->valid = true;
+			slot->run_at = run_at;
+			slot->job_id = job_id;
+			slot->head_at = floor->read_at;
+		}
+		else if (slot->valid &&
+				 (run_at > slot->run_at ||
+				  (run_at == slot->run_at && job_id > slot->job_id)))
+		{
+			slot->run_at = run_at;
+			slot->job_id = job_id;
+		}
+	}
+	SpinLockRelease(&cq_floors->mutex);
+}
+
+/*
+ * Jobs of the queue with run_at at or after run_at became pending (or may
+ * have): lower its floor to there.  DT_NOBEGIN drops the floor.  Called
+ * from transaction callbacks, so it must not fail.
+ */
+void
+cq_floor_lower(Oid dboid, Oid relid, int32 queue_id, TimestampTz run_at)
+{
+	CqFloorSlot *slot;
+
+	if (cq_floors == NULL)
+		return;
+
+	SpinLockAcquire(&cq_floors->mutex);
+	slot = cq_floor_slot(dboid, relid, queue_id, false);
+	if (slot != NULL)
+	{
+		slot->seq++;
+		if (slot->valid && run_at <= slot->run_at)
+		{
+			if (run_at == DT_NOBEGIN)
+				slot->valid = false;
+			slot->run_at = run_at;
+			slot->job_id = PG_INT64_MIN;
+		}
+	}
+	SpinLockRelease(&cq_floors->mutex);
+}
+
+/*
+ * Drop the floors of every queue of a database (a transaction that touched
+ * too many queues to list).
+ */
+void
+cq_floor_drop_database(Oid dboid)
+{
+	if (cq_floors == NULL)
+		return;
+
+	SpinLockAcquire(&cq_floors->mutex);
+	for (int i = 0; i < CQ_FLOOR_SLOTS; i++)
+	{
+		CqFloorSlot *slot = &cq_floors->slots[i];
+
+		if (slot->used && slot->dboid == dboid)
+		{
+			slot->seq++;
+			slot->valid = false;
+		}
+	}
+	SpinLockRelease(&cq_floors->mutex);
+}

@@ -155,7 +155,11 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	/*
 	 * The last job claimed is the new floor if it is of the lowest priority
 	 * with pending jobs, every picked row was claimed, and the snapshot was
-	 * taken after the floor was read.
+	 * taken after the floor was read.  (A picked row goes unclaimed only if
+	 * a transaction that committed after the snapshot updated it and left
+	 * it pending, which no claimq call does; it stays pending, and should
+	 * another claim have passed it meanwhile, the floors' age limit brings
+	 * it back.)
 	 */
 	if (!IsolationUsesXactSnapshot() &&
 		DatumGetInt64(cq_spi_value(claimed - 1, 10, &isnull)) == (int64) claimed &&

@@ -73,7 +73,7 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	Datum		values[9];
 	char		nulls[9] = "         ";
 	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz earliest = DT_NOEND;
+	TimestampTz own_run_at;
 	CqFloor		floor;
 	uint64		claimed;
 	bool		isnull;
@@ -118,6 +118,19 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 			9, argtypes);
 
 	cq_floor_read(cq_job_relid(), queue->queue_id, now, &floor);
+	own_run_at = cq_xact_ready_run_at(queue->queue_id);
+	if (own_run_at <= floor.run_at)
+	{
+		floor.run_at = own_run_at;
+		floor.job_id = PG_INT64_MIN;
+	}
+
+	/*
+	 * Should this transaction abort, whatever the statement locks or claims
+	 * is pending again; all of it is at or past the floor.  Noted before the
+	 * statement runs, which can fail after it locked rows.
+	 */
+	cq_claimed_in_xact(queue->queue_id, floor.run_at);
 
 	values[0] = Int32GetDatum(queue->queue_id);
 	values[1] = Int32GetDatum(max_jobs);
@@ -144,22 +157,16 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 		heap_deform_tuple(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
 						  rowvalues, rownulls);
 		tuplestore_putvalues(result, desc, rowvalues, rownulls);
-		earliest = Min(earliest, DatumGetTimestampTz(rowvalues[7]));
 	}
 	if (claimed == 0)
 		return 0;
 
-	/* Should this transaction abort, the jobs are pending again. */
-	cq_claimed_in_xact(queue->queue_id, earliest);
-
 	/*
 	 * The last job claimed is the new floor if it is of the lowest priority
 	 * with pending jobs, every picked row was claimed, and the snapshot was
-	 * taken after the floor was read.  (A picked row goes unclaimed only if
-	 * a transaction that committed after the snapshot updated it and left
-	 * it pending, which no claimq call does; it stays pending, and should
-	 * another claim have passed it meanwhile, the floors' age limit brings
-	 * it back.)
+	 * taken after the floor was read.  (A picked row goes unclaimed when
+	 * transactions that committed after the snapshot claimed and released
+	 * it; see floor.c.)
 	 */
 	if (!IsolationUsesXactSnapshot() &&
 		DatumGetInt64(cq_spi_value(claimed - 1, 10, &isnull)) == (int64) claimed &&

@@ -107,6 +107,7 @@ extern bool cq_wait_begin(int32 queue_id);
 extern void cq_wait_end(void);
 extern void cq_ready_on_commit(int32 queue_id, TimestampTz run_at);
 extern void cq_claimed_in_xact(int32 queue_id, TimestampTz run_at);
+extern TimestampTz cq_xact_ready_run_at(int32 queue_id);
 
 /* Claim floors (floor.c) */
 typedef struct CqFloor

@@ -31,11 +31,17 @@
  * So a job skipped as locked by a claim that then rolls back, or committed
  * by a transaction the claim could not see yet, lowers the floor again
  * before or after the claim raises it; either way no later claim starts
- * past it.  Whatever else makes a job pending behind the claim's back (a
- * superuser's UPDATE, ROLLBACK PREPARED, retry_dead, which is plain SQL)
- * is caught by the age limit: a floor older than CQ_FLOOR_MAX_AGE_MS since
- * a claim last started at the head of the index is not used, so the next
- * claim starts at the head again and sets it anew.
+ * past it.  Whatever else makes a job pending behind the claims' back is
+ * caught by the age limit: a floor older than CQ_FLOOR_MAX_AGE_MS since a
+ * claim last started at the head of the index is not used, so the next
+ * claim starts at the head again and sets it anew.  Such cases: a
+ * superuser's UPDATE; ROLLBACK PREPARED; retry_dead (plain SQL); a
+ * drop_queue or purge_queue that deleted pending jobs and then failed
+ * (claims skipped the rows it had locked); and a claim whose snapshot saw a
+ * job pending that another claim then took and released, both committing
+ * before this claim locked it: the lock lands on the released version,
+ * which the claim's snapshot cannot update, so the job stays pending and
+ * locked until the claim's transaction ends.
  *
  * Slots are keyed by database, the OID of claimq.job (a dropped and
  * re-created extension starts afresh) and queue id.  One spinlock guards
@@ -45,6 +51,7 @@
  */
 #include "postgres.h"
 
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
@@ -103,11 +110,9 @@ cq_floor_shmem_init(void)
 static uint32
 cq_floor_home(Oid dboid, Oid relid, int32 queue_id)
 {
-	uint32		h = (uint32) queue_id * 0x9E3779B1u;
+	uint32		key[3] = {dboid, relid, (uint32) queue_id};
 
-	h ^= (uint32) dboid * 0x85EBCA6Bu;
-	h ^= (uint32) relid * 0xC2B2AE35u;
-	return h % CQ_FLOOR_SLOTS;
+	return hash_bytes((const unsigned char *) key, sizeof(key)) % CQ_FLOOR_SLOTS;
 }
 
 /*
@@ -167,7 +172,8 @@ cq_floor_read(Oid relid, int32 queue_id, TimestampTz now, CqFloor *floor)
 	floor->slot = slot - cq_floors->slots;
 	floor->incarnation = slot->incarnation;
 	floor->seq = slot->seq;
-	floor->from_head = !slot->valid ||
+	/* A clock that went backwards ages the floor out too. */
+	floor->from_head = !slot->valid || now < slot->head_at ||
 		TimestampDifferenceExceeds(slot->head_at, now, CQ_FLOOR_MAX_AGE_MS);
 	if (!floor->from_head)
 	{

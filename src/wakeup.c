@@ -201,8 +201,9 @@ cq_wakeup_xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_COMMIT:
-			cq_wake_waiters();
+			/* Lower first: a woken waiter must find the floor lowered. */
 			cq_lower_floors(true);
+			cq_wake_waiters();
 			break;
 		case XACT_EVENT_ABORT:
 			cq_lower_floors(false);
@@ -301,4 +302,21 @@ cq_claimed_in_xact(int32 queue_id, TimestampTz run_at)
 		return;
 	xq->claimed = true;
 	xq->claimed_run_at = Min(xq->claimed_run_at, run_at);
+}
+
+/*
+ * The earliest run_at at which this transaction made jobs of the queue
+ * pending (DT_NOEND if none): its own claims start no later than that,
+ * whatever floor other sessions' claims have set meanwhile, since those
+ * could not see the jobs.
+ */
+TimestampTz
+cq_xact_ready_run_at(int32 queue_id)
+{
+	if (cq_queues_many)
+		return DT_NOBEGIN;
+	for (int q = 0; q < cq_nqueues; q++)
+		if (cq_xact_queues[q].queue_id == queue_id && cq_xact_queues[q].ready)
+			return cq_xact_queues[q].ready_run_at;
+	return DT_NOEND;
 }

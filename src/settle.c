@@ -206,6 +206,14 @@ typedef struct CqJobEntry
 	int32		queue_id;
 } CqJobEntry;
 
+/* An int8[] of n elements, for a statement's parameter. */
+static Datum
+cq_int8_array(Datum *elems, int n)
+{
+	return PointerGetDatum(construct_array(elems, n, INT8OID, sizeof(int64),
+										   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
 /*
  * Why a pair was not settled: look up the jobs of the unsettled pairs as
  * they are now.  Fills jobs (keyed by job_id); the caller has connected
@@ -223,9 +231,7 @@ cq_unsettled_jobs(int64 *ids, int nids)
 
 	for (int i = 0; i < nids; i++)
 		elems[i] = Int64GetDatum(ids[i]);
-	values[0] = PointerGetDatum(construct_array(elems, nids, INT8OID,
-												sizeof(int64), FLOAT8PASSBYVAL,
-												TYPALIGN_DOUBLE));
+	values[0] = cq_int8_array(elems, nids);
 	cq_plan(&plan,
 			"SELECT j.job_id, j.token, j.state = 'running', j.queue_id"
 			"  FROM claimq.job j WHERE j.job_id = ANY ($1)",
@@ -285,12 +291,8 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 		nulls[3 + i] = extranulls[i];
 	}
 	cq_plan(&op->plan, op->sql, 3 + op->nextra, argtypes);
-	values[0] = PointerGetDatum(construct_array(ids, n, INT8OID,
-												sizeof(int64), FLOAT8PASSBYVAL,
-												TYPALIGN_DOUBLE));
-	values[1] = PointerGetDatum(construct_array(tokens, n, INT8OID,
-												sizeof(int64), FLOAT8PASSBYVAL,
-												TYPALIGN_DOUBLE));
+	values[0] = cq_int8_array(ids, n);
+	values[1] = cq_int8_array(tokens, n);
 	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
 	cq_execute(op->plan, values, nulls, op->spi_ok);
 	settled = SPI_tuptable;

@@ -117,7 +117,7 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 			"  ORDER BY u.priority DESC, u.run_at, u.job_id",
 			9, argtypes);
 
-	cq_floor_read(cq_job_relid(), queue->queue_id, now, &floor);
+	cq_floor_read(queue->queue_id, now, &floor);
 	own_run_at = cq_xact_ready_run_at(queue->queue_id);
 	if (own_run_at <= floor.run_at)
 	{

@@ -123,8 +123,7 @@ typedef struct CqFloor
 
 extern Size cq_floor_shmem_size(void);
 extern void cq_floor_shmem_init(void);
-extern void cq_floor_read(Oid relid, int32 queue_id, TimestampTz now,
-						  CqFloor *floor);
+extern void cq_floor_read(int32 queue_id, TimestampTz now, CqFloor *floor);
 extern void cq_floor_raise(const CqFloor *floor, TimestampTz run_at,
 						   int64 job_id);
 extern void cq_floor_lower(Oid dboid, Oid relid, int32 queue_id,

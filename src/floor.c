@@ -157,9 +157,10 @@ cq_floor_slot(Oid dboid, Oid relid, int32 queue_id, bool create)
  * cq_floor_raise needs.
  */
 void
-cq_floor_read(Oid relid, int32 queue_id, TimestampTz now, CqFloor *floor)
+cq_floor_read(int32 queue_id, TimestampTz now, CqFloor *floor)
 {
 	CqFloorSlot *slot;
+	Oid			relid;
 
 	floor->run_at = DT_NOBEGIN;
 	floor->job_id = PG_INT64_MIN;
@@ -167,6 +168,7 @@ cq_floor_read(Oid relid, int32 queue_id, TimestampTz now, CqFloor *floor)
 	if (cq_floors == NULL)
 		return;
 
+	relid = cq_job_relid();
 	SpinLockAcquire(&cq_floors->mutex);
 	slot = cq_floor_slot(MyDatabaseId, relid, queue_id, true);
 	floor->slot = slot - cq_floors->slots;

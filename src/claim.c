@@ -20,9 +20,9 @@
  * there anyway).  The picked rows are updated through their ctid, which
  * the row lock keeps current, rather than looked up again by id.
  *
- * Every claimed job gets the token drawn once for the call (the timeline's
- * epoch plus the next value of claimq.token_seq); later calls about the
- * job must present it (see settle.c).
+ * Every claimed job gets a token of its own (token.c), which later calls
+ * about the job must present (see settle.c); a caller that mixes up two
+ * ids of one batch is refused rather than settling the wrong job.
  *
  * With wait > 0 and nothing claimable, the call sleeps on its latch and
  * tries again, until it gets jobs or the wait is over.  With the preload,
@@ -103,7 +103,7 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 			"  UPDATE claimq.job j"
 			"     SET state = CASE WHEN $6 THEN 'running' ELSE 'claimed' END,"
 			"         attempts = j.attempts + CASE WHEN $6 THEN 1 ELSE 0 END,"
-			"         token = $7 + (SELECT pg_catalog.nextval('claimq.token_seq')),"
+			"         token = $7 + pg_catalog.nextval('claimq.token_seq'),"
 			"         worker = $5, claimed_at = $3, expires_at = $3 + $4"
 			"   WHERE j.ctid = ANY (ARRAY(SELECT p.ctid FROM picked p))"
 			"  RETURNING j.job_id, j.token, j.payload, j.attempts, j.priority,"
@@ -160,6 +160,7 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	}
 	if (claimed == 0)
 		return 0;
+	cq_tokens_durable();
 
 	/*
 	 * The last job claimed is the new floor if it is of the lowest priority
@@ -202,7 +203,9 @@ claimq_claim(PG_FUNCTION_ARGS)
 	start = PG_GETARG_BOOL(4);
 	cq_arg_not_null(fcinfo, 5, "wait");
 	wait = cq_lease_arg(fcinfo, 5, "wait", true);
-	deadline = GetCurrentTimestamp() + (int64) cq_interval_span(wait);
+	deadline = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+													   TimestampTzGetDatum(GetCurrentTimestamp()),
+													   IntervalPGetDatum(wait)));
 
 	InitMaterializedSRF(fcinfo, 0);
 

@@ -17,6 +17,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
+#include "jit/jit.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
@@ -25,6 +26,7 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
+#include "utils/plancache.h"
 
 #include "claimq.h"
 
@@ -191,39 +193,89 @@ cq_queue_name_arg(FunctionCallInfo fcinfo, int argno)
 	return text_to_cstring(arg);
 }
 
-/*
- * Length of an interval in microseconds, months counted as 30 days and
- * days as 24 hours, in double precision so that no input can overflow.
- */
-double
-cq_interval_span(const Interval *span)
-{
-	return (double) span->month * DAYS_PER_MONTH * USECS_PER_DAY +
-		(double) span->day * USECS_PER_DAY + (double) span->time;
-}
+/* The upper bounds of interval arguments (claimq.h). */
+const Interval cq_max_lease = {.time = 0,.day = 7,.month = 0};
+const Interval cq_max_delay = {.time = 0,.day = 0,.month = 100 * MONTHS_PER_YEAR};
 
 /*
- * Check an interval argument: greater than zero (or zero, when zero_ok)
- * and at most max_usecs, which the message names as max_text.  Returns
- * NULL for a NULL argument; the caller decides whether NULL is allowed.
+ * Check an interval the way it will be used: added to the wall clock.  It
+ * is valid when now < now + span <= now + max (now <= now + span, when
+ * zero_ok), so that a month is as long as the calendar says at this moment
+ * and "-10 months 302 days" is not taken for two days.  Raises 22023
+ * naming argname and max_text.
  */
-Interval *
-cq_interval_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
-				bool zero_ok, double max_usecs, const char *max_text)
+void
+cq_interval_check(const Interval *span, const char *argname, bool zero_ok,
+				  const Interval *max, const char *max_text)
 {
-	Interval   *span;
-	double		usecs;
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz end;
+	TimestampTz limit;
+	bool		valid = false;
 
-	if (PG_ARGISNULL(argno))
-		return NULL;
-	span = PG_GETARG_INTERVAL_P(argno);
-	usecs = cq_interval_span(span);
-	if (usecs < 0 || (usecs == 0 && !zero_ok) || usecs > max_usecs)
+	/*
+	 * No field of a valid span comes near what would take the sum out of
+	 * the timestamp range; refuse those before adding.
+	 */
+	if (Abs(span->month) <= 10 * max->month + 12 &&
+		Abs(span->day) <= 10 * (max->day + 31 * max->month) + 31 &&
+		span->time / USECS_PER_DAY >= -10 * (max->day + 31 * (int64) max->month) - 31 &&
+		span->time / USECS_PER_DAY <= 10 * (max->day + 31 * (int64) max->month) + 31)
+	{
+		end = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+													  TimestampTzGetDatum(now),
+													  IntervalPGetDatum(span)));
+		limit = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+														TimestampTzGetDatum(now),
+														IntervalPGetDatum(max)));
+		valid = (zero_ok ? end >= now : end > now) && end <= limit;
+	}
+	if (!valid)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s must be %s zero and at most %s", argname,
 						zero_ok ? "at least" : "greater than", max_text)));
+}
+
+/*
+ * Fetch an interval argument and check it (cq_interval_check).  Returns
+ * NULL for a NULL argument; the caller decides whether NULL is allowed.
+ */
+Interval *
+cq_interval_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
+				bool zero_ok, const Interval *max, const char *max_text)
+{
+	Interval   *span;
+
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	span = PG_GETARG_INTERVAL_P(argno);
+	cq_interval_check(span, argname, zero_ok, max, max_text);
 	return span;
+}
+
+/*
+ * check_queue_settings(lease, run_lease, max_attempts, retry_base,
+ * retry_max, keep_done, keep_dead) returns void: the checks of
+ * create_queue and alter_queue, with the rules every C entry point uses.
+ * NULL passes (alter_queue: unchanged).
+ */
+PG_FUNCTION_INFO_V1(claimq_check_queue_settings);
+
+Datum
+claimq_check_queue_settings(PG_FUNCTION_ARGS)
+{
+	(void) cq_lease_arg(fcinfo, 0, "lease", false);
+	(void) cq_lease_arg(fcinfo, 1, "run_lease", false);
+	if (!PG_ARGISNULL(2) && PG_GETARG_INT32(2) < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_attempts must be at least 1")));
+	(void) cq_delay_arg(fcinfo, 3, "retry_base", true);
+	(void) cq_delay_arg(fcinfo, 4, "retry_max", true);
+	(void) cq_delay_arg(fcinfo, 5, "keep_done", true);
+	(void) cq_delay_arg(fcinfo, 6, "keep_dead", true);
+	PG_RETURN_VOID();
 }
 
 /*
@@ -296,11 +348,34 @@ cq_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 
 /*
  * Run a kept plan and insist on the expected SPI result code.
+ *
+ * The plan is generic and kept, so it must not depend on settings meant
+ * for the caller's own queries: whatever jit and plan_cache_mode say, it
+ * is never JIT-compiled (the claim statement's estimated cost follows the
+ * table's statistics, and compiling it would cost more than running it)
+ * and never planned again per call.  Both are decided when the statement
+ * is planned, which happens inside SPI_execute_plan: the first time, and
+ * again whenever the plan is invalidated.
  */
 void
 cq_execute(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
 {
-	int			ret = SPI_execute_plan(plan, values, nulls, false, 0);
+	bool		save_jit = jit_enabled;
+	int			save_plan_cache_mode = plan_cache_mode;
+	int			ret;
+
+	jit_enabled = false;
+	plan_cache_mode = PLAN_CACHE_MODE_FORCE_GENERIC_PLAN;
+	PG_TRY();
+	{
+		ret = SPI_execute_plan(plan, values, nulls, false, 0);
+	}
+	PG_FINALLY();
+	{
+		jit_enabled = save_jit;
+		plan_cache_mode = save_plan_cache_mode;
+	}
+	PG_END_TRY();
 
 	if (ret != expected)
 		elog(ERROR, "unexpected SPI result: %s", SPI_result_code_string(ret));
@@ -384,20 +459,6 @@ cq_lock_producers(const char *queue_name)
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) CQ_PRODUCER_LOCK_KEY,
 						 (uint32) hash, 2);
 	(void) LockAcquire(&tag, ShareLock, false, false);
-}
-
-/*
- * What to add to a value of claimq.token_seq to make a token: the current
- * timeline, less one, in the high bits.  On the first timeline tokens are
- * the sequence's values themselves.  An asynchronous failover can lose
- * the WAL of claims the old primary made, and with it the sequence's
- * progress, so the new primary would hand out the same values again; its
- * timeline is higher, though, and so are its tokens.
- */
-int64
-cq_token_epoch(void)
-{
-	return ((int64) CQ_TIMELINE() - 1) << CQ_TOKEN_EPOCH_BITS;
 }
 
 /*

@@ -14,6 +14,7 @@
  *		keys.c		dedup key claims: claim, release, sweep
  *		reclaimer.c	the background worker that runs reclaim.c, prune.c and
  *					the key sweep on a timer
+ *		token.c		fencing tokens, never handed out twice
  *		counters.c	shared per-queue counters
  *		wakeup.c	waking claims that wait for work
  *
@@ -38,9 +39,6 @@
 
 /* Limits from the API contract. */
 #define CQ_MAX_BATCH		10000	/* max_jobs per claim, elements per call */
-#define CQ_MAX_LEASE_USECS	(7 * USECS_PER_DAY)
-/* Retry delays and retention: at most 100 years, so that now + delay fits. */
-#define CQ_MAX_DELAY_USECS	(100 * 365.25 * USECS_PER_DAY)
 #define CQ_QUEUE_NAME_MAX	63
 
 /* At most this many databases are served by the reclaimer. */
@@ -164,23 +162,25 @@ typedef struct CqQueue
 extern void cq_arg_not_null(FunctionCallInfo fcinfo, int argno,
 							const char *argname);
 extern char *cq_queue_name_arg(FunctionCallInfo fcinfo, int argno);
+extern void cq_interval_check(const Interval *span, const char *argname,
+							  bool zero_ok, const Interval *max,
+							  const char *max_text);
 extern Interval *cq_interval_arg(FunctionCallInfo fcinfo, int argno,
 								 const char *argname, bool zero_ok,
-								 double max_usecs, const char *max_text);
+								 const Interval *max, const char *max_text);
 
 /* A lease or wait: at most 7 days. */
+extern const Interval cq_max_lease;
 #define cq_lease_arg(fcinfo, argno, argname, zero_ok) \
-	cq_interval_arg(fcinfo, argno, argname, zero_ok, \
-					(double) CQ_MAX_LEASE_USECS, "7 days")
-/* A retry delay or a ttl: at most 100 years. */
+	cq_interval_arg(fcinfo, argno, argname, zero_ok, &cq_max_lease, "7 days")
+/* A retry delay, a retention or a ttl: at most 100 years. */
+extern const Interval cq_max_delay;
 #define cq_delay_arg(fcinfo, argno, argname, zero_ok) \
-	cq_interval_arg(fcinfo, argno, argname, zero_ok, \
-					CQ_MAX_DELAY_USECS, "100 years")
+	cq_interval_arg(fcinfo, argno, argname, zero_ok, &cq_max_delay, "100 years")
 extern int32 cq_int_arg(FunctionCallInfo fcinfo, int argno,
 						const char *argname, int32 min, int32 max);
 extern ArrayType *cq_array_arg(FunctionCallInfo fcinfo, int argno,
 							   const char *argname, bool nulls_ok);
-extern double cq_interval_span(const Interval *span);
 
 /*
  * The producer lock of a queue: a transaction-level advisory lock on
@@ -193,13 +193,15 @@ extern double cq_interval_span(const Interval *span);
 extern void cq_lock_producers(const char *queue_name);
 
 /*
- * Tokens are the timeline's epoch plus a value of claimq.token_seq, which
- * stops below 2^48.  After a failover the new primary's sequence may be
- * behind values the old primary handed out in WAL that never arrived, but
- * promotion starts a new timeline, so no token repeats (see claimq.c).
+ * Tokens (token.c): the timeline's epoch in bits 48 and up plus a value of
+ * claimq.token_seq, which stays below 2^48; durable before they are handed
+ * out, so that none repeats after a crash or a failover.
  */
 #define CQ_TOKEN_EPOCH_BITS		48
 extern int64 cq_token_epoch(void);
+extern void cq_tokens_durable(void);
+
+/* Job ids (claimq.c): claimq.node_id in bits 48 and up. */
 extern int64 cq_job_id_base(void);
 
 /* claimq.c: SPI helpers (the caller has done SPI_connect) */

@@ -150,6 +150,7 @@ claimq_claim_keys(PG_FUNCTION_ARGS)
 	cq_execute(token_plan, NULL, NULL, SPI_OK_SELECT);
 	values[2] = Int64GetDatum(cq_token_epoch() +
 							  DatumGetInt64(cq_spi_value(0, 1, &isnull)));
+	cq_tokens_durable();
 
 	/* Claims won now expire ttl after this one reading of the clock. */
 	now = GetCurrentTimestamp();

@@ -33,6 +33,7 @@
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
+#include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
@@ -48,6 +49,7 @@ typedef struct CqWaitSlot
 	pg_atomic_uint32 waiting;	/* 1 while the owner waits */
 	Oid			dboid;
 	int32		queue_id;
+	int			pid;
 	Latch	   *latch;
 } CqWaitSlot;
 
@@ -59,6 +61,8 @@ typedef struct CqWakeShared
 } CqWakeShared;
 
 static CqWakeShared *cq_wake = NULL;
+
+static void cq_wait_exit(int code, Datum arg);
 
 /*
  * This transaction's queues: those it made jobs pending in (ready) and
@@ -80,6 +84,7 @@ static int	cq_nqueues = 0;
 static bool cq_queues_many = false;
 static Oid	cq_xact_relid = InvalidOid;
 static bool cq_callback_registered = false;
+static bool cq_exit_callback_registered = false;
 
 Size
 cq_wakeup_shmem_size(void)
@@ -125,8 +130,20 @@ cq_wait_begin(int32 queue_id)
 
 	if (slot == NULL)
 		return false;
+
+	/*
+	 * A wait ended by FATAL (pg_terminate_backend, say) unwinds no
+	 * PG_FINALLY: leave the slot on the way out instead, or it would count
+	 * as waiting for ever.
+	 */
+	if (!cq_exit_callback_registered)
+	{
+		before_shmem_exit(cq_wait_exit, (Datum) 0);
+		cq_exit_callback_registered = true;
+	}
 	slot->dboid = MyDatabaseId;
 	slot->queue_id = queue_id;
+	slot->pid = MyProcPid;
 	slot->latch = MyLatch;
 	pg_write_barrier();
 	pg_atomic_write_u32(&slot->waiting, 1);
@@ -145,6 +162,45 @@ cq_wait_end(void)
 		return;
 	pg_atomic_write_u32(&slot->waiting, 0);
 	pg_atomic_fetch_sub_u32(&cq_wake->nwaiting, 1);
+}
+
+static void
+cq_wait_exit(int code, Datum arg)
+{
+	cq_wait_end();
+}
+
+/*
+ * waiting_claims() returns table(pid, queue_id): the claims of this
+ * database that wait for work now (nothing without the preload).  For
+ * diagnosis; no duty includes it.
+ */
+PG_FUNCTION_INFO_V1(claimq_waiting_claims);
+
+Datum
+claimq_waiting_claims(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (cq_wake == NULL)
+		return (Datum) 0;
+	for (int i = 0; i < cq_wake->nslots; i++)
+	{
+		CqWaitSlot *slot = &cq_wake->slots[i];
+		Datum		values[2];
+		bool		nulls[2] = {false, false};
+
+		if (pg_atomic_read_u32(&slot->waiting) == 0)
+			continue;
+		pg_read_barrier();
+		if (slot->dboid != MyDatabaseId)
+			continue;
+		values[0] = Int32GetDatum(slot->pid);
+		values[1] = Int32GetDatum(slot->queue_id);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
 }
 
 static void

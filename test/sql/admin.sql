@@ -7,7 +7,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(178);
+SELECT plan(181);
 
 -- The settings of a queue, as stored.
 CREATE FUNCTION pg_temp.settings(q text)
@@ -129,7 +129,10 @@ SELECT throws_ok(format('SELECT claimq.create_queue(%L, %s => %L)',
 			   (11, 'retry_base', '-1 microsecond'),
 			   (12, 'retry_max', '-1 second'),
 			   (13, 'keep_done', '-1 second'),
-			   (14, 'keep_dead', '-1 day')) t(i, s, v);
+			   (14, 'keep_dead', '-1 day'),
+			   (15, 'lease', '-10 months 302 days'),
+			   (16, 'retry_base', '101 years'),
+			   (17, 'keep_dead', '-10 months 302 days')) t(i, s, v);
 SELECT throws_ok(format('SELECT claimq.create_queue(%L, %s => NULL)',
 						'adm_null_' || s, s), '22004', NULL,
 	format('create_queue refuses %s => NULL with 22004', s))

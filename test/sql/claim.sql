@@ -7,7 +7,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(65);
+SELECT plan(68);
 
 SELECT lives_ok($$SELECT claimq.create_queue('clm', lease => '30 seconds',
 	run_lease => '5 minutes')$$, 'create queue clm');
@@ -78,12 +78,17 @@ SELECT results_eq($$SELECT c.expires_at FROM c1 c ORDER BY c.ord$$,
 	'the jobs view shows the expiry claim returned');
 
 -- tokens and workers
-SELECT is((SELECT count(DISTINCT token) FROM c1 WHERE token IS NOT NULL), 1::bigint,
-	'the jobs of one claim share one token');
-SELECT is((SELECT count(DISTINCT token) FROM c2 WHERE token IS NOT NULL), 1::bigint,
-	'so do the jobs of another claim');
-SELECT isnt((SELECT min(token) FROM c1), (SELECT min(token) FROM c2),
+SELECT is((SELECT count(DISTINCT token) FROM c1 WHERE token IS NOT NULL), 2::bigint,
+	'each job of a claim gets a token of its own');
+SELECT is((SELECT count(DISTINCT token) FROM c2 WHERE token IS NOT NULL), 3::bigint,
+	'so does each job of another claim');
+SELECT is_empty($$SELECT token FROM c1 INTERSECT SELECT token FROM c2$$,
 	'different claims get different tokens');
+-- A client that mixes up two ids of one batch settles nothing.
+SELECT is((SELECT outcome FROM claimq.complete(
+			 ARRAY[(SELECT job_id FROM c2 WHERE payload->>'l' = 'D')],
+			 ARRAY[(SELECT token FROM c2 WHERE payload->>'l' = 'A')])),
+	'stale', 'a sibling''s token does not complete a job of the same claim');
 SELECT results_eq($$SELECT l.label, j.worker FROM claimq.jobs j JOIN lab l USING (job_id)
 					 WHERE j.state = 'claimed' ORDER BY l.label$$,
 	$$VALUES ('A', 'w2'), ('B', 'w1'), ('C', 'w1'), ('D', 'w2'), ('E', 'w2')$$,
@@ -186,6 +191,8 @@ SELECT throws_ok(format('SELECT * FROM claimq.claim(%L, %s)', 'clm_lease', a), e
 			   ('lease => ''-1 second''', '22023'),
 			   ('lease => ''7 days 1 second''', '22023'),
 			   ('lease => ''1 month''', '22023'),
+			   ('lease => ''-10 months 302 days''', '22023'),
+			   ('wait => ''-10 months 302 days''', '22023'),
 			   ('start => true, lease => ''0''', '22023'),
 			   ('wait => ''-1 second''', '22023'),
 			   ('wait => ''7 days 1 second''', '22023'),

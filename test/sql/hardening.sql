@@ -230,27 +230,30 @@ SELECT ids[1] AS a, ids[2] AS b, ids[3] AS c
   FROM (SELECT array_agg(r->>'id') AS ids
 		  FROM pg_temp.query_as('regress_claimq_hard_producer',
 				$$SELECT claimq.enqueue_many('hq', ARRAY['{"n":1}', '{"n":2}', '{"n":3}']::jsonb[]) AS id$$) r) s \gset
-SELECT max(r->>'token') AS tok, count(*) AS nclaimed
+SELECT max(r->>'token') FILTER (WHERE r->>'job_id' = :'a') AS ta,
+	   max(r->>'token') FILTER (WHERE r->>'job_id' = :'b') AS tb,
+	   max(r->>'token') FILTER (WHERE r->>'job_id' = :'c') AS tc,
+	   count(*) AS nclaimed
   FROM pg_temp.query_as('regress_claimq_hard_worker',
 		$$SELECT * FROM claimq.claim('hq', 3, worker => 'hard-w1')$$) r \gset
 SELECT is(:nclaimed::bigint, 3::bigint, 'the worker claims the producer''s three jobs');
 SELECT is(ARRAY(SELECT r->>'outcome' FROM pg_temp.query_as('regress_claimq_hard_worker',
-		format('SELECT * FROM claimq.start(ARRAY[%s, %s]::bigint[], ARRAY[%s, %s]::bigint[])', :a, :b, :tok, :tok)) r),
+		format('SELECT * FROM claimq.start(ARRAY[%s, %s]::bigint[], ARRAY[%s, %s]::bigint[])', :a, :b, :ta, :tb)) r),
 	'{ok,ok}', 'the worker starts two of them');
 SELECT is(ARRAY(SELECT r->>'outcome' FROM pg_temp.query_as('regress_claimq_hard_worker',
-		format('SELECT * FROM claimq.extend(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], ''1 hour'')', :a, :tok)) r),
+		format('SELECT * FROM claimq.extend(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], ''1 hour'')', :a, :ta)) r),
 	'{ok}', 'the worker extends one');
 SELECT is(ARRAY(SELECT r->>'outcome' FROM pg_temp.query_as('regress_claimq_hard_worker',
-		format('SELECT * FROM claimq.complete(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[])', :a, :tok)) r),
+		format('SELECT * FROM claimq.complete(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[])', :a, :ta)) r),
 	'{ok}', 'the worker completes it');
 SELECT is(ARRAY(SELECT (r->>'outcome') || ':' || (r->>'state') FROM pg_temp.query_as('regress_claimq_hard_worker',
-		format('SELECT * FROM claimq.fail(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], ''boom'', ''1 hour'')', :b, :tok)) r),
+		format('SELECT * FROM claimq.fail(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], ''boom'', ''1 hour'')', :b, :tb)) r),
 	'{ok:pending}', 'the worker fails the other started one');
 SELECT is(ARRAY(SELECT r->>'outcome' FROM pg_temp.query_as('regress_claimq_hard_worker',
-		format('SELECT * FROM claimq.release(ARRAY[%s, %s]::bigint[], ARRAY[%s, %s]::bigint[])', :b, :c, :tok, :tok)) r),
+		format('SELECT * FROM claimq.release(ARRAY[%s, %s]::bigint[], ARRAY[%s, %s]::bigint[])', :b, :c, :tb, :tc)) r),
 	'{stale,ok}', 'the worker releases the unstarted one; the failed one is not its any more');
 SELECT is(ARRAY(SELECT r->>'outcome' FROM pg_temp.query_as('regress_claimq_hard_worker',
-		format('SELECT * FROM claimq.complete(ARRAY[%s, %s]::bigint[], ARRAY[%s, %s]::bigint[])', :a, :c, :tok, :tok)) r),
+		format('SELECT * FROM claimq.complete(ARRAY[%s, %s]::bigint[], ARRAY[%s, %s]::bigint[])', :a, :c, :ta, :tc)) r),
 	'{missing,stale}', 'old tokens settle nothing');
 SELECT is(ARRAY(SELECT (r->>'released')::bigint FROM pg_temp.query_as('regress_claimq_hard_worker', $$
 		SELECT claimq.release_worker('hq', 'hard-w1') AS released FROM claimq.claim('hq', worker => 'hard-w1')$$) r),
@@ -442,22 +445,23 @@ SELECT is(pg_temp.got('claim', 'job_id'),
 	'the priority job first, then by id');
 SELECT is(cardinality(pg_temp.got('claim start', 'job_id')), 1, 'claim with start takes the last one');
 SELECT (pg_temp.got('claim', 'job_id'))[1] AS h1, (pg_temp.got('claim', 'token'))[1] AS t1,
-	   (pg_temp.got('claim', 'job_id'))[2] AS h2, (pg_temp.got('claim', 'job_id'))[3] AS h3,
-	   (pg_temp.got('claim', 'job_id'))[4] AS h4
+	   (pg_temp.got('claim', 'job_id'))[2] AS h2, (pg_temp.got('claim', 'token'))[2] AS t2,
+	   (pg_temp.got('claim', 'job_id'))[3] AS h3, (pg_temp.got('claim', 'token'))[3] AS t3,
+	   (pg_temp.got('claim', 'job_id'))[4] AS h4, (pg_temp.got('claim', 'token'))[4] AS t4
 \gset
 SELECT pg_sleep(0.01);
 SELECT lives_ok(format($f$SELECT pg_temp.hostile(%L, %L)$f$, step, call), 'hostile search_path: ' || step)
   FROM (VALUES
-	(1, 'start', format('SELECT * FROM claimq.start(''{%s,%s}''::bigint[], ''{%s,%s}''::bigint[])', :h1, :h2, :t1, :t1)),
-	(2, 'start one', format('SELECT claimq.start(%s::bigint, %s::bigint) AS ok', :h3, :t1)),
+	(1, 'start', format('SELECT * FROM claimq.start(''{%s,%s}''::bigint[], ''{%s,%s}''::bigint[])', :h1, :h2, :t1, :t2)),
+	(2, 'start one', format('SELECT claimq.start(%s::bigint, %s::bigint) AS ok', :h3, :t3)),
 	(3, 'extend', format('SELECT * FROM claimq.extend(''{%s}''::bigint[], ''{%s}''::bigint[], ''1 hour'')', :h1, :t1)),
-	(4, 'extend one', format('SELECT claimq.extend(%s::bigint, %s::bigint) AS ok', :h2, :t1)),
+	(4, 'extend one', format('SELECT claimq.extend(%s::bigint, %s::bigint) AS ok', :h2, :t2)),
 	(5, 'complete', format('SELECT * FROM claimq.complete(''{%s}''::bigint[], ''{%s}''::bigint[])', :h1, :t1)),
-	(6, 'fail', format('SELECT * FROM claimq.fail(''{%s}''::bigint[], ''{%s}''::bigint[], ''boom'')', :h2, :t1)),
-	(7, 'fail one', format('SELECT claimq.fail(%s::bigint, %s::bigint, ''boom'', permanent => true) AS ok', :h3, :t1)),
-	(8, 'release', format('SELECT * FROM claimq.release(''{%s,%s}''::bigint[], ''{%s,%s}''::bigint[])', :h4, :h1, :t1, :t1)),
-	(9, 'complete one', format('SELECT claimq.complete(%s::bigint, %s::bigint) AS ok', :h2, :t1)),
-	(10, 'release one', format('SELECT claimq.release(%s::bigint, %s::bigint) AS ok', :h4, :t1)),
+	(6, 'fail', format('SELECT * FROM claimq.fail(''{%s}''::bigint[], ''{%s}''::bigint[], ''boom'')', :h2, :t2)),
+	(7, 'fail one', format('SELECT claimq.fail(%s::bigint, %s::bigint, ''boom'', permanent => true) AS ok', :h3, :t3)),
+	(8, 'release', format('SELECT * FROM claimq.release(''{%s,%s}''::bigint[], ''{%s,%s}''::bigint[])', :h4, :h1, :t4, :t1)),
+	(9, 'complete one', format('SELECT claimq.complete(%s::bigint, %s::bigint) AS ok', :h2, :t2)),
+	(10, 'release one', format('SELECT claimq.release(%s::bigint, %s::bigint) AS ok', :h4, :t4)),
 	(11, 'reclaim', 'SELECT * FROM claimq.reclaim(''hh'')'),
 	(12, 'claim again', 'SELECT * FROM claimq.claim(''hh'', 10, worker => ''hw3'')'),
 	(13, 'release_worker', 'SELECT claimq.release_worker(''hh'', ''hw3'') AS n'),

@@ -11,7 +11,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(88);
+SELECT plan(89);
 
 -- The rows each claim_keys call returned, by label, in the order returned.
 CREATE TEMP TABLE won(label text, ord bigint, key text, token bigint);
@@ -240,7 +240,8 @@ SELECT throws_ok(c, e, NULL, c || ' raises ' || e)
 	($$SELECT * FROM claimq.claim_keys('kerr', ARRAY[NULL]::text[], '1 hour')$$, '22004'),
 	($$SELECT * FROM claimq.claim_keys('kerr', '{x}', '0')$$, '22023'),
 	($$SELECT * FROM claimq.claim_keys('kerr', '{x}', '-1 second')$$, '22023'),
-	($$SELECT * FROM claimq.claim_keys('kerr', '{x}', '1 day -86400 seconds')$$, '22023'),
+	($$SELECT * FROM claimq.claim_keys('kerr', '{x}', '-10 months 302 days')$$, '22023'),
+	($$SELECT * FROM claimq.claim_keys('kerr', '{x}', '101 years')$$, '22023'),
 	($$SELECT * FROM claimq.claim_keys('kerr', '{{x,y},{z,w}}', '1 hour')$$, '22023'),
 	($$SELECT * FROM claimq.release_keys(NULL, '{x}', '{1}')$$, '22004'),
 	($$SELECT * FROM claimq.release_keys('kerr', NULL, '{1}')$$, '22004'),

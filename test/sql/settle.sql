@@ -8,7 +8,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(182);
+SELECT plan(185);
 
 -- Claims made by the tests, by label.  'nope' is a job that never existed.
 CREATE TEMP TABLE h(label text PRIMARY KEY, job_id bigint NOT NULL, token bigint NOT NULL);
@@ -316,6 +316,9 @@ SELECT throws_ok(c, e, NULL, c || ' raises ' || e)
 	('SELECT claimq.extend(1::bigint, 1::bigint, lease => ''0'')', '22023'),
 	('SELECT * FROM claimq.fail(''{1}''::bigint[], ''{1}''::bigint[], retry_in => ''-1 second'')', '22023'),
 	('SELECT claimq.fail(1::bigint, 1::bigint, retry_in => ''-1 second'')', '22023'),
+	('SELECT claimq.fail(1::bigint, 1::bigint, retry_in => ''101 years'')', '22023'),
+	('SELECT claimq.fail(1::bigint, 1::bigint, retry_in => ''-10 months 302 days'')', '22023'),
+	('SELECT claimq.extend(1::bigint, 1::bigint, lease => ''-10 months 302 days'')', '22023'),
 	('SELECT * FROM claimq.fail(''{1}''::bigint[], ''{1}''::bigint[], permanent => NULL)', '22004'),
 	('SELECT claimq.fail(1::bigint, 1::bigint, permanent => NULL)', '22004')) v(c, e);
 SELECT is(pg_temp.state('b'), 'running', 'no refused call touched a job');

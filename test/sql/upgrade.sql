@@ -10,7 +10,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 BEGIN;
 DROP EXTENSION IF EXISTS claimq;
 CREATE EXTENSION claimq VERSION '0.1';
-SELECT plan(16);
+SELECT plan(23);
 
 SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.1',
 	'version 0.1 is installed');
@@ -40,10 +40,10 @@ SELECT is((SELECT string_agg(state || ':' || n, ',' ORDER BY state)
 	'claimed:1,dead:1,done:1,pending:4,running:1',
 	'jobs in every state before the update');
 
-ALTER EXTENSION claimq UPDATE;
+ALTER EXTENSION claimq UPDATE TO '0.2';
 
 SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.2',
-	'ALTER EXTENSION claimq UPDATE brings it to 0.2');
+	'ALTER EXTENSION claimq UPDATE TO 0.2 brings it to 0.2');
 SELECT bag_eq('SELECT * FROM claimq.job', 'SELECT * FROM jobs_before',
 	'every job is kept, column for column');
 SELECT bag_eq('SELECT * FROM claimq.queue', 'SELECT * FROM queues_before',
@@ -73,8 +73,40 @@ SELECT is((SELECT seqmax FROM pg_sequence WHERE seqrelid = 'claimq.job_id_seq'::
 	281474976710655::bigint, 'job ids from the sequence stay below 2^48');
 SELECT ok(NOT has_function_privilege('public', 'claimq.node_of(bigint)', 'EXECUTE'),
 	'PUBLIC cannot execute the new function');
-SELECT is((SELECT count(*) FROM claimq.claim('up_a', 10)), 3::bigint,
+
+-- 0.2 to 0.3, with claims and a key claim made under 0.2 held across it.
+CREATE TEMP TABLE held2 AS
+	SELECT job_id, token, row_number() OVER (ORDER BY job_id) AS n
+	  FROM claimq.claim('up_a', 10);
+SELECT is((SELECT count(*) FROM held2), 3::bigint,
 	'the queue works on: the two ready jobs left and the new one are claimed');
+SELECT claimq.start(job_id, token) FROM held2 WHERE n = 1;
+CREATE TEMP TABLE key_tokens2 AS
+	SELECT key, token FROM claimq.claim_keys('up_scope', ARRAY['z'], '1 hour');
+DELETE FROM jobs_before;
+INSERT INTO jobs_before SELECT * FROM claimq.job;
+DELETE FROM keys_before;
+INSERT INTO keys_before SELECT * FROM claimq.key_claim;
+
+ALTER EXTENSION claimq UPDATE;
+
+SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.3',
+	'ALTER EXTENSION claimq UPDATE brings it to 0.3');
+SELECT bag_eq('SELECT * FROM claimq.job', 'SELECT * FROM jobs_before',
+	'every job is kept across the update to 0.3, token for token');
+SELECT bag_eq('SELECT * FROM claimq.key_claim', 'SELECT * FROM keys_before',
+	'every key claim is kept across the update to 0.3');
+SELECT is(ARRAY(SELECT o.outcome FROM held2 h,
+				LATERAL claimq.complete(ARRAY[h.job_id], ARRAY[h.token]) o ORDER BY h.n),
+	'{ok,ok,ok}', 'jobs claimed and started under 0.2 complete with their tokens');
+SELECT is((SELECT string_agg(outcome, ',') FROM claimq.release_keys('up_scope',
+			 ARRAY['z'], (SELECT array_agg(token) FROM key_tokens2))),
+	'ok', 'a key claim made under 0.2 is released with its token');
+SELECT is((SELECT seqcache FROM pg_sequence WHERE seqrelid = 'claimq.token_seq'::regclass),
+	65536::bigint, 'tokens are drawn from a per-backend cache');
+SELECT throws_ok($$SELECT claimq.create_queue('up_c', lease => '-10 months 302 days')$$,
+	'22023', 'lease must be greater than zero and at most 7 days',
+	'queue settings are judged by timestamp arithmetic after the update');
 
 SELECT * FROM finish();
 ROLLBACK;

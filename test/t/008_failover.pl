@@ -38,6 +38,8 @@ $primary->start;
 $primary->safe_psql(
 	'postgres', q{
 	CREATE EXTENSION claimq;
+	-- Part 2 steers the token sequence value by value: no per-backend cache.
+	ALTER SEQUENCE claimq.token_seq CACHE 1;
 	SELECT claimq.create_queue('del', lease => '2 s', run_lease => '2 s',
 							   retry_base => '200 ms', retry_max => '1 s');
 	SELECT claimq.create_queue('keep', lease => '2 s', run_lease => '2 s',

@@ -187,6 +187,12 @@ claimq_enqueue(PG_FUNCTION_ARGS)
  * each input row knows its id whether or not the insert kept it; the rows
  * a dedup conflict dropped are then resolved one by one, which is the rare
  * path.
+ *
+ * The rows are inserted in dedup key order (then input order, so the first
+ * of a repeated key wins), whatever the input order: an insert that meets
+ * an uncommitted job with the same key waits for its transaction, and
+ * producers that each took keys in their own order could wait for each
+ * other.  In one order, whoever waits holds no key the other still needs.
  */
 Datum
 claimq_enqueue_many(PG_FUNCTION_ARGS)
@@ -238,7 +244,7 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 			"    dedup_key, payload)"
 			"  SELECT i.job_id, $1, 'pending', $4, COALESCE($5, $6), $6,"
 			"         i.dedup_key, i.payload"
-			"    FROM input i ORDER BY i.ord"
+			"    FROM input i ORDER BY i.dedup_key COLLATE \"C\", i.ord"
 			"  ON CONFLICT (queue_id, dedup_key)"
 			"    WHERE dedup_key IS NOT NULL AND state = ANY (" CQ_LIVE_STATES ")"
 			"  DO NOTHING"

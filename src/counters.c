@@ -8,9 +8,14 @@
  * The counters live in a fixed-size shared hash table keyed by database
  * and queue id, so memory is bounded.  Once CQ_MAX_COUNTER_SLOTS queues
  * have entries, further queues of a database share one overflow entry
- * (queue_id 0, reported with a NULL queue name); reset_counters() frees
- * every entry.  Like the statistics collector's, these counts are taken
- * when a call does its work and are not rolled back with its transaction.
+ * (queue_id 0, reported with a NULL queue name).  When no entry can be
+ * had, the entries of databases that no longer exist are freed first; if
+ * there is still no room the counts are added to one set of lost counts,
+ * which counters() shows in every database as a row with neither database
+ * nor queue, so that nothing goes missing silently.  Each database sees
+ * and resets only its own entries.  Like the statistics collector's, these
+ * counts are taken when a call does its work and are not rolled back with
+ * its transaction.
  *
  * Locking: the table's lock (claimq's LWLock) is taken shared to find an
  * entry and bump its counters, which are atomics, and exclusive to add or
@@ -30,6 +35,7 @@
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
+#include "utils/syscache.h"
 
 #include "claimq.h"
 
@@ -53,19 +59,22 @@ typedef struct CqCounterEntry
 
 static LWLock *cq_counters_lock = NULL;
 static HTAB *cq_counters = NULL;
+static pg_atomic_uint64 *cq_counters_lost = NULL;	/* CQ_NCOUNTERS of them */
 
 Size
 cq_counters_shmem_size(void)
 {
 	/* Room for every queue's entry plus one overflow entry per database. */
-	return hash_estimate_size(CQ_MAX_COUNTER_SLOTS + CQ_MAX_DATABASES,
-							  sizeof(CqCounterEntry));
+	return add_size(hash_estimate_size(CQ_MAX_COUNTER_SLOTS + CQ_MAX_DATABASES,
+									   sizeof(CqCounterEntry)),
+					sizeof(pg_atomic_uint64) * CQ_NCOUNTERS);
 }
 
 void
 cq_counters_shmem_init(LWLock *lock)
 {
 	HASHCTL		ctl;
+	bool		found;
 
 	ctl.keysize = sizeof(CqCounterKey);
 	ctl.entrysize = sizeof(CqCounterEntry);
@@ -74,6 +83,48 @@ cq_counters_shmem_init(LWLock *lock)
 								CQ_MAX_COUNTER_SLOTS + CQ_MAX_DATABASES,
 								CQ_MAX_COUNTER_SLOTS + CQ_MAX_DATABASES,
 								&ctl, HASH_ELEM | HASH_BLOBS);
+	cq_counters_lost = ShmemInitStruct("claimq lost counts",
+									   sizeof(pg_atomic_uint64) * CQ_NCOUNTERS,
+									   &found);
+	if (!found)
+		for (int i = 0; i < CQ_NCOUNTERS; i++)
+			pg_atomic_init_u64(&cq_counters_lost[i], 0);
+}
+
+/*
+ * Free the entries of databases that no longer exist.  Called without the
+ * lock, inside a transaction (it reads pg_database).
+ */
+static void
+cq_counters_free_dropped(void)
+{
+	HASH_SEQ_STATUS status;
+	CqCounterEntry *entry;
+	Oid		   *dboids;
+	int			ndbs = 0;
+
+	dboids = palloc(sizeof(Oid) * (CQ_MAX_COUNTER_SLOTS + CQ_MAX_DATABASES));
+	LWLockAcquire(cq_counters_lock, LW_SHARED);
+	hash_seq_init(&status, cq_counters);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		dboids[ndbs++] = entry->key.dboid;
+	LWLockRelease(cq_counters_lock);
+
+	for (int i = 0; i < ndbs; i++)
+		if (SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(dboids[i])))
+			dboids[i] = InvalidOid;
+
+	LWLockAcquire(cq_counters_lock, LW_EXCLUSIVE);
+	hash_seq_init(&status, cq_counters);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		for (int i = 0; i < ndbs; i++)
+			if (dboids[i] == entry->key.dboid)
+			{
+				hash_search(cq_counters, &entry->key, HASH_REMOVE, NULL);
+				break;
+			}
+	LWLockRelease(cq_counters_lock);
+	pfree(dboids);
 }
 
 /*
@@ -98,7 +149,7 @@ cq_counter_entry(int32 queue_id, const char *queue_name)
 	}
 	entry = hash_search(cq_counters, &key, HASH_ENTER_NULL, &found);
 	if (entry == NULL)
-		return NULL;			/* cannot happen: the table is sized for it */
+		return NULL;			/* more databases than overflow entries */
 	if (!found)
 	{
 		entry->queue[0] = '\0';
@@ -124,18 +175,26 @@ cq_count_queue(int32 queue_id, const char *queue_name, const uint64 *counts)
 	key.dboid = MyDatabaseId;
 	key.queue_id = queue_id;
 
-	LWLockAcquire(cq_counters_lock, LW_SHARED);
-	entry = hash_search(cq_counters, &key, HASH_FIND, NULL);
-	if (entry == NULL || (queue_name && entry->queue[0] == '\0'))
+	for (int try = 0;; try++)
 	{
+		LWLockAcquire(cq_counters_lock, LW_SHARED);
+		entry = hash_search(cq_counters, &key, HASH_FIND, NULL);
+		if (entry == NULL || (queue_name && entry->queue[0] == '\0'))
+		{
+			LWLockRelease(cq_counters_lock);
+			LWLockAcquire(cq_counters_lock, LW_EXCLUSIVE);
+			entry = cq_counter_entry(queue_id, queue_name);
+		}
+		if (entry || try > 0)
+			break;
+		/* No room: make some, once. */
 		LWLockRelease(cq_counters_lock);
-		LWLockAcquire(cq_counters_lock, LW_EXCLUSIVE);
-		entry = cq_counter_entry(queue_id, queue_name);
+		cq_counters_free_dropped();
 	}
-	if (entry)
-		for (int i = 0; i < CQ_NCOUNTERS; i++)
-			if (counts[i] > 0)
-				pg_atomic_fetch_add_u64(&entry->counts[i], counts[i]);
+	for (int i = 0; i < CQ_NCOUNTERS; i++)
+		if (counts[i] > 0)
+			pg_atomic_fetch_add_u64(entry ? &entry->counts[i] :
+									&cq_counters_lost[i], counts[i]);
 	LWLockRelease(cq_counters_lock);
 }
 
@@ -204,7 +263,11 @@ claimq_counters(PG_FUNCTION_ARGS)
 	hash_seq_init(&status, cq_counters);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
-		CqCounterEntry *copy = palloc(sizeof(CqCounterEntry));
+		CqCounterEntry *copy;
+
+		if (entry->key.dboid != MyDatabaseId)
+			continue;
+		copy = palloc(sizeof(CqCounterEntry));
 
 		copy->key = entry->key;
 		memcpy(copy->queue, entry->queue, NAMEDATALEN);
@@ -236,11 +299,30 @@ claimq_counters(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
 							 values, nulls);
 	}
+
+	/* Counts that found no entry, of any database. */
+	{
+		Datum		values[2 + CQ_NCOUNTERS];
+		bool		nulls[2 + CQ_NCOUNTERS] = {true, true};
+		bool		any = false;
+
+		for (int i = 0; i < CQ_NCOUNTERS; i++)
+		{
+			uint64		n = pg_atomic_read_u64(&cq_counters_lost[i]);
+
+			values[2 + i] = Int64GetDatum((int64) n);
+			any |= (n > 0);
+		}
+		if (any)
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
+								 values, nulls);
+	}
 	return (Datum) 0;
 }
 
 /*
- * reset_counters() returns void: forget every count of every database.
+ * reset_counters() returns void: forget every count of this database.
+ * Lost counts belong to no database and stay.
  */
 Datum
 claimq_reset_counters(PG_FUNCTION_ARGS)
@@ -254,7 +336,8 @@ claimq_reset_counters(PG_FUNCTION_ARGS)
 	LWLockAcquire(cq_counters_lock, LW_EXCLUSIVE);
 	hash_seq_init(&status, cq_counters);
 	while ((entry = hash_seq_search(&status)) != NULL)
-		hash_search(cq_counters, &entry->key, HASH_REMOVE, NULL);
+		if (entry->key.dboid == MyDatabaseId)
+			hash_search(cq_counters, &entry->key, HASH_REMOVE, NULL);
 	LWLockRelease(cq_counters_lock);
 	PG_RETURN_VOID();
 }

@@ -373,12 +373,13 @@ cq_launcher_sync(void)
 		cq_shared->slots[i].in_use = false;
 		LWLockRelease(cq_shared->lock);
 	}
-	list_free_deep(names);
 }
 
 void
 cq_launcher_main(Datum arg)
 {
+	MemoryContext loopcxt;
+
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
@@ -390,6 +391,10 @@ cq_launcher_main(Datum arg)
 		cq_shared->slots[i].in_use = false;
 	LWLockRelease(cq_shared->lock);
 
+	/* What one look at the list allocates is freed before the next. */
+	loopcxt = AllocSetContextCreate(TopMemoryContext, "claimq launcher",
+									ALLOCSET_DEFAULT_SIZES);
+
 	for (;;)
 	{
 		CHECK_FOR_INTERRUPTS();
@@ -398,7 +403,10 @@ cq_launcher_main(Datum arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
+		MemoryContextSwitchTo(loopcxt);
 		cq_launcher_sync();
+		MemoryContextSwitchTo(TopMemoryContext);
+		MemoryContextReset(loopcxt);
 		(void) WaitLatch(MyLatch,
 						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 CQ_PROBE_INTERVAL_MS, PG_WAIT_EXTENSION);
@@ -674,7 +682,9 @@ cq_reclaimer_main(Datum arg)
 					strcmp(last_failure, edata->message) != 0)
 				{
 					ereport(LOG,
-							(errmsg("claimq reclaimer pass failed: %s",
+							(errcode(edata->sqlerrcode),
+							 errmsg("claimq reclaimer pass failed with SQLSTATE %s: %s",
+									unpack_sql_state(edata->sqlerrcode),
 									edata->message),
 							 errdetail("The pass will be retried; this is logged again only if the error changes.")));
 					if (last_failure)
@@ -709,8 +719,9 @@ cq_reclaimer_main(Datum arg)
 
 /*
  * reclaimer_status() returns table(database, pid, last_run, last_reclaimed,
- * total_reclaimed, last_error): a row per served database.  Without the
- * preload, one row for this database says that no reclaimer runs.
+ * total_reclaimed, last_error): this database's row, if it is served.
+ * Without the preload, one row for this database says that no reclaimer
+ * runs.
  */
 Datum
 claimq_reclaimer_status(PG_FUNCTION_ARGS)
@@ -743,7 +754,8 @@ claimq_reclaimer_status(PG_FUNCTION_ARGS)
 		Datum		values[6];
 		bool		nulls[6] = {0};
 
-		if (!slots[i].in_use)
+		/* Each database sees only its own row. */
+		if (!slots[i].in_use || slots[i].dboid != MyDatabaseId)
 			continue;
 		values[0] = CStringGetTextDatum(slots[i].dbname);
 		values[1] = Int32GetDatum(slots[i].pid);

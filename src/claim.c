@@ -203,9 +203,7 @@ claimq_claim(PG_FUNCTION_ARGS)
 	start = PG_GETARG_BOOL(4);
 	cq_arg_not_null(fcinfo, 5, "wait");
 	wait = cq_lease_arg(fcinfo, 5, "wait", true);
-	deadline = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-													   TimestampTzGetDatum(GetCurrentTimestamp()),
-													   IntervalPGetDatum(wait)));
+	deadline = cq_time_plus(GetCurrentTimestamp(), wait);
 
 	InitMaterializedSRF(fcinfo, 0);
 

@@ -198,13 +198,25 @@ const Interval cq_max_lease = {.time = 0,.day = 7,.month = 0};
 const Interval cq_max_delay = {.time = 0,.day = 0,.month = 100 * MONTHS_PER_YEAR};
 
 /*
+ * t + span, by the same calendar arithmetic as timestamptz + interval in
+ * SQL (months and days in the session's time zone).
+ */
+TimestampTz
+cq_time_plus(TimestampTz t, const Interval *span)
+{
+	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+												   TimestampTzGetDatum(t),
+												   IntervalPGetDatum(span)));
+}
+
+/*
  * Check an interval the way it will be used: added to the wall clock.  It
  * is valid when now < now + span <= now + max (now <= now + span, when
  * zero_ok), so that a month is as long as the calendar says at this moment
  * and "-10 months 302 days" is not taken for two days.  Raises 22023
  * naming argname and max_text.
  */
-void
+static void
 cq_interval_check(const Interval *span, const char *argname, bool zero_ok,
 				  const Interval *max, const char *max_text)
 {
@@ -222,12 +234,8 @@ cq_interval_check(const Interval *span, const char *argname, bool zero_ok,
 		span->time / USECS_PER_DAY >= -10 * (max->day + 31 * (int64) max->month) - 31 &&
 		span->time / USECS_PER_DAY <= 10 * (max->day + 31 * (int64) max->month) + 31)
 	{
-		end = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-													  TimestampTzGetDatum(now),
-													  IntervalPGetDatum(span)));
-		limit = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-														TimestampTzGetDatum(now),
-														IntervalPGetDatum(max)));
+		end = cq_time_plus(now, span);
+		limit = cq_time_plus(now, max);
 		valid = (zero_ok ? end >= now : end > now) && end <= limit;
 	}
 	if (!valid)

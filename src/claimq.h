@@ -162,9 +162,7 @@ typedef struct CqQueue
 extern void cq_arg_not_null(FunctionCallInfo fcinfo, int argno,
 							const char *argname);
 extern char *cq_queue_name_arg(FunctionCallInfo fcinfo, int argno);
-extern void cq_interval_check(const Interval *span, const char *argname,
-							  bool zero_ok, const Interval *max,
-							  const char *max_text);
+extern TimestampTz cq_time_plus(TimestampTz t, const Interval *span);
 extern Interval *cq_interval_arg(FunctionCallInfo fcinfo, int argno,
 								 const char *argname, bool zero_ok,
 								 const Interval *max, const char *max_text);

@@ -156,9 +156,7 @@ claimq_claim_keys(PG_FUNCTION_ARGS)
 	now = GetCurrentTimestamp();
 	values[0] = PG_GETARG_DATUM(0);
 	values[1] = PointerGetDatum(keys);
-	values[3] = DirectFunctionCall2(timestamptz_pl_interval,
-									TimestampTzGetDatum(now),
-									IntervalPGetDatum(ttl));
+	values[3] = TimestampTzGetDatum(cq_time_plus(now, ttl));
 	cq_plan(&insert_plan,
 			"INSERT INTO claimq.key_claim AS k (scope, key, token, expires_at)"
 			" SELECT DISTINCT $1, u.key, $3, $4"

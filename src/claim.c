@@ -25,7 +25,13 @@
  * ids of one batch is refused rather than settling the wrong job.
  *
  * With wait > 0 and nothing claimable, the call sleeps on its latch and
- * tries again, until it gets jobs or the wait is over.  With the preload,
+ * tries again, until it gets jobs or the wait is over.  Each try runs in a
+ * subtransaction, rolled back when it claimed nothing: the statement can
+ * lock a row without claiming it (its snapshot saw the job pending, another
+ * claim took it and committed before the lock, and under READ COMMITTED
+ * the lock lands on the claimed version, whose recheck fails), and that
+ * lock must not outlive the try, or the job's holder could not complete
+ * it while this call sleeps.  With the preload,
  * a commit that makes jobs of the queue ready sets the latch (wakeup.c);
  * without, the call polls.  Under READ COMMITTED each try sees jobs
  * committed meanwhile; under REPEATABLE READ it cannot, so waiting there
@@ -40,6 +46,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
+#include "utils/resowner.h"
 #include "utils/builtins.h"
 
 #include "claimq.h"
@@ -194,6 +201,7 @@ claimq_claim(PG_FUNCTION_ARGS)
 	bool		start;
 	Interval   *wait;
 	TimestampTz deadline;
+	bool		can_wait;
 	volatile long poll_ms = CQ_POLL_MIN_MS;
 
 	queue_name = cq_queue_name_arg(fcinfo, 0);
@@ -206,10 +214,13 @@ claimq_claim(PG_FUNCTION_ARGS)
 	deadline = cq_time_plus(GetCurrentTimestamp(), wait);
 
 	InitMaterializedSRF(fcinfo, 0);
+	can_wait = deadline > GetCurrentTimestamp();
 
 	PG_TRY();
 	{
 		bool		waiting = false;
+		MemoryContext oldcontext = CurrentMemoryContext;
+		ResourceOwner oldowner = CurrentResourceOwner;
 
 		for (;;)
 		{
@@ -218,6 +229,11 @@ claimq_claim(PG_FUNCTION_ARGS)
 			TimestampTz now;
 			long		sleep_ms;
 
+			if (can_wait)
+			{
+				BeginInternalSubTransaction(NULL);
+				MemoryContextSwitchTo(oldcontext);
+			}
 			SPI_connect();
 			cq_require_queue(queue_name, &queue);
 			if (!queue.paused)
@@ -228,6 +244,15 @@ claimq_claim(PG_FUNCTION_ARGS)
 										 PG_ARGISNULL(3), start,
 										 rsinfo->setResult, rsinfo->setDesc);
 			SPI_finish();
+			if (can_wait)
+			{
+				if (claimed > 0)
+					ReleaseCurrentSubTransaction();
+				else
+					RollbackAndReleaseCurrentSubTransaction();
+				MemoryContextSwitchTo(oldcontext);
+				CurrentResourceOwner = oldowner;
+			}
 
 			now = GetCurrentTimestamp();
 			if (claimed > 0 || now >= deadline)

@@ -23,8 +23,13 @@ METHODS = {
     "baseline-lease": ("baseline_lease.sql", "baseline lease", "lease", None),
     "claimq-lease": ("claimq_lease.sql", "claimq lease", "lease", "baseline-lease"),
     "pgq": ("pgq.sql", "PgQ", "batch", "baseline-tx"),
-    "floor": ("floor.sql", "floor", "1-tx", "baseline-tx"),
+    "oracle": ("oracle_lease.sql", "oracle lease", "lease", "baseline-lease"),
+    "hot": ("hot_lease.sql", "HOT-claim prototype lease", "lease", "baseline-lease"),
+    "floor": ("floor.sql", "write-only floor", "1-tx", "baseline-tx"),
 }
+# Server profiles (bench/run starts one server per profile): Debian's
+# defaults, and the tuned server the matrix has always used.
+PROFILES = ["default", "tuned"]
 PARTS = ["matrix", "backlog", "latency", "reclaim", "sustained"]
 
 # First guesses of jobs/s per batch size, used only to size the first pool
@@ -64,6 +69,11 @@ def parse_args(argv):
     p.add_argument("--json", metavar="FILE", help="also write every measurement to FILE")
     p.add_argument("--keep", action="store_true",
                    help="leave the server running afterwards (for poking)")
+    p.add_argument("--profiles", default="default,tuned",
+                   help="server profiles, comma-separated: default (Debian's settings: jit on, "
+                        "shared_buffers 128MB, synchronous_commit on, autovacuum on everywhere) "
+                        "and tuned (default both, one server each)")
+    p.add_argument("--profile", help=argparse.SUPPRESS)
     p.add_argument("--check-args", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
 
@@ -90,6 +100,12 @@ def parse_args(argv):
     for s in a.sync:
         if s not in ("off", "on", "local", "remote_write"):
             p.error("--sync takes off, on, local, remote_write")
+    for x in a.profiles.split(","):
+        if x not in PROFILES:
+            p.error("unknown profile %r (have %s)" % (x, ", ".join(PROFILES)))
+    if a.profile == "default":
+        # What the server says, as a user who changed nothing gets it.
+        a.sync = ["default"]
     a.methods = a.methods.split(",") if a.methods else list(METHODS)
     for m in a.methods:
         if m not in METHODS:
@@ -108,6 +124,8 @@ def parse_args(argv):
 
 ARGS = parse_args(sys.argv[1:])
 if ARGS.check_args:
+    # bench/run starts one server per profile printed here.
+    print(" ".join(ARGS.profiles.split(",")))
     sys.exit(0)
 
 import psycopg  # noqa: E402  (installed by bench/run before this point)
@@ -195,9 +213,24 @@ def lsn():
 
 def set_sync(value):
     """synchronous_commit for every new session of the bench database (and
-    this one).  No configuration reload: see README (a SIGHUP is avoided)."""
+    this one).  No configuration reload: see README (a SIGHUP is avoided).
+    "default" leaves the server's own setting."""
+    if value == "default":
+        DB.execute("ALTER DATABASE bench RESET synchronous_commit")
+        DB.execute("RESET synchronous_commit")
+        return
     DB.execute("ALTER DATABASE bench SET synchronous_commit = '%s'" % value)
     DB.execute("SET synchronous_commit = '%s'" % value)
+
+
+# The synchronous_commit of the parts after the matrix.
+PART_SYNC = "default" if ARGS.profile == "default" else "off"
+
+
+def sync_label(value):
+    if value == "default":
+        return "%s (the server's default)" % q("SHOW synchronous_commit")
+    return value
 
 
 def mb(nbytes):
@@ -215,11 +248,15 @@ def fmt_rate(x):
 # ---------------------------------------------------------------------------
 # pgbench
 
-def pgbench(script, clients, seconds, batch=None, extra=(), rate=None, progress=None):
+def pgbench(script, clients, seconds, batch=None, extra=(), rate=None, progress=None,
+            transactions=None):
     cmd = [os.path.join(BIN, "pgbench"), "-n", "-M", "prepared",
-           "-c", str(clients), "-j", str(min(clients, 4)),
-           "-T", str(int(math.ceil(seconds))) if seconds >= 1 else "1",
-           "-f", os.path.join(DIR, script)]
+           "-c", str(clients), "-j", str(min(clients, 4))]
+    if transactions:
+        cmd += ["-t", str(transactions)]
+    else:
+        cmd += ["-T", str(int(math.ceil(seconds))) if seconds >= 1 else "1"]
+    cmd += ["-f", os.path.join(DIR, script)]
     if batch is not None:
         cmd += ["-D", "batch=%d" % batch]
     if rate:
@@ -250,13 +287,20 @@ def pgbench_result(proc):
 # ---------------------------------------------------------------------------
 # The matrix
 
+def on_bench_job(method):
+    """The baseline's table: the baseline and the oracle work on it."""
+    return method.startswith("baseline") or method == "oracle"
+
+
 def tables_of(method):
-    if method.startswith("baseline"):
+    if on_bench_job(method):
         return ["bench.job"]
     if method.startswith("claimq"):
         return ["claimq.job", "claimq.queue"]
     if method == "floor":
         return ["bench.floor"]
+    if method == "hot":
+        return ["bench.hjob", "bench.hlease"]
     return [r[0] for r in rows(
         "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c"
         "  JOIN pg_namespace n ON n.oid = c.relnamespace"
@@ -271,22 +315,30 @@ def reset_and_load(method, pool, batch):
     A checkpoint comes first, so that no checkpoint starts between the load
     and the end of the run: WAL per job then holds no full-page images.
     """
-    if method.startswith("baseline"):
+    if on_bench_job(method):
         DB.execute("TRUNCATE bench.job")
     elif method.startswith("claimq"):
         DB.execute("TRUNCATE claimq.job")
     elif method == "floor":
         DB.execute("TRUNCATE bench.floor")
+    elif method == "hot":
+        DB.execute("TRUNCATE bench.hjob, bench.hlease")
     else:
         DB.execute("SELECT bench.reset_pgq()")
     DB.execute("CHECKPOINT")
     t0 = time.time()
-    if method.startswith("baseline"):
+    if on_bench_job(method):
         DB.execute("SELECT bench.load_baseline(%s)", (pool,))
+        if method == "oracle":
+            # Transaction k of the oracle takes ids [k * batch, (k + 1) * batch).
+            DB.execute("SELECT setval('bench.oracle_seq', min(job_id) / %s + 1, false)"
+                       " FROM bench.job", (batch,))
     elif method.startswith("claimq"):
         DB.execute("SELECT bench.load_claimq('bench', %s)", (pool,))
     elif method == "floor":
-        DB.execute("SELECT bench.load_floor(%s)", (pool,))
+        pass                # each transaction inserts the jobs it deletes
+    elif method == "hot":
+        DB.execute("SELECT bench.load_hjob(%s)", (pool,))
     else:
         DB.execute("CALL bench.load_pgq(%s, %s)", (pool, batch))
     for t in tables_of(method):
@@ -296,24 +348,29 @@ def reset_and_load(method, pool, batch):
 
 def remaining(method, state):
     """Jobs still to do."""
-    if method.startswith("baseline"):
+    if on_bench_job(method):
         return q("SELECT count(*) FROM bench.job WHERE state = 'pending'")
     if method.startswith("claimq"):
         return q("SELECT count(*) FROM claimq.job WHERE state = 'pending'")
     if method == "floor":
-        return q("SELECT count(*) FROM bench.floor WHERE id <= %s", (state["floor_max"],))
+        return float("inf")
+    if method == "hot":
+        return q("SELECT count(*) FROM bench.hjob WHERE state = 'pending'")
     return state["pool"] - (q("SELECT bench.pgq_consumed()") - state["pgq_start"])
 
 
 def processed(method, state):
     """Jobs finished during the run, counted in the database."""
-    if method.startswith("baseline"):
+    if on_bench_job(method):
         return state["rows_before"] - q("SELECT count(*) FROM bench.job")
     if method.startswith("claimq"):
         return state["rows_before"] - q("SELECT count(*) FROM claimq.job")
+    if method == "hot":
+        return state["rows_before"] - q("SELECT count(*) FROM bench.hjob")
     if method == "floor":
-        return state["pool"] - q("SELECT count(*) FROM bench.floor WHERE id <= %s",
-                                 (state["floor_max"],))
+        # Inserted, less what is left: every transaction deletes its own.
+        return (q("SELECT bench.floor_ids()") - state["floor_ids"]
+                - (q("SELECT count(*) FROM bench.floor") - state["rows_before"]))
     return q("SELECT bench.pgq_consumed()") - state["pgq_start"]
 
 
@@ -326,13 +383,17 @@ def claimq_counters():
 def run_cell(variant, method, clients, batch, pool):
     state = {"pool": pool}
     load_s = reset_and_load(method, pool, batch)
-    if method.startswith("baseline"):
+    if on_bench_job(method):
         state["rows_before"] = q("SELECT count(*) FROM bench.job")
     elif method.startswith("claimq"):
         state["rows_before"] = q("SELECT count(*) FROM claimq.job")
         state["counters"] = claimq_counters()
+    elif method == "hot":
+        state["rows_before"] = q("SELECT count(*) FROM bench.hjob")
+        state["hot0"] = q("SELECT n_tup_hot_upd FROM pg_stat_user_tables WHERE relid = 'bench.hjob'::regclass")
     elif method == "floor":
-        state["floor_max"] = q("SELECT max(id) FROM bench.floor")
+        state["floor_ids"] = q("SELECT bench.floor_ids()")
+        state["rows_before"] = q("SELECT count(*) FROM bench.floor")
     else:
         state["pgq_start"] = q("SELECT bench.pgq_consumed()")
     size_before = q("SELECT bench.method_size(%s)", (method,))
@@ -354,6 +415,13 @@ def run_cell(variant, method, clients, batch, pool):
         "dry": left < 2 * clients * batch,
         "notes": [],
     }
+    if method == "hot":
+        # Statistics arrive with a delay; the share of claims that were HOT.
+        time.sleep(0.6)
+        hot = q("SELECT n_tup_hot_upd FROM pg_stat_user_tables WHERE relid = 'bench.hjob'::regclass")
+        cell["hot_share"] = (hot - state["hot0"]) / jobs if jobs else None
+        if cell["hot_share"] is not None and cell["hot_share"] < 0.9:
+            cell["notes"].append("only %.0f%% of claims were HOT" % (100 * cell["hot_share"]))
     if method.startswith("claimq"):
         c0, c1 = state["counters"], claimq_counters()
         if c1[1] - c0[1]:
@@ -371,7 +439,7 @@ def run_matrix():
     for variant in ARGS.sync:
         set_sync(variant)
         say()
-        say("== matrix, synchronous_commit = %s" % variant)
+        say("== matrix, synchronous_commit = %s" % sync_label(variant))
         # Every method runs right after the others at the same clients and
         # batch, so that all of them see about the same background load.
         for batch in ARGS.batches:
@@ -395,9 +463,13 @@ def run_matrix():
                         est = cells[(variant, method, clients, b)]["jobs_per_s"] * (batch / b) ** 0.85
                     else:
                         est = GUESS.get(variant, GUESS["on"]).get(batch, 50000)
+                        if method == "floor":
+                            est = 0     # it loads nothing
                         if method == "pgq":
                             est = min(est, 1500 * batch)
                     pool = int(est * ARGS.duration * 1.3) + 4 * clients * batch + 2000
+                    if method == "floor":
+                        pool = 0
                     what = "%s c=%d b=%d sync=%s" % (method, clients, batch, variant)
                     cell = retrying(what, run_cell, variant, method, clients, batch, pool)
                     if cell["dry"]:
@@ -417,11 +489,15 @@ def run_matrix():
     return cells
 
 
+def section(variant):
+    return "%s profile, synchronous_commit = %s" % (ARGS.profile or "tuned", sync_label(variant))
+
+
 def print_tables(variant, cells):
     methods = ARGS.methods
     say()
-    say("### synchronous_commit = %s: jobs/s end to end (ratio to the baseline of the same flow)"
-        % variant)
+    say("### %s: jobs/s end to end (ratio to the baseline of the same flow)"
+        % section(variant))
     say()
     say("| batch | clients | " + " | ".join(METHODS[m][1] for m in methods) + " |")
     say("|---:|---:|" + "---:|" * len(methods))
@@ -443,7 +519,7 @@ def print_tables(variant, cells):
                 out.append(s)
             say("| %d | %d | %s |" % (batch, clients, " | ".join(out)))
     say()
-    say("### synchronous_commit = %s: WAL bytes per job" % variant)
+    say("### %s: WAL bytes per job" % section(variant))
     say()
     say("| batch | clients | " + " | ".join(METHODS[m][1] for m in methods) + " |")
     say("|---:|---:|" + "---:|" * len(methods))
@@ -455,8 +531,8 @@ def print_tables(variant, cells):
                 out.append("%.0f" % c["wal_per_job"] if c and c["wal_per_job"] else "-")
             say("| %d | %d | %s |" % (batch, clients, " | ".join(out)))
     say()
-    say("### synchronous_commit = %s: table + index size, MB: before run → after run "
-        "(jobs loaded before the run)" % variant)
+    say("### %s: table + index size, MB: before run → after run "
+        "(jobs loaded before the run)" % section(variant))
     say()
     say("| batch | clients | " + " | ".join(METHODS[m][1] for m in methods) + " |")
     say("|---:|---:|" + "---:|" * len(methods))
@@ -515,69 +591,108 @@ def plan_kind(plan):
     return "custom" if re.search(r"run_at <= '\d{4}-", plan) else "generic"
 
 
+def load_backlog(method, n):
+    """n jobs in the method's table: half ready in the measured queue, a
+    sixth each scheduled for tomorrow, dead, and ready in another queue."""
+    ready, other = n // 2, n // 6
+    if on_bench_job(method):
+        DB.execute("TRUNCATE bench.job")
+        DB.execute("CHECKPOINT")
+        DB.execute("SELECT bench.load_baseline(%s)", (ready,))
+        DB.execute("SELECT bench.load_baseline(%s, 'pending', now() + interval '1 day')", (other,))
+        DB.execute("SELECT bench.load_baseline(%s, 'dead')", (other,))
+        DB.execute("SELECT bench.load_baseline(%s, 'pending', NULL, 2)", (other,))
+        DB.execute("VACUUM (ANALYZE) bench.job")
+    else:
+        DB.execute("TRUNCATE claimq.job")
+        DB.execute("CHECKPOINT")
+        DB.execute("SELECT bench.load_claimq('bench', %s)", (ready,))
+        DB.execute("SELECT bench.load_claimq('bench', %s, 'pending', now() + interval '1 day')", (other,))
+        DB.execute("SELECT bench.load_claimq('bench', %s, 'dead')", (other,))
+        DB.execute("SELECT bench.load_claimq('other', %s)", (other,))
+        DB.execute("VACUUM (ANALYZE) claimq.job")
+    return ready
+
+
+def ready_count(method):
+    if on_bench_job(method):
+        return q("SELECT count(*) FROM bench.job WHERE queue_id = 1 AND state = 'pending'"
+                 " AND run_at <= now()")
+    return q("SELECT count(*) FROM claimq.job WHERE state = 'pending' AND queue_id ="
+             " (SELECT queue_id FROM claimq.queue WHERE name = 'bench') AND run_at <= now()")
+
+
 def run_backlog():
-    n = 100000 if ARGS.mode == "quick" else 1000000
+    """Each flow of claimq and of the baseline on a small queue, then on
+    backlogs of 0.3 M and 3 M jobs (half of them ready in the queue, the
+    rest scheduled, dead or in another queue).  On a backlog each flow runs
+    a fixed number of transactions (a third of the ready jobs), so that
+    no run comes near the end of its jobs however fast it goes."""
+    sizes = [300000] if ARGS.mode == "quick" else [300000, 3000000]
     clients, batch = 4, 10
-    set_sync("off")
+    flows = ("claimq-tx", "baseline-tx", "claimq-lease", "baseline-lease")
+    set_sync(PART_SYNC)
     ensure_queue("other")
     say()
-    say("== backlog: claimq with %s ready, %s scheduled and %s dead jobs in its queue, "
-        "and %s ready in another queue (synchronous_commit = off, %d clients, batch %d)"
-        % tuple(["{:,}".format(n)] * 4 + [clients, batch]))
+    say("== backlog: %d clients, batch %d, synchronous_commit = %s; a small queue, then %s jobs"
+        " (half ready in the queue, a sixth each scheduled for tomorrow, dead, and ready in"
+        " another queue)" % (clients, batch, sync_label(PART_SYNC),
+                            " and ".join("{:,}".format(n) for n in sizes)))
     res = {}
-    for method in ("claimq-tx", "claimq-lease"):
-        small = run_cell("off", method, clients, batch, int(60000 * ARGS.duration) + 5000)
-        res[(method, "small")] = small
-    DB.execute("TRUNCATE claimq.job")
-    DB.execute("CHECKPOINT")
-    t0 = time.time()
-    DB.execute("SELECT bench.load_claimq('bench', %s)", (n,))
-    DB.execute("SELECT bench.load_claimq('bench', %s, 'pending', now() + interval '1 day')", (n,))
-    DB.execute("SELECT bench.load_claimq('bench', %s, 'dead')", (n,))
-    DB.execute("SELECT bench.load_claimq('other', %s)", (n,))
-    DB.execute("VACUUM (ANALYZE) claimq.job")
-    log("backlog loaded in %.1fs" % (time.time() - t0))
-    size0 = q("SELECT pg_total_relation_size('claimq.job')")
-    plans = claim_plans("bench", batch, 7)
-    for method in ("claimq-tx", "claimq-lease"):
-        before = q("SELECT count(*) FROM claimq.job WHERE state = 'pending' AND queue_id ="
-                   " (SELECT queue_id FROM claimq.queue WHERE name = 'bench') AND run_at <= now()")
-        l0 = lsn()
-        r = pgbench_result(pgbench(METHODS[method][0], clients, ARGS.duration, batch))
-        l1 = lsn()
-        after = q("SELECT count(*) FROM claimq.job WHERE state = 'pending' AND queue_id ="
-                  " (SELECT queue_id FROM claimq.queue WHERE name = 'bench') AND run_at <= now()")
-        jobs = before - after
-        res[(method, "backlog")] = {"jobs_per_s": jobs / r["seconds"], "wal_per_job": (l1 - l0) / jobs,
-                                    "latency_ms": r["latency_ms"]}
-        DB.execute("VACUUM claimq.job")
+    for method in flows:
+        res[(method, "small")] = run_cell(PART_SYNC, method, clients, batch,
+                                          int(60000 * ARGS.duration) + 5000)
+    plans = []
+    for n in sizes:
+        for method in flows:
+            if method in ("claimq-tx", "baseline-tx"):
+                t0 = time.time()
+                ready = load_backlog(method, n)
+                log("backlog of %d loaded for %s in %.1fs" % (n, METHODS[method][1], time.time() - t0))
+                if method == "claimq-tx" and n == sizes[-1]:
+                    plans = claim_plans("bench", batch, 7)
+            before = ready_count(method)
+            l0 = lsn()
+            r = pgbench_result(pgbench(METHODS[method][0], clients, None, batch,
+                                       transactions=max(1, ready // (3 * clients * batch))))
+            l1 = lsn()
+            jobs = before - ready_count(method)
+            res[(method, n)] = {"jobs_per_s": jobs / r["seconds"], "wal_per_job": (l1 - l0) / jobs,
+                                "latency_ms": r["latency_ms"], "jobs": jobs}
+            DB.execute("VACUUM " + tables_of(method)[0])
+        DB.execute("TRUNCATE claimq.job")
+        DB.execute("TRUNCATE bench.job")
     say()
-    say("| flow | small queue jobs/s | with backlog jobs/s | ratio | WAL B/job small → backlog |")
-    say("|---|---:|---:|---:|---:|")
-    for method in ("claimq-tx", "claimq-lease"):
-        s, b = res[(method, "small")], res[(method, "backlog")]
-        say("| %s | %s | %s | %.2f× | %.0f → %.0f |" % (
-            METHODS[method][1], fmt_rate(s["jobs_per_s"]), fmt_rate(b["jobs_per_s"]),
-            b["jobs_per_s"] / s["jobs_per_s"], s["wal_per_job"], b["wal_per_job"]))
-    say()
-    say("claimq.job with the backlog: %s MB (table + indexes)" % mb(size0))
+    say("| flow | small queue jobs/s | backlog | jobs/s | vs small queue | vs baseline on the same"
+        " backlog | WAL B/job small → backlog |")
+    say("|---|---:|---:|---:|---:|---:|---:|")
+    for method in flows:
+        s = res[(method, "small")]
+        for n in sizes:
+            b = res[(method, n)]
+            ref = METHODS[method][3]
+            say("| %s | %s | %s | %s | %.2f× | %s | %.0f → %.0f |" % (
+                METHODS[method][1], fmt_rate(s["jobs_per_s"]), "{:,}".format(n),
+                fmt_rate(b["jobs_per_s"]), b["jobs_per_s"] / s["jobs_per_s"],
+                "%.2f×" % (b["jobs_per_s"] / res[(ref, n)]["jobs_per_s"]) if ref else "-",
+                s["wal_per_job"], b["wal_per_job"]))
     if plans:
         say()
         for title, p in (("call %d of %d in one session" % (len(plans), len(plans)), plans[-1]),
                          ("first call of the session", plans[0])):
-            say("Plan of claimq's claim statement on the backlog, %s (auto_explain with ANALYZE and "
-                "BUFFERS; %s plan):" % (title, plan_kind(plan_text(p))))
+            say("Plan of claimq's claim statement on the %s backlog, %s (auto_explain with "
+                "ANALYZE and BUFFERS; %s plan):" % ("{:,}".format(sizes[-1]), title,
+                                                  plan_kind(plan_text(p))))
             say()
             say("```")
             for line in plan_text(p).splitlines():
                 say(line)
             say("```")
             say()
-    RESULTS["extras"]["backlog"] = {"%s/%s" % k: v if k[1] != "small" else
-                                    {"jobs_per_s": v["jobs_per_s"], "wal_per_job": v["wal_per_job"]}
+    RESULTS["extras"]["backlog"] = {"%s/%s" % k: {"jobs_per_s": v["jobs_per_s"],
+                                                  "wal_per_job": v["wal_per_job"]}
                                     for k, v in res.items()}
     RESULTS["extras"]["backlog_plans"] = plans
-    DB.execute("TRUNCATE claimq.job")
 
 
 # ---------------------------------------------------------------------------
@@ -585,7 +700,7 @@ def run_backlog():
 
 def run_latency():
     trials = 50 if ARGS.mode == "quick" else 200
-    set_sync("off")
+    set_sync(PART_SYNC)
     ensure_queue("lat")
     DB.execute("DELETE FROM claimq.job WHERE queue_id = (SELECT queue_id FROM claimq.queue WHERE name = 'lat')")
     worker = connect()
@@ -645,7 +760,8 @@ def run_latency():
 
     say()
     say("== wake-up latency: claim('lat', 1, wait => '5 seconds') waiting, then one enqueue "
-        "commits in another session (%d trials, synchronous_commit = off)" % trials)
+        "commits in another session (%d trials, synchronous_commit = %s)"
+        % (trials, sync_label(PART_SYNC)))
     say()
     say("| measured from | p50 ms | p99 ms | max ms |")
     say("|---|---:|---:|---:|")
@@ -669,11 +785,13 @@ def run_reclaim():
             c.execute("CREATE DATABASE bench_reclaim")
     rdb = psycopg.connect("dbname=bench_reclaim", autocommit=True)
     rq = lambda sql, p=None: rdb.execute(sql, p).fetchone()[0]
-    rdb.execute("SET synchronous_commit = off")
+    if PART_SYNC != "default":
+        rdb.execute("SET synchronous_commit = %s" % PART_SYNC)
     if not rq("SELECT count(*) FROM pg_extension WHERE extname = 'claimq'"):
         rdb.execute("CREATE EXTENSION claimq")
         rdb.execute("SELECT claimq.create_queue('rq')")
-        rdb.execute("ALTER TABLE claimq.job SET (autovacuum_enabled = false)")
+        if ARGS.profile != "default":
+            rdb.execute("ALTER TABLE claimq.job SET (autovacuum_enabled = false)")
     rdb.execute("TRUNCATE claimq.job")
     rdb.execute("CHECKPOINT")
     for _ in range(n // 10000):
@@ -734,14 +852,14 @@ def run_reclaim():
 
 def run_sustained():
     secs = ARGS.sustain_seconds
-    set_sync("off")
+    set_sync(PART_SYNC)
     DB.execute("ALTER TABLE claimq.job SET (autovacuum_enabled = true)")
     cons_clients, prod_clients, batch = 4, 2, 10
     say()
     # Consumer capacity, for the default offered load.
     rate = ARGS.sustain_rate
     if not rate:
-        cal = run_cell("off", "claimq-lease", cons_clients, batch, 150000)
+        cal = run_cell(PART_SYNC, "claimq-lease", cons_clients, batch, 150000)
         rate = int(cal["jobs_per_s"] * 0.5)
         log("consumers alone: %s jobs/s; offering %d jobs/s" % (fmt_rate(cal["jobs_per_s"]), rate))
     DB.execute("TRUNCATE claimq.job")
@@ -749,8 +867,8 @@ def run_sustained():
     DB.execute("VACUUM (ANALYZE) claimq.job")
     say("== sustained: %d s, %d producer clients offering %d jobs/s (enqueue_many of %d), "
         "%d consumer clients (claim %d with wait => '1 second', then complete, lease flow); "
-        "autovacuum on, synchronous_commit = off"
-        % (secs, prod_clients, rate, batch, cons_clients, batch))
+        "autovacuum on, synchronous_commit = %s"
+        % (secs, prod_clients, rate, batch, cons_clients, batch, sync_label(PART_SYNC)))
     qid = q("SELECT queue_id FROM claimq.queue WHERE name = 'bench'")
 
     def sample():
@@ -774,7 +892,8 @@ def run_sustained():
     rc = pgbench_result(cons)
     pgbench_result(prod)
     samples.append(sample())
-    DB.execute("ALTER TABLE claimq.job SET (autovacuum_enabled = false)")
+    if ARGS.profile != "default":
+        DB.execute("ALTER TABLE claimq.job SET (autovacuum_enabled = false)")
     prog = re.findall(r"progress: ([\d.]+) s, ([\d.]+) tps, lat ([\d.]+) ms", rc["output"])
     say()
     say("| minute | enqueued/s | completed/s | ready at end | claimq.job MB (heap) at end | WAL MB | consumer txn ms | autovacuums |")
@@ -808,28 +927,42 @@ def run_sustained():
 
 def header():
     settings = ["server_version", "shared_buffers", "max_wal_size", "checkpoint_timeout",
-                "wal_level", "fsync", "full_page_writes", "autovacuum", "jit",
-                "shared_preload_libraries", "claimq.databases", "claimq.reclaim_interval"]
+                "wal_level", "fsync", "full_page_writes", "synchronous_commit", "autovacuum",
+                "jit", "jit_above_cost", "shared_preload_libraries", "claimq.databases",
+                "claimq.reclaim_interval"]
     vals = {s: q("SELECT current_setting(%s)", (s,)) for s in settings}
-    say("# claimq benchmark (%s)" % ARGS.mode)
+    profile = ARGS.profile or "tuned"
+    say("# claimq benchmark (%s), %s profile" % (ARGS.mode, profile))
     say()
-    say("Throwaway server, settings: " + ", ".join("%s = %s" % (s, vals[s]) for s in settings)
-        + "; autovacuum_enabled = false on the measured tables (VACUUM ANALYZE before each run);"
-        " synchronous_commit per section below.")
+    if profile == "default":
+        say("Server as Debian's postgresql-15 sets it up; only the socket, the preload and "
+            "claimq.databases are added. Autovacuum is on for every table, the measured ones "
+            "too (VACUUM ANALYZE before each run all the same).")
+    else:
+        say("Tuned server; autovacuum_enabled = false on the measured tables (VACUUM ANALYZE "
+            "before each run); synchronous_commit per section below.")
+    say("Settings: " + ", ".join("%s = %s" % (s, vals[s]) for s in settings) + ".")
     say("Machine: %d CPUs, %s MB RAM. pgbench -M prepared, %g s per run, -j min(clients, 4)."
         % (os.cpu_count(), int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1048576),
            ARGS.duration))
     if "matrix" in ARGS.parts:
         say("Matrix: methods %s; clients %s; batch %s; synchronous_commit %s."
             % (", ".join(ARGS.methods), ",".join(map(str, ARGS.clients)),
-               ",".join(map(str, ARGS.batches)), ",".join(ARGS.sync)))
+               ",".join(map(str, ARGS.batches)), ",".join(sync_label(v) for v in ARGS.sync)))
         say("Each run: empty the method's table, CHECKPOINT, load a pool of jobs, VACUUM ANALYZE, "
             "run; jobs are counted in the database. PgQ: one consumer shared by all clients, "
             "a batch per tick (ticked every <batch> events at load), no per-job lease.")
 
 
+def prepare_profile():
+    if ARGS.profile == "default":
+        for t in ("bench.job", "bench.floor", "claimq.job"):
+            DB.execute("ALTER TABLE %s RESET (autovacuum_enabled)" % t)
+
+
 def main():
     t0 = time.time()
+    prepare_profile()
     header()
     if "matrix" in ARGS.parts:
         run_matrix()

@@ -10,6 +10,7 @@ CREATE SCHEMA bench;
 -- only difference measured is how a job is claimed and settled.
 CREATE SEQUENCE bench.job_id_seq AS bigint;
 CREATE SEQUENCE bench.token_seq AS bigint;
+CREATE SEQUENCE bench.oracle_seq AS bigint;
 
 CREATE TABLE bench.job (
 	job_id		bigint NOT NULL DEFAULT nextval('bench.job_id_seq'),
@@ -39,7 +40,25 @@ CREATE UNIQUE INDEX ON bench.job (queue_id, dedup_key)
 CREATE INDEX ON bench.job (queue_id, state, finished_at)
 	WHERE state = ANY ('{done,dead}'::text[]);
 
--- The floor: a small row per job and nothing else.
+-- The HOT-claim layout prototype (hot_lease.sql): claimq.job's columns,
+-- no index on a column a claim changes, room on each page for the claimed
+-- versions, and a lease row per claim call found by expiry.
+CREATE TABLE bench.hjob (LIKE bench.job INCLUDING DEFAULTS INCLUDING CONSTRAINTS)
+	WITH (fillfactor = 50);
+ALTER TABLE bench.hjob ADD PRIMARY KEY (job_id);
+CREATE INDEX ON bench.hjob (queue_id, priority DESC, run_at, job_id)
+	WHERE finished_at IS NULL;
+CREATE UNIQUE INDEX ON bench.hjob (queue_id, dedup_key)
+	WHERE dedup_key IS NOT NULL AND finished_at IS NULL;
+CREATE INDEX ON bench.hjob (queue_id, finished_at) WHERE finished_at IS NOT NULL;
+CREATE TABLE bench.hlease (
+	expires_at	timestamptz NOT NULL,
+	job_ids		bigint[] NOT NULL
+);
+CREATE INDEX ON bench.hlease (expires_at);
+
+
+-- The write-only floor: a small row per job and nothing else.
 CREATE TABLE bench.floor (
 	id			bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 	payload		jsonb NOT NULL
@@ -50,19 +69,39 @@ CREATE FUNCTION bench.payload(i bigint) RETURNS jsonb
 LANGUAGE sql IMMUTABLE
 AS $$ SELECT jsonb_build_object('task', 'send_email', 'user_id', i, 'template', 'welcome') $$;
 
-CREATE FUNCTION bench.load_baseline(n bigint) RETURNS void
+-- Baseline jobs; the backlog test also loads scheduled and dead jobs and
+-- jobs of another queue, as it does for claimq.
+CREATE FUNCTION bench.load_baseline(n bigint, state text DEFAULT 'pending',
+									run_at timestamptz DEFAULT NULL,
+									queue_id int DEFAULT 1) RETURNS void
 LANGUAGE sql
 AS $$
-	INSERT INTO bench.job (queue_id, state, run_at, enqueued_at, payload)
+	INSERT INTO bench.job (queue_id, state, run_at, enqueued_at, finished_at,
+						   attempts, last_error, payload)
+	SELECT load_baseline.queue_id, load_baseline.state,
+		   coalesce(load_baseline.run_at, clock_timestamp()), clock_timestamp(),
+		   CASE WHEN load_baseline.state = 'dead' THEN clock_timestamp() END,
+		   CASE WHEN load_baseline.state = 'dead' THEN 5 ELSE 0 END,
+		   CASE WHEN load_baseline.state = 'dead' THEN 'bench: loaded dead' END,
+		   bench.payload(i)
+	  FROM generate_series(1, n) i;
+$$;
+
+-- Jobs of the HOT-claim prototype.
+CREATE FUNCTION bench.load_hjob(n bigint) RETURNS void
+LANGUAGE sql
+AS $$
+	INSERT INTO bench.hjob (queue_id, state, run_at, enqueued_at, payload)
 	SELECT 1, 'pending', clock_timestamp(), clock_timestamp(), bench.payload(i)
 	  FROM generate_series(1, n) i;
 $$;
 
-CREATE FUNCTION bench.load_floor(n bigint) RETURNS void
+-- Rows the write-only floor has inserted so far.
+CREATE FUNCTION bench.floor_ids() RETURNS bigint
 LANGUAGE sql
 AS $$
-	INSERT INTO bench.floor (payload)
-	SELECT bench.payload(i) FROM generate_series(1, n) i;
+	SELECT coalesce(s.last_value, 0) FROM pg_sequences s
+	 WHERE s.schemaname = 'bench' AND s.sequencename = 'floor_id_seq';
 $$;
 
 -- claimq jobs: enqueue_many is not what the matrix measures, and loading
@@ -152,9 +191,11 @@ CREATE FUNCTION bench.method_size(method text) RETURNS bigint
 LANGUAGE sql
 AS $$
 	SELECT CASE
-		WHEN method LIKE 'baseline%' THEN pg_total_relation_size('bench.job')
+		WHEN method LIKE 'baseline%' OR method = 'oracle' THEN pg_total_relation_size('bench.job')
 		WHEN method LIKE 'claimq%' THEN pg_total_relation_size('claimq.job')
 		WHEN method = 'floor' THEN pg_total_relation_size('bench.floor')
+		WHEN method = 'hot' THEN pg_total_relation_size('bench.hjob')
+			+ pg_total_relation_size('bench.hlease')
 		WHEN method = 'pgq' THEN (
 			SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)
 			  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -169,6 +210,8 @@ $$;
 -- (the sustained run turns it back on for claimq.job).
 ALTER TABLE bench.job SET (autovacuum_enabled = false);
 ALTER TABLE bench.floor SET (autovacuum_enabled = false);
+ALTER TABLE bench.hjob SET (autovacuum_enabled = false);
+ALTER TABLE bench.hlease SET (autovacuum_enabled = false);
 ALTER TABLE claimq.job SET (autovacuum_enabled = false);
 
 SELECT claimq.create_queue('bench');

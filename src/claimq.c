@@ -38,6 +38,7 @@ int			cq_node_id = 0;
 char	   *cq_databases = NULL;
 int			cq_reclaim_interval = 1000;
 int			cq_reclaim_batch = 10000;
+bool		cq_claim_floors = true;
 bool		cq_reclaimer_enabled = true;
 
 /* Set once this backend has attached to claimq's shared memory. */
@@ -86,6 +87,14 @@ _PG_init(void)
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);
+	DefineCustomBoolVariable("claimq.claim_floors",
+							 "Whether claims start at their queue's floor (with the preload).",
+							 "Off, every claim starts at the head of its queue's index.",
+							 &cq_claim_floors,
+							 true,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
 	DefineCustomBoolVariable("claimq.reclaimer",
 							 "Whether the claimq reclaimer runs its passes.",
 							 NULL,

@@ -50,6 +50,7 @@ extern int	cq_node_id;
 extern char *cq_databases;
 extern int	cq_reclaim_interval;
 extern int	cq_reclaim_batch;
+extern bool cq_claim_floors;
 extern bool cq_reclaimer_enabled;
 extern bool cq_shmem_ready;
 

@@ -166,7 +166,7 @@ cq_floor_read(int32 queue_id, TimestampTz now, CqFloor *floor)
 	floor->run_at = DT_NOBEGIN;
 	floor->job_id = PG_INT64_MIN;
 	floor->slot = -1;
-	if (cq_floors == NULL)
+	if (cq_floors == NULL || !cq_claim_floors)
 		return;
 
 	relid = cq_job_relid();

@@ -1,11 +1,13 @@
--- HOT-claim layout prototype, lease flow (a candidate for claimq's next
--- job table, measured here before it is built).  No index of bench.hjob
--- names a column a claim changes (state, token, worker, claimed_at,
--- expires_at), and the table keeps room on each page (fillfactor 50: a claim of contiguous jobs needs room for a new version of each beside it), so
--- the claiming UPDATE is a heap-only update: no new index entry, and only
--- the changed bytes go to WAL.  Expired claims are found through one row
--- per claim call in bench.hlease, indexed by expiry.  Not counted here:
--- deleting that lease row once it expires (one per call, in the background).
+-- HOT-claim layout prototype, lease flow: a job table layout in which
+-- claims write no index entry, in plain SQL (claimq built it and did not
+-- keep it: it falls behind under sustained load, see the README).  No index
+-- of bench.hjob names a column a claim changes (state, token, worker,
+-- claimed_at, expires_at), and the table keeps room on each page
+-- (fillfactor 50), so the claiming UPDATE is a
+-- heap-only update: no new index entry, and only the changed bytes go to
+-- WAL.  Expired claims are found through one row per claim call in
+-- bench.hlease, indexed by expiry.  Not counted here: deleting that lease
+-- row once it expires (one per call, in the background).
 WITH c AS (
 	UPDATE bench.hjob j
 	   SET state = 'claimed', token = (SELECT nextval('bench.token_seq')),

@@ -4,15 +4,9 @@
  *		Working: claim(), the transition pending -> claimed (or straight to
  *		running with start => true).
  *
- * One statement finds, locks and claims the batch, and files its lease (a
- * row of claimq.lease with the claimed ids and their expiry, by which the
- * reclaimer finds them: see reclaim.c).  Ready jobs are taken highest
- * priority first, then earliest run_at, then lowest id, from the partial
- * index over live jobs (pending, claimed and running; since version 0.4
- * the index does not name state, so that the claim's update is heap-only
- * and writes no index entry: claimed jobs stay in it and are told apart
- * by the row, and a claim floor lets claims start past them, see
- * floor.c).  A scheduled job (run_at in the future)
+ * One statement finds, locks and claims the batch.  Ready jobs are taken
+ * highest priority first, then earliest run_at, then lowest id, from the
+ * partial index over pending jobs.  A scheduled job (run_at in the future)
  * sits in the same index behind the ready ones of its priority, so rather
  * than filter them out row by row the statement visits the distinct
  * priorities that have pending jobs (a loose index scan, one probe each)
@@ -21,7 +15,7 @@
  *
  * The probes walk the index backwards, lowest priority first, so that
  * each lands on the newest entries of a priority: the oldest ones are
- * where claimed and settled jobs leave entries until VACUUM, and a forward
+ * where claimed jobs leave dead index entries until VACUUM, and a forward
  * probe would step over all of them on every call (the pick itself starts
  * there anyway).  The picked rows are updated through their ctid, which
  * the row lock keeps current, rather than looked up again by id.
@@ -80,8 +74,7 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 			   Datum worker, bool worker_null, bool start,
 			   Tuplestorestate *result, TupleDesc desc)
 {
-	static SPIPlanPtr plans[2] = {NULL, NULL};
-	bool		leases = cq_leases();
+	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[9] = {INT4OID, INT4OID, TIMESTAMPTZOID, INTERVALOID,
 	TEXTOID, BOOLOID, INT8OID, TIMESTAMPTZOID, INT8OID};
 	Datum		values[9];
@@ -92,55 +85,44 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	uint64		claimed;
 	bool		isnull;
 
-	/* Since version 0.4 the claim also files its lease (see reclaim.c). */
-	if (plans[leases] == NULL)
-		cq_plan(&plans[leases], psprintf(
-				"WITH RECURSIVE prio(p) AS ("
-				"    SELECT pg_catalog.min(j.priority) FROM claimq.job j"
-				"     WHERE j.queue_id = $1 AND j.state = 'pending'"
-				"       AND j.finished_at IS NULL"
-				"  UNION ALL"
-				"    SELECT (SELECT pg_catalog.min(j.priority) FROM claimq.job j"
-				"             WHERE j.queue_id = $1 AND j.state = 'pending'"
-				"               AND j.finished_at IS NULL"
-				"               AND j.priority > prio.p)"
-				"      FROM prio WHERE prio.p IS NOT NULL"
-				"), picked AS MATERIALIZED ("
-				"  SELECT c.ctid"
-				"    FROM (SELECT prio.p FROM prio WHERE prio.p IS NOT NULL"
-				"           ORDER BY prio.p DESC) prio CROSS JOIN LATERAL ("
-				"      SELECT j.ctid FROM claimq.job j"
-				"       WHERE j.queue_id = $1 AND j.state = 'pending'"
-				"         AND j.finished_at IS NULL"
-				"         AND j.priority = prio.p AND j.run_at <= $3"
-				"         AND (j.run_at, j.job_id) >= ($8, $9)"
-				"       ORDER BY j.run_at, j.job_id"
-				"       LIMIT $2"
-				"       FOR UPDATE SKIP LOCKED) c"
-				"   LIMIT $2"
-				"), upd AS ("
-				"  UPDATE claimq.job j"
-				"     SET state = CASE WHEN $6 THEN 'running' ELSE 'claimed' END,"
-				"         attempts = j.attempts + CASE WHEN $6 THEN 1 ELSE 0 END,"
-				"         token = $7 + pg_catalog.nextval('claimq.token_seq'),"
-				"         worker = $5, claimed_at = $3, expires_at = $3 + $4"
-				"   WHERE j.ctid = ANY (ARRAY(SELECT p.ctid FROM picked p))"
-				"  RETURNING j.job_id, j.token, j.payload, j.attempts, j.priority,"
-				"            j.enqueued_at, j.expires_at, j.run_at"
-				")%s"
-				" SELECT u.job_id, u.token, u.payload, u.attempts, u.priority,"
-				"        u.enqueued_at, u.expires_at, u.run_at,"
-				"        (SELECT pg_catalog.min(prio.p) FROM prio),"
-				"        (SELECT pg_catalog.count(*) FROM picked)"
-				"   FROM upd u"
-				"  ORDER BY u.priority DESC, u.run_at, u.job_id",
-				leases ?
-				", lease AS ("
-				"  INSERT INTO claimq.lease (queue_id, expires_at, job_ids)"
-				"  SELECT $1, $3 + $4, pg_catalog.array_agg(u.job_id) FROM upd u"
-				"  HAVING pg_catalog.count(*) > 0"
-				")" : ""),
-				9, argtypes);
+	cq_plan(&plan,
+			"WITH RECURSIVE prio(p) AS ("
+			"    SELECT pg_catalog.min(j.priority) FROM claimq.job j"
+			"     WHERE j.queue_id = $1 AND j.state = 'pending'"
+			"  UNION ALL"
+			"    SELECT (SELECT pg_catalog.min(j.priority) FROM claimq.job j"
+			"             WHERE j.queue_id = $1 AND j.state = 'pending'"
+			"               AND j.priority > prio.p)"
+			"      FROM prio WHERE prio.p IS NOT NULL"
+			"), picked AS MATERIALIZED ("
+			"  SELECT c.ctid"
+			"    FROM (SELECT prio.p FROM prio WHERE prio.p IS NOT NULL"
+			"           ORDER BY prio.p DESC) prio CROSS JOIN LATERAL ("
+			"      SELECT j.ctid FROM claimq.job j"
+			"       WHERE j.queue_id = $1 AND j.state = 'pending'"
+			"         AND j.priority = prio.p AND j.run_at <= $3"
+			"         AND (j.run_at, j.job_id) >= ($8, $9)"
+			"       ORDER BY j.run_at, j.job_id"
+			"       LIMIT $2"
+			"       FOR UPDATE SKIP LOCKED) c"
+			"   LIMIT $2"
+			"), upd AS ("
+			"  UPDATE claimq.job j"
+			"     SET state = CASE WHEN $6 THEN 'running' ELSE 'claimed' END,"
+			"         attempts = j.attempts + CASE WHEN $6 THEN 1 ELSE 0 END,"
+			"         token = $7 + pg_catalog.nextval('claimq.token_seq'),"
+			"         worker = $5, claimed_at = $3, expires_at = $3 + $4"
+			"   WHERE j.ctid = ANY (ARRAY(SELECT p.ctid FROM picked p))"
+			"  RETURNING j.job_id, j.token, j.payload, j.attempts, j.priority,"
+			"            j.enqueued_at, j.expires_at, j.run_at"
+			")"
+			" SELECT u.job_id, u.token, u.payload, u.attempts, u.priority,"
+			"        u.enqueued_at, u.expires_at, u.run_at,"
+			"        (SELECT pg_catalog.min(prio.p) FROM prio),"
+			"        (SELECT pg_catalog.count(*) FROM picked)"
+			"   FROM upd u"
+			"  ORDER BY u.priority DESC, u.run_at, u.job_id",
+			9, argtypes);
 
 	cq_floor_read(queue->queue_id, now, &floor);
 	own_run_at = cq_xact_ready_run_at(queue->queue_id);
@@ -167,7 +149,7 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	values[6] = Int64GetDatum(cq_token_epoch());
 	values[7] = TimestampTzGetDatum(floor.run_at);
 	values[8] = Int64GetDatum(floor.job_id);
-	cq_execute(plans[leases], values, nulls, SPI_OK_SELECT);
+	cq_execute(plan, values, nulls, SPI_OK_SELECT);
 	claimed = SPI_processed;
 
 	cq_count(queue->queue_id, queue->name, CQ_CLAIMED, claimed);

@@ -21,7 +21,6 @@
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
-#include "storage/lmgr.h"
 #include "storage/lock.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
@@ -417,28 +416,6 @@ Oid
 cq_job_relid(void)
 {
 	return get_relname_relid("job", get_namespace_oid("claimq", false));
-}
-
-/*
- * Whether the installed schema finds claims by claimq.lease (version 0.4
- * and later) rather than by an index on claimq.job.expires_at.  Asked on
- * every call that sets an expiry or reclaims, so that this library works
- * with the schema of an older version until ALTER EXTENSION UPDATE, and
- * with the new one from the moment that commits.
- *
- * The job table is locked first, as the caller's statement is about to:
- * the update to 0.4 holds an exclusive lock on it until it commits, so a
- * call that waited for it sees its outcome here, and no claim made with
- * the old statements can slip in after the update filed the leases of the
- * claims it found.
- */
-bool
-cq_leases(void)
-{
-	Oid			nsp = get_namespace_oid("claimq", false);
-
-	LockRelationOid(get_relname_relid("job", nsp), RowExclusiveLock);
-	return OidIsValid(get_relname_relid("lease", nsp));
 }
 
 /*

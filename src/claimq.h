@@ -129,7 +129,6 @@ extern void cq_floor_lower(Oid dboid, Oid relid, int32 queue_id,
 						   TimestampTz run_at);
 extern void cq_floor_drop_database(Oid dboid);
 extern Oid	cq_job_relid(void);
-extern bool cq_leases(void);
 
 /* The sweep of expired key claims (keys.c) */
 extern uint64 cq_sweep_keys(int32 max_keys);
@@ -214,23 +213,7 @@ extern void cq_require_queue(const char *name, CqQueue *queue);
 extern Datum cq_spi_value(int row, int col, bool *isnull);
 
 /* reclaim.c: shared with the background reclaimer */
-typedef struct CqReclaimed
-{
-	int32		queue_id;
-	char	   *name;
-	int64		counts[3];		/* released, retried, dead */
-} CqReclaimed;
-
-typedef struct CqReclaimPass
-{
-	bool		want_queues;	/* in: collect per-queue counts */
-	List	   *queues;			/* out: CqReclaimed, accumulated */
-	uint64		reclaimed;		/* out: jobs reclaimed by the last call */
-	uint64		taken;			/* out: due lease rows (jobs) it looked at */
-	uint64		dropped;		/* out: lease rows it deleted */
-} CqReclaimPass;
-
-extern void cq_reclaim_expired(int32 queue_id, int32 max_jobs,
-							   CqReclaimPass *pass);
+extern uint64 cq_reclaim_expired(int32 queue_id, int32 max_jobs,
+								 Tuplestorestate *result, TupleDesc desc);
 
 #endif							/* CLAIMQ_H */

@@ -78,7 +78,7 @@ cq_live_job_for_key(int32 queue_id, Datum key)
 	cq_plan(&plan,
 			"SELECT j.job_id FROM claimq.job j"
 			" WHERE j.queue_id = $1 AND j.dedup_key = $2"
-			"   AND j.state = ANY (" CQ_LIVE_STATES ") AND j.finished_at IS NULL",
+			"   AND j.state = ANY (" CQ_LIVE_STATES ")",
 			2, argtypes);
 	values[0] = Int32GetDatum(queue_id);
 	values[1] = key;
@@ -110,7 +110,6 @@ cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null)
 			"         $1, 'pending', $2, COALESCE($3, $4), $4, $5, $6)"
 			" ON CONFLICT (queue_id, dedup_key)"
 			"   WHERE dedup_key IS NOT NULL AND state = ANY (" CQ_LIVE_STATES ")"
-			"       AND finished_at IS NULL"
 			" DO NOTHING"
 			" RETURNING j.job_id",
 			7, argtypes);
@@ -248,7 +247,6 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 			"    FROM input i ORDER BY i.dedup_key COLLATE \"C\", i.ord"
 			"  ON CONFLICT (queue_id, dedup_key)"
 			"    WHERE dedup_key IS NOT NULL AND state = ANY (" CQ_LIVE_STATES ")"
-			"       AND finished_at IS NULL"
 			"  DO NOTHING"
 			"  RETURNING j.job_id"
 			")"

@@ -3,12 +3,11 @@
  * floor.c
  *		Claim floors: where in a queue's ready index a claim may start.
  *
- * Every claimed job stays at the head of the partial index over live jobs
- * while it is claimed or running (the claim's update is heap-only and
- * leaves its entry in place), and every settled one leaves a dead entry
- * there until VACUUM removes it.  Each claim that starts at the head of the
- * index steps over all of them, one index page per few hundred jobs, so a
- * busy queue's claims would slow down by the minute.  A floor is a position (run_at, job_id) below which the queue
+ * Every claimed job leaves a dead entry at the head of the partial index
+ * over pending jobs, and VACUUM is what removes it.  Until then each claim
+ * that starts at the head of the index steps over all of them, one index
+ * page per few hundred claimed jobs, so a busy queue's claims slow down by
+ * the minute.  A floor is a position (run_at, job_id) below which the queue
  * has no pending job; a claim that knows it starts its scan there.
  *
  * With shared_preload_libraries = 'claimq', shared memory holds one floor

@@ -421,9 +421,6 @@ cq_launcher_main(Datum arg)
 
 static int	cq_my_slot = -1;
 
-/* Whether the last reclaim chunk of a pass calls for another. */
-static bool cq_more = false;
-
 static void
 cq_reclaimer_detach(int code, Datum arg)
 {
@@ -533,16 +530,8 @@ cq_pass_step(CqPassStep step)
 
 		SPI_connect();
 		if (step == CQ_STEP_RECLAIM)
-		{
-			CqReclaimPass pass = {0};
-
-			cq_reclaim_expired(0, cq_reclaim_batch, &pass);
-			result = (int64) pass.reclaimed;
-			/* Another chunk if this one took all it could and did something. */
-			cq_more = (pass.reclaimed >= (uint64) cq_reclaim_batch ||
-					   (pass.taken >= (uint64) cq_reclaim_batch &&
-						pass.dropped > 0));
-		}
+			result = (int64) cq_reclaim_expired(0, cq_reclaim_batch,
+												NULL, NULL);
 		else
 			result = (int64) (cq_prune_finished(cq_reclaim_batch) +
 							  cq_sweep_keys(cq_reclaim_batch));
@@ -575,7 +564,7 @@ cq_pass(void)
 		if (n < 0)
 			return -1;
 		total += n;
-		if (!cq_more)
+		if (n < cq_reclaim_batch)
 			break;
 	}
 	(void) cq_pass_step(CQ_STEP_PRUNE);

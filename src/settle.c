@@ -84,55 +84,30 @@ typedef struct CqSettleOp
 	int			spi_ok;			/* the statement's SPI result code */
 	int			counter;		/* CqCounter of a settled pair, or -1 */
 	SPIPlanPtr	plan;
-	/* For an op that sets an expiry: the same, filing a lease (0.4 on). */
-	const char *lease_sql;
-	SPIPlanPtr	lease_plan;
 } CqSettleOp;
 
-/*
- * The lease of the jobs an update set an expiry on: its CTE "upd" returns
- * each job's queue_id, job_id and new expires_at (see reclaim.c).
- */
-#define CQ_LEASE_SQL \
-	", lease AS (" \
-	"  INSERT INTO claimq.lease (queue_id, expires_at, job_ids)" \
-	"  SELECT u.queue_id, u.expires_at, pg_catalog.array_agg(u.job_id)" \
-	"    FROM upd u GROUP BY u.queue_id, u.expires_at" \
-	")" \
-	" SELECT u.ord, u.queue_id, u.expires_at FROM upd u"
-
-#define CQ_START_SET_SQL \
-	"UPDATE claimq.job j" \
-	"   SET state = 'running'," \
-	"       attempts = j.attempts" \
-	"                  + CASE WHEN j.state = 'claimed' THEN 1 ELSE 0 END," \
-	"       expires_at = $3 + COALESCE($4, q.run_lease)" \
-	"  FROM input i, claimq.queue q" \
-	" WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
-
-#define CQ_EXTEND_SET_SQL \
-	"UPDATE claimq.job j" \
-	"   SET expires_at = $3 + COALESCE($4, CASE WHEN j.state = 'claimed'" \
-	"                                      THEN q.lease ELSE q.run_lease END)" \
-	"  FROM input i, claimq.queue q" \
-	" WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
-
 static CqSettleOp cq_start_op = {
-	CQ_INPUT_SQL CQ_START_SET_SQL
+	CQ_INPUT_SQL
+	"UPDATE claimq.job j"
+	"   SET state = 'running',"
+	"       attempts = j.attempts"
+	"                  + CASE WHEN j.state = 'claimed' THEN 1 ELSE 0 END,"
+	"       expires_at = $3 + COALESCE($4, q.run_lease)"
+	"  FROM input i, claimq.queue q"
+	" WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	" RETURNING i.ord, j.queue_id, j.expires_at",
-	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, CQ_STARTED, NULL,
-	CQ_INPUT_SQL ", upd AS (" CQ_START_SET_SQL
-	" RETURNING i.ord, j.queue_id, j.expires_at, j.job_id)" CQ_LEASE_SQL,
-	NULL
+	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, CQ_STARTED, NULL
 };
 
 static CqSettleOp cq_extend_op = {
-	CQ_INPUT_SQL CQ_EXTEND_SET_SQL
+	CQ_INPUT_SQL
+	"UPDATE claimq.job j"
+	"   SET expires_at = $3 + COALESCE($4, CASE WHEN j.state = 'claimed'"
+	"                                      THEN q.lease ELSE q.run_lease END)"
+	"  FROM input i, claimq.queue q"
+	" WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	" RETURNING i.ord, j.queue_id, j.expires_at",
-	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, -1, NULL,
-	CQ_INPUT_SQL ", upd AS (" CQ_EXTEND_SET_SQL
-	" RETURNING i.ord, j.queue_id, j.expires_at, j.job_id)" CQ_LEASE_SQL,
-	NULL
+	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, -1, NULL
 };
 
 /*
@@ -315,19 +290,11 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 		values[3 + i] = extra[i];
 		nulls[3 + i] = extranulls[i];
 	}
+	cq_plan(&op->plan, op->sql, 3 + op->nextra, argtypes);
 	values[0] = cq_int8_array(ids, n);
 	values[1] = cq_int8_array(tokens, n);
 	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
-	if (op->lease_sql && cq_leases())
-	{
-		cq_plan(&op->lease_plan, op->lease_sql, 3 + op->nextra, argtypes);
-		cq_execute(op->lease_plan, values, nulls, SPI_OK_SELECT);
-	}
-	else
-	{
-		cq_plan(&op->plan, op->sql, 3 + op->nextra, argtypes);
-		cq_execute(op->plan, values, nulls, op->spi_ok);
-	}
+	cq_execute(op->plan, values, nulls, op->spi_ok);
 	settled = SPI_tuptable;
 	nsettled = SPI_processed;
 	SPI_tuptable = NULL;		/* keep it across the look-up below */
@@ -630,7 +597,7 @@ claimq_release_worker(PG_FUNCTION_ARGS)
 	cq_plan(&plan,
 			"UPDATE claimq.job j SET state = 'pending', expires_at = NULL"
 			" WHERE j.queue_id = $1 AND j.worker = $2 AND j.state = 'claimed'"
-			"   AND j.finished_at IS NULL AND j.expires_at IS NOT NULL",
+			"   AND j.expires_at IS NOT NULL",
 			2, argtypes);
 	values[0] = Int32GetDatum(queue.queue_id);
 	values[1] = PG_GETARG_DATUM(1);

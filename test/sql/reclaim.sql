@@ -8,7 +8,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(43);
+SELECT plan(39);
 
 -- Jobs by label, with their state before reclaim.
 CREATE TEMP TABLE h(label text PRIMARY KEY, job_id bigint, token bigint,
@@ -152,26 +152,6 @@ END
 $$;
 SELECT matches(pg_temp.huge_retry_reclaim(), '^(refused|reclaimed 1 1)$',
 	'a queue with huge retry settings is refused, or reclaim of it and of other queues works');
-
--- Lease rows: one per claim; once due, a row whose jobs were all settled
--- is deleted by reclaim, and such rows ahead of an expired claim do not
--- hide it, whatever max_jobs.
-SELECT claimq.create_queue('rcl_lease');
-SELECT count(*) FROM claimq.enqueue_many('rcl_lease', array_fill('{}'::jsonb, ARRAY[4]));
-SELECT claimq.complete(job_id, token) FROM claimq.claim('rcl_lease', 1, '1 millisecond');
-SELECT claimq.complete(job_id, token) FROM claimq.claim('rcl_lease', 1, '1 millisecond');
-SELECT claimq.complete(job_id, token) FROM claimq.claim('rcl_lease', 1, '1 millisecond');
-SELECT count(*) FROM claimq.claim('rcl_lease', 1, '1 millisecond');
-SELECT pg_sleep(0.01);
-SELECT is((SELECT count(*) FROM claimq.lease l JOIN claimq.queue q USING (queue_id)
-			WHERE q.name = 'rcl_lease'), 4::bigint, 'four claims filed four lease rows');
-SELECT results_eq($$SELECT released, retried, dead FROM claimq.reclaim('rcl_lease', 1)$$,
-	$$VALUES (1::bigint, 0::bigint, 0::bigint)$$,
-	'reclaim with max_jobs => 1 gets past three settled leases to the expired claim');
-SELECT results_eq($$SELECT released FROM claimq.reclaim('rcl_lease')$$,
-	$$VALUES (0::bigint)$$, 'nothing is left to reclaim');
-SELECT is((SELECT count(*) FROM claimq.lease l JOIN claimq.queue q USING (queue_id)
-			WHERE q.name = 'rcl_lease'), 0::bigint, 'and no lease row is left');
 
 SELECT lives_ok($$SELECT * FROM claimq.reclaim('rcl', 10000)$$,
 	'reclaim with max_jobs => 10000 is allowed');

@@ -19,9 +19,13 @@
  *	  claimed every job it picked, of the lowest priority with pending jobs
  *	  last, raises the floor to the last job it claimed.  Every pending job
  *	  before that was claimed, skipped as locked by another claim, or not
- *	  yet visible to it.  It does so only if no lowering happened since it
- *	  read the floor (the slot's sequence number is unchanged), and only
- *	  under READ COMMITTED, where its snapshot is younger than its read.
+ *	  yet visible to it.  Lowerings since it read the floor are jobs it may
+ *	  not have seen, so it raises the floor no further than the earliest of
+ *	  them (each slot remembers its last CQ_FLOOR_LOG lowerings; a claim
+ *	  that outlived more does not raise).  Jobs enqueued while it ran come
+ *	  after the ones it claimed, so a steady stream of producers does not
+ *	  keep the floor down.  Raising happens only under READ COMMITTED,
+ *	  where the claim's snapshot is younger than its read.
  *	- A transaction that made jobs pending (enqueue, release, reclaim,
  *	  fail with a retry) lowers the floor to their earliest run_at once its
  *	  commit is visible; one that claimed jobs lowers it to the earliest
@@ -62,6 +66,7 @@
 #define CQ_FLOOR_SLOTS		256
 #define CQ_FLOOR_PROBES		8	/* slots a key may occupy */
 #define CQ_FLOOR_MAX_AGE_MS	1000
+#define CQ_FLOOR_LOG		32	/* recent lowerings a slot remembers */
 
 typedef struct CqFloorSlot
 {
@@ -71,6 +76,8 @@ typedef struct CqFloorSlot
 	int32		queue_id;
 	uint64		incarnation;	/* changes when the slot is (re)assigned */
 	uint64		seq;			/* lowerings so far */
+	TimestampTz lowered[CQ_FLOOR_LOG];	/* run_at of lowering seq, at
+										 * [seq % CQ_FLOOR_LOG] */
 	bool		valid;			/* run_at, job_id hold a floor */
 	TimestampTz run_at;
 	int64		job_id;
@@ -145,9 +152,37 @@ cq_floor_slot(Oid dboid, Oid relid, int32 queue_id, bool create)
 	victim->queue_id = queue_id;
 	victim->incarnation = cq_floors->next_incarnation++;
 	victim->seq = 0;
+	memset(victim->lowered, 0, sizeof(victim->lowered));
 	victim->valid = false;
 	victim->head_at = 0;
 	return victim;
+}
+
+/*
+ * Count a lowering of the slot's floor to run_at.  The caller holds the
+ * mutex.
+ */
+static void
+cq_floor_note_lowering(CqFloorSlot *slot, TimestampTz run_at)
+{
+	slot->seq++;
+	slot->lowered[slot->seq % CQ_FLOOR_LOG] = run_at;
+}
+
+/*
+ * The earliest run_at the slot's floor was lowered to after lowering seq,
+ * in *low (DT_NOEND if none).  False if the slot no longer remembers all
+ * of them.  The caller holds the mutex.
+ */
+static bool
+cq_floor_lowered_since(const CqFloorSlot *slot, uint64 seq, TimestampTz *low)
+{
+	*low = DT_NOEND;
+	if (slot->seq - seq > CQ_FLOOR_LOG)
+		return false;
+	for (uint64 s = seq + 1; s <= slot->seq; s++)
+		*low = Min(*low, slot->lowered[s % CQ_FLOOR_LOG]);
+	return true;
 }
 
 /*
@@ -195,6 +230,7 @@ void
 cq_floor_raise(const CqFloor *floor, TimestampTz run_at, int64 job_id)
 {
 	CqFloorSlot *slot;
+	TimestampTz low;
 
 	if (cq_floors == NULL || floor->slot < 0)
 		return;
@@ -202,8 +238,19 @@ cq_floor_raise(const CqFloor *floor, TimestampTz run_at, int64 job_id)
 	SpinLockAcquire(&cq_floors->mutex);
 	slot = &cq_floors->slots[floor->slot];
 	if (slot->used && slot->incarnation == floor->incarnation &&
-		slot->seq == floor->seq)
+		cq_floor_lowered_since(slot, floor->seq, &low))
 	{
+		/*
+		 * Jobs made pending since the claim read the floor, from run_at low
+		 * on, may be invisible to its snapshot: the floor may not pass
+		 * them.  Those enqueued at the tail of the queue while the claim
+		 * ran, the usual case, come after the jobs it claimed.
+		 */
+		if (low <= run_at)
+		{
+			run_at = low;
+			job_id = PG_INT64_MIN;
+		}
 		if (floor->from_head)
 		{
 			slot->valid = true;
@@ -239,7 +286,7 @@ cq_floor_lower(Oid dboid, Oid relid, int32 queue_id, TimestampTz run_at)
 	slot = cq_floor_slot(dboid, relid, queue_id, false);
 	if (slot != NULL)
 	{
-		slot->seq++;
+		cq_floor_note_lowering(slot, run_at);
 		if (slot->valid && run_at <= slot->run_at)
 		{
 			if (run_at == DT_NOBEGIN)
@@ -268,7 +315,7 @@ cq_floor_drop_database(Oid dboid)
 
 		if (slot->used && slot->dboid == dboid)
 		{
-			slot->seq++;
+			cq_floor_note_lowering(slot, DT_NOBEGIN);
 			slot->valid = false;
 		}
 	}

@@ -46,8 +46,8 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
-#include "utils/resowner.h"
 #include "utils/builtins.h"
+#include "utils/resowner.h"
 
 #include "claimq.h"
 

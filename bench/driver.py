@@ -328,7 +328,7 @@ def reset_and_load(method, pool, batch):
     DB.execute("CHECKPOINT")
     t0 = time.time()
     if on_bench_job(method):
-        DB.execute("SELECT bench.load_baseline(%s)", (pool,))
+        DB.execute("SELECT bench.load_jobs(%s)", (pool,))
         if method == "oracle":
             # Transaction k of the oracle takes ids [k * batch, (k + 1) * batch).
             DB.execute("SELECT setval('bench.oracle_seq', min(job_id) / %s + 1, false)"
@@ -338,7 +338,7 @@ def reset_and_load(method, pool, batch):
     elif method == "floor":
         pass                # each transaction inserts the jobs it deletes
     elif method == "hot":
-        DB.execute("SELECT bench.load_hjob(%s)", (pool,))
+        DB.execute("SELECT bench.load_jobs(%s, tab => 'bench.hjob')", (pool,))
     else:
         DB.execute("CALL bench.load_pgq(%s, %s)", (pool, batch))
     for t in tables_of(method):
@@ -594,23 +594,25 @@ def plan_kind(plan):
 def load_backlog(method, n):
     """n jobs in the method's table: half ready in the measured queue, a
     sixth each scheduled for tomorrow, dead, and ready in another queue."""
-    ready, other = n // 2, n // 6
-    if on_bench_job(method):
-        DB.execute("TRUNCATE bench.job")
-        DB.execute("CHECKPOINT")
-        DB.execute("SELECT bench.load_baseline(%s)", (ready,))
-        DB.execute("SELECT bench.load_baseline(%s, 'pending', now() + interval '1 day')", (other,))
-        DB.execute("SELECT bench.load_baseline(%s, 'dead')", (other,))
-        DB.execute("SELECT bench.load_baseline(%s, 'pending', NULL, 2)", (other,))
-        DB.execute("VACUUM (ANALYZE) bench.job")
-    else:
-        DB.execute("TRUNCATE claimq.job")
-        DB.execute("CHECKPOINT")
-        DB.execute("SELECT bench.load_claimq('bench', %s)", (ready,))
-        DB.execute("SELECT bench.load_claimq('bench', %s, 'pending', now() + interval '1 day')", (other,))
-        DB.execute("SELECT bench.load_claimq('bench', %s, 'dead')", (other,))
-        DB.execute("SELECT bench.load_claimq('other', %s)", (other,))
-        DB.execute("VACUUM (ANALYZE) claimq.job")
+    ready, rest = n // 2, n // 6
+    table = tables_of(method)[0]
+
+    def load(count, state="pending", run_at=None, other_queue=False):
+        if on_bench_job(method):
+            DB.execute("SELECT bench.load_jobs(%s, %s, %s, %s)",
+                       (count, state, run_at, 2 if other_queue else 1))
+        else:
+            DB.execute("SELECT bench.load_claimq(%s, %s, %s, %s)",
+                       ("other" if other_queue else "bench", count, state, run_at))
+
+    DB.execute("TRUNCATE " + table)
+    DB.execute("CHECKPOINT")
+    tomorrow = q("SELECT now() + interval '1 day'")
+    load(ready)
+    load(rest, run_at=tomorrow)
+    load(rest, "dead")
+    load(rest, other_queue=True)
+    DB.execute("VACUUM (ANALYZE) " + table)
     return ready
 
 

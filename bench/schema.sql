@@ -69,31 +69,27 @@ CREATE FUNCTION bench.payload(i bigint) RETURNS jsonb
 LANGUAGE sql IMMUTABLE
 AS $$ SELECT jsonb_build_object('task', 'send_email', 'user_id', i, 'template', 'welcome') $$;
 
--- Baseline jobs; the backlog test also loads scheduled and dead jobs and
--- jobs of another queue, as it does for claimq.
-CREATE FUNCTION bench.load_baseline(n bigint, state text DEFAULT 'pending',
-									run_at timestamptz DEFAULT NULL,
-									queue_id int DEFAULT 1) RETURNS void
-LANGUAGE sql
+-- Jobs of the baseline's table, or of the HOT-claim prototype's, which has
+-- the same columns; the backlog test also loads scheduled and dead jobs
+-- and jobs of another queue, as it does for claimq.
+CREATE FUNCTION bench.load_jobs(n bigint, state text DEFAULT 'pending',
+								run_at timestamptz DEFAULT NULL,
+								queue_id int DEFAULT 1,
+								tab regclass DEFAULT 'bench.job') RETURNS void
+LANGUAGE plpgsql
 AS $$
-	INSERT INTO bench.job (queue_id, state, run_at, enqueued_at, finished_at,
-						   attempts, last_error, payload)
-	SELECT load_baseline.queue_id, load_baseline.state,
-		   coalesce(load_baseline.run_at, clock_timestamp()), clock_timestamp(),
-		   CASE WHEN load_baseline.state = 'dead' THEN clock_timestamp() END,
-		   CASE WHEN load_baseline.state = 'dead' THEN 5 ELSE 0 END,
-		   CASE WHEN load_baseline.state = 'dead' THEN 'bench: loaded dead' END,
+BEGIN
+	EXECUTE format($i$
+	INSERT INTO %s (queue_id, state, run_at, enqueued_at, finished_at,
+					attempts, last_error, payload)
+	SELECT $1, $2, coalesce($3, clock_timestamp()), clock_timestamp(),
+		   CASE WHEN $2 = 'dead' THEN clock_timestamp() END,
+		   CASE WHEN $2 = 'dead' THEN 5 ELSE 0 END,
+		   CASE WHEN $2 = 'dead' THEN 'bench: loaded dead' END,
 		   bench.payload(i)
-	  FROM generate_series(1, n) i;
-$$;
-
--- Jobs of the HOT-claim prototype.
-CREATE FUNCTION bench.load_hjob(n bigint) RETURNS void
-LANGUAGE sql
-AS $$
-	INSERT INTO bench.hjob (queue_id, state, run_at, enqueued_at, payload)
-	SELECT 1, 'pending', clock_timestamp(), clock_timestamp(), bench.payload(i)
-	  FROM generate_series(1, n) i;
+	  FROM generate_series(1, $4) i$i$, tab)
+	USING queue_id, state, run_at, n;
+END
 $$;
 
 -- Rows the write-only floor has inserted so far.

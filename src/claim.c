@@ -43,19 +43,12 @@
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
-#include "miscadmin.h"
-#include "pgstat.h"
-#include "storage/latch.h"
 #include "utils/builtins.h"
 #include "utils/resowner.h"
 
 #include "claimq.h"
 
 PG_FUNCTION_INFO_V1(claimq_claim);
-
-/* Polling period bounds while waiting without wake-ups, in milliseconds. */
-#define CQ_POLL_MIN_MS	10
-#define CQ_POLL_MAX_MS	100
 
 /* With wake-ups, how often a waiter looks anyway (scheduled jobs). */
 #define CQ_WAKE_RECHECK_MS	1000
@@ -202,7 +195,7 @@ claimq_claim(PG_FUNCTION_ARGS)
 	Interval   *wait;
 	TimestampTz deadline;
 	bool		can_wait;
-	volatile long poll_ms = CQ_POLL_MIN_MS;
+	long		poll_ms = CQ_POLL_MIN_MS;
 
 	queue_name = cq_queue_name_arg(fcinfo, 0);
 	max_jobs = cq_int_arg(fcinfo, 1, "max_jobs", 1, CQ_MAX_BATCH);
@@ -226,9 +219,6 @@ claimq_claim(PG_FUNCTION_ARGS)
 		{
 			CqQueue		queue;
 			uint64		claimed = 0;
-			TimestampTz now;
-			long		sleep_ms;
-
 			if (can_wait)
 			{
 				BeginInternalSubTransaction(NULL);
@@ -254,8 +244,7 @@ claimq_claim(PG_FUNCTION_ARGS)
 				CurrentResourceOwner = oldowner;
 			}
 
-			now = GetCurrentTimestamp();
-			if (claimed > 0 || now >= deadline)
+			if (claimed > 0 || GetCurrentTimestamp() >= deadline)
 				break;
 
 			/*
@@ -267,19 +256,7 @@ claimq_claim(PG_FUNCTION_ARGS)
 			 */
 			if (!waiting && (waiting = cq_wait_begin(queue.queue_id)))
 				continue;
-			if (waiting)
-				sleep_ms = CQ_WAKE_RECHECK_MS;
-			else
-			{
-				sleep_ms = poll_ms;
-				poll_ms = Min(poll_ms * 2, CQ_POLL_MAX_MS);
-			}
-			sleep_ms = Min(sleep_ms, (deadline - now + 999) / 1000);
-			(void) WaitLatch(MyLatch,
-							 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 sleep_ms, PG_WAIT_EXTENSION);
-			ResetLatch(MyLatch);
-			CHECK_FOR_INTERRUPTS();
+			cq_wait_sleep(waiting, CQ_WAKE_RECHECK_MS, &poll_ms, deadline);
 		}
 	}
 	PG_FINALLY();

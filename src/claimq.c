@@ -14,7 +14,11 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "jit/jit.h"
@@ -24,9 +28,11 @@
 #include "storage/lock.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/plancache.h"
+#include "utils/snapmgr.h"
 
 #include "claimq.h"
 
@@ -337,6 +343,47 @@ cq_array_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
 }
 
 /*
+ * Raise 55000 unless the claimq extension installed in this database is
+ * the version this library was built for: after a new library is
+ * installed, the statements below name columns that only ALTER EXTENSION
+ * claimq UPDATE adds.  Checked whenever a statement is prepared, which is
+ * once per statement and backend.
+ */
+static void
+cq_check_schema_version(void)
+{
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	char	   *version = NULL;
+
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber,
+				F_NAMEEQ, CStringGetDatum("claimq"));
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+	{
+		bool		isnull;
+		Datum		datum = heap_getattr(tuple, Anum_pg_extension_extversion,
+										 RelationGetDescr(rel), &isnull);
+
+		if (!isnull)
+			version = TextDatumGetCString(datum);
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+
+	if (version != NULL && strcmp(version, CQ_SCHEMA_VERSION) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("extension \"claimq\" is at version %s, but its library needs version %s",
+						version, CQ_SCHEMA_VERSION),
+				 errhint("Run ALTER EXTENSION claimq UPDATE.")));
+}
+
+/*
  * Prepare a statement once per backend and keep its generic plan.  The
  * plan cache re-plans by itself when the extension's tables are dropped and created
  * again, since the statement text names them, not their OIDs.
@@ -346,13 +393,16 @@ cq_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 {
 	if (*cache == NULL)
 	{
+		SPIPlanPtr	plan;
+
+		cq_check_schema_version();
+
 		/*
 		 * Every statement is written to run well with a generic plan, and
 		 * planning some of them costs more than running them: plan once.
 		 */
-		SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes,
-											  CURSOR_OPT_GENERIC_PLAN);
-
+		plan = SPI_prepare_cursor(sql, nargs, argtypes,
+								  CURSOR_OPT_GENERIC_PLAN);
 		if (plan == NULL)
 			elog(ERROR, "SPI_prepare failed: %s",
 				 SPI_result_code_string(SPI_result));
@@ -374,8 +424,9 @@ cq_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
  * is planned, which happens inside SPI_execute_plan: the first time, and
  * again whenever the plan is invalidated.
  */
-void
-cq_execute(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
+static void
+cq_execute_plan(SPIPlanPtr plan, Datum *values, const char *nulls,
+				int expected, bool read_only)
 {
 	bool		save_jit = jit_enabled;
 	int			save_plan_cache_mode = plan_cache_mode;
@@ -385,7 +436,7 @@ cq_execute(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
 	plan_cache_mode = PLAN_CACHE_MODE_FORCE_GENERIC_PLAN;
 	PG_TRY();
 	{
-		ret = SPI_execute_plan(plan, values, nulls, false, 0);
+		ret = SPI_execute_plan(plan, values, nulls, read_only, 0);
 	}
 	PG_FINALLY();
 	{
@@ -396,6 +447,26 @@ cq_execute(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
 
 	if (ret != expected)
 		elog(ERROR, "unexpected SPI result: %s", SPI_result_code_string(ret));
+}
+
+void
+cq_execute(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
+{
+	cq_execute_plan(plan, values, nulls, expected, false);
+}
+
+/*
+ * Run a kept, read-only plan with a snapshot taken now, whatever the
+ * transaction's isolation level: it sees every transaction committed
+ * before this call, as a READ COMMITTED statement would.
+ */
+void
+cq_execute_latest(SPIPlanPtr plan, Datum *values, const char *nulls,
+				  int expected)
+{
+	PushActiveSnapshot(GetLatestSnapshot());
+	cq_execute_plan(plan, values, nulls, expected, true);
+	PopActiveSnapshot();
 }
 
 /*

@@ -8,9 +8,11 @@
  *		enqueue.c	(new) -> pending
  *		claim.c		pending -> claimed | running
  *		settle.c	claimed | running -> running, done, pending, dead
- *					(start, extend, complete, fail, release)
+ *					(start, extend, complete, fail, release, snooze)
+ *		cancel.c	pending | claimed | running -> cancelled
  *		reclaim.c	expired claimed -> pending, expired running -> pending | dead
- *		prune.c		done | dead past retention -> deleted
+ *		prune.c		done | dead | cancelled past retention -> deleted
+ *		status.c	reading jobs' states: status, wait_for
  *		keys.c		dedup key claims: claim, release, sweep
  *		reclaimer.c	the background worker that runs reclaim.c, prune.c and
  *					the key sweep on a timer
@@ -36,6 +38,9 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
+
+/* The extension version (claimq.control) whose schema this library uses. */
+#define CQ_SCHEMA_VERSION	"0.4"
 
 /* Limits from the API contract. */
 #define CQ_MAX_BATCH		10000	/* max_jobs per claim, elements per call */
@@ -65,6 +70,8 @@ typedef enum CqCounter
 	CQ_RECLAIMED,
 	CQ_DEAD,
 	CQ_STALE,
+	CQ_CANCELLED,
+	CQ_SNOOZED,
 	CQ_NCOUNTERS
 } CqCounter;
 
@@ -99,12 +106,20 @@ extern PGDLLEXPORT void cq_reclaimer_main(Datum arg);
  * What a transaction does to the set of pending jobs (wakeup.c): jobs made
  * pending wake waiting claims and lower the queue's claim floor once the
  * commit is visible; jobs claimed lower it again if the claim aborts.
+ * Jobs finished or removed wake wait_for calls, which wait under the
+ * queue id CQ_WAIT_FINISHED (no queue has it).
  */
+#define CQ_WAIT_FINISHED	0
 extern Size cq_wakeup_shmem_size(void);
 extern void cq_wakeup_shmem_init(void);
 extern bool cq_wait_begin(int32 queue_id);
 extern void cq_wait_end(void);
+#define CQ_POLL_MIN_MS	10		/* without wake-ups, poll after 10 ms, */
+#define CQ_POLL_MAX_MS	100		/* doubling up to 100 ms */
+extern void cq_wait_sleep(bool waiting, long recheck_ms, long *poll_ms,
+						  TimestampTz deadline);
 extern void cq_ready_on_commit(int32 queue_id, TimestampTz run_at);
+extern void cq_finished_on_commit(void);
 extern void cq_claimed_in_xact(int32 queue_id, TimestampTz run_at);
 extern TimestampTz cq_xact_ready_run_at(int32 queue_id);
 
@@ -208,6 +223,8 @@ extern SPIPlanPtr cq_plan(SPIPlanPtr *cache, const char *sql,
 						  int nargs, Oid *argtypes);
 extern void cq_execute(SPIPlanPtr plan, Datum *values, const char *nulls,
 					   int expected);
+extern void cq_execute_latest(SPIPlanPtr plan, Datum *values,
+							  const char *nulls, int expected);
 extern bool cq_lookup_queue(const char *name, CqQueue *queue);
 extern void cq_require_queue(const char *name, CqQueue *queue);
 extern Datum cq_spi_value(int row, int col, bool *isnull);

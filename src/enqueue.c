@@ -12,6 +12,12 @@
  * that job finished in between, the key is free again and the insert is
  * tried once more.
  *
+ * Debounce (on_duplicate => 'replace'): when the key is held by a live
+ * job, that job takes the call's payload, run_at, priority and (if given)
+ * max_attempts, but only while it is pending.  The update re-checks
+ * "pending" under the row's lock, so a job that a claim took meanwhile is
+ * left alone, and a claim skips the job while the update holds it.
+ *
  * A job's id is this server's node number (claimq.node_id) in the high
  * bits plus the next value of claimq.job_id_seq.
  *
@@ -40,6 +46,10 @@ PG_FUNCTION_INFO_V1(claimq_enqueue_many);
 
 #define CQ_LIVE_STATES "'{pending,claimed,running}'::text[]"
 
+/* Limits of the contract. */
+#define CQ_MAX_JOB_ATTEMPTS	1000
+#define CQ_MAX_GROUP_KEY	200		/* bytes */
+
 /*
  * The arguments every enqueue shares.
  */
@@ -51,8 +61,16 @@ typedef struct CqEnqueueArgs
 	Datum		run_at;			/* 0 when NULL: run at once */
 	bool		run_at_null;
 	int32		priority;
+	Datum		max_attempts;	/* 0 when NULL: the queue's */
+	bool		max_attempts_null;
+	bool		replace;		/* on_duplicate => 'replace' */
 } CqEnqueueArgs;
 
+/*
+ * The arguments every enqueue shares: queue (0), run_at (2), priority (3),
+ * max_attempts (5) and on_duplicate (6).  Before ALTER EXTENSION claimq
+ * UPDATE to 0.4 the functions end after argument 4.
+ */
 static void
 cq_enqueue_args(FunctionCallInfo fcinfo, CqEnqueueArgs *args)
 {
@@ -62,6 +80,81 @@ cq_enqueue_args(FunctionCallInfo fcinfo, CqEnqueueArgs *args)
 	cq_arg_not_null(fcinfo, 3, "priority");
 	args->priority = PG_GETARG_INT32(3);
 	args->now = GetCurrentTimestamp();
+	args->max_attempts_null = true;
+	args->max_attempts = (Datum) 0;
+	args->replace = false;
+	if (PG_NARGS() > 6)
+	{
+		char	   *on_duplicate;
+
+		if (!PG_ARGISNULL(5))
+		{
+			args->max_attempts_null = false;
+			args->max_attempts =
+				Int32GetDatum(cq_int_arg(fcinfo, 5, "max_attempts", 1,
+										 CQ_MAX_JOB_ATTEMPTS));
+		}
+		cq_arg_not_null(fcinfo, 6, "on_duplicate");
+		on_duplicate = TextDatumGetCString(PG_GETARG_DATUM(6));
+		if (strcmp(on_duplicate, "replace") == 0)
+			args->replace = true;
+		else if (strcmp(on_duplicate, "keep") != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("on_duplicate must be \"keep\" or \"replace\"")));
+	}
+}
+
+/*
+ * Raise 22023 unless a group key (not NULL) is at most CQ_MAX_GROUP_KEY
+ * bytes long.
+ */
+static void
+cq_check_group_key(Datum key, const char *argname)
+{
+	if (VARSIZE_ANY_EXHDR(DatumGetPointer(key)) > CQ_MAX_GROUP_KEY)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be at most %d bytes long", argname,
+						CQ_MAX_GROUP_KEY)));
+}
+
+/*
+ * Debounce: give the pending job of the queue that holds key the call's
+ * payload, run_at, priority and max_attempts.  Returns its id, or 0 if the
+ * job holding the key is not pending (or no job does).
+ */
+static int64
+cq_replace_pending(CqEnqueueArgs *args, Datum payload, Datum key)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[7] = {INT4OID, TEXTOID, JSONBOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, INT4OID, INT4OID};
+	Datum		values[7];
+	char		nulls[7] = "       ";
+	bool		isnull;
+
+	cq_plan(&plan,
+			"UPDATE claimq.job j"
+			"   SET payload = $3, run_at = COALESCE($4, $5), priority = $6,"
+			"       max_attempts = COALESCE($7, j.max_attempts)"
+			" WHERE j.queue_id = $1 AND j.dedup_key = $2"
+			"   AND j.state = 'pending'"
+			" RETURNING j.job_id",
+			7, argtypes);
+	values[0] = Int32GetDatum(args->queue.queue_id);
+	values[1] = key;
+	values[2] = payload;
+	values[3] = args->run_at;
+	nulls[3] = args->run_at_null ? 'n' : ' ';
+	values[4] = TimestampTzGetDatum(args->now);
+	values[5] = Int32GetDatum(args->priority);
+	values[6] = args->max_attempts;
+	nulls[6] = args->max_attempts_null ? 'n' : ' ';
+	cq_execute(plan, values, nulls, SPI_OK_UPDATE_RETURNING);
+	if (SPI_processed == 0)
+		return 0;
+	return DatumGetInt64(cq_spi_value(0, 1, &isnull));
 }
 
 /*
@@ -89,30 +182,31 @@ cq_live_job_for_key(int32 queue_id, Datum key)
 }
 
 /*
- * Insert one job, or find the live job holding its dedup key.  Returns the
- * job's id.
+ * Insert one job, or find the live job holding its dedup key (and, with
+ * replace, update it while it is pending).  Returns the job's id.
  */
 static int64
-cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null)
+cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null,
+			   Datum group_key, bool group_key_null)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[7] = {INT4OID, INT4OID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, TEXTOID, JSONBOID, INT8OID};
-	Datum		values[7];
-	char		nulls[7] = "       ";
+	Oid			argtypes[9] = {INT4OID, INT4OID, TIMESTAMPTZOID,
+		TIMESTAMPTZOID, TEXTOID, JSONBOID, INT8OID, INT4OID, TEXTOID};
+	Datum		values[9];
+	char		nulls[9] = "         ";
 	bool		isnull;
 
 	cq_plan(&plan,
 			"INSERT INTO claimq.job AS j"
 			" (job_id, queue_id, state, priority, run_at, enqueued_at,"
-			"  dedup_key, payload)"
+			"  dedup_key, payload, max_attempts, group_key)"
 			" VALUES ($7 + pg_catalog.nextval('claimq.job_id_seq'),"
-			"         $1, 'pending', $2, COALESCE($3, $4), $4, $5, $6)"
+			"         $1, 'pending', $2, COALESCE($3, $4), $4, $5, $6, $8, $9)"
 			" ON CONFLICT (queue_id, dedup_key)"
 			"   WHERE dedup_key IS NOT NULL AND state = ANY (" CQ_LIVE_STATES ")"
 			" DO NOTHING"
 			" RETURNING j.job_id",
-			7, argtypes);
+			9, argtypes);
 	values[0] = Int32GetDatum(args->queue.queue_id);
 	values[1] = Int32GetDatum(args->priority);
 	values[2] = args->run_at;
@@ -122,6 +216,10 @@ cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null)
 	nulls[4] = key_null ? 'n' : ' ';
 	values[5] = payload;
 	values[6] = Int64GetDatum(cq_job_id_base());
+	values[7] = args->max_attempts;
+	nulls[7] = args->max_attempts_null ? 'n' : ' ';
+	values[8] = group_key;
+	nulls[8] = group_key_null ? 'n' : ' ';
 
 	for (int attempt = 0; attempt < CQ_DEDUP_RETRIES; attempt++)
 	{
@@ -133,6 +231,9 @@ cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null)
 
 		/* Only a dedup conflict inserts nothing. */
 		Assert(!key_null);
+		if (args->replace &&
+			(job_id = cq_replace_pending(args, payload, key)) != 0)
+			return job_id;
 		job_id = cq_live_job_for_key(args->queue.queue_id, key);
 		if (job_id != 0)
 			return job_id;
@@ -156,23 +257,29 @@ cq_enqueue_notify(CqEnqueueArgs *args)
 }
 
 /*
- * enqueue(queue, payload, run_at, priority, dedup_key) returns bigint
+ * enqueue(queue, payload, run_at, priority, dedup_key, max_attempts,
+ * on_duplicate, group_key) returns bigint
  */
 Datum
 claimq_enqueue(PG_FUNCTION_ARGS)
 {
 	CqEnqueueArgs args;
 	int64		job_id;
+	bool		group_key_null = PG_NARGS() <= 7 || PG_ARGISNULL(7);
 
 	cq_enqueue_args(fcinfo, &args);
 	cq_arg_not_null(fcinfo, 1, "payload");
+	if (!group_key_null)
+		cq_check_group_key(PG_GETARG_DATUM(7), "group_key");
 
 	cq_lock_producers(args.queue_name);
 	SPI_connect();
 	cq_require_queue(args.queue_name, &args.queue);
 	job_id = cq_enqueue_one(&args, PG_GETARG_DATUM(1),
 							PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4),
-							PG_ARGISNULL(4));
+							PG_ARGISNULL(4),
+							group_key_null ? (Datum) 0 : PG_GETARG_DATUM(7),
+							group_key_null);
 	SPI_finish();
 
 	cq_enqueue_notify(&args);
@@ -180,8 +287,9 @@ claimq_enqueue(PG_FUNCTION_ARGS)
 }
 
 /*
- * enqueue_many(queue, payloads, run_at, priority, dedup_keys)
- * returns setof bigint, one id per payload in input order.
+ * enqueue_many(queue, payloads, run_at, priority, dedup_keys, max_attempts,
+ * on_duplicate, group_keys) returns setof bigint, one id per payload in
+ * input order.
  *
  * All rows go in with one INSERT.  Ids are drawn before the insert so that
  * each input row knows its id whether or not the insert kept it; the rows
@@ -193,19 +301,23 @@ claimq_enqueue(PG_FUNCTION_ARGS)
  * an uncommitted job with the same key waits for its transaction, and
  * producers that each took keys in their own order could wait for each
  * other.  In one order, whoever waits holds no key the other still needs.
+ *
+ * The conflicts are resolved in input order, so that with replace the
+ * last element of a repeated key is the one that stays.
  */
 Datum
 claimq_enqueue_many(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[7] = {INT4OID, JSONBARRAYOID, TEXTARRAYOID, INT4OID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID};
-	Datum		values[7];
-	char		nulls[7] = "       ";
+	Oid			argtypes[9] = {INT4OID, JSONBARRAYOID, TEXTARRAYOID, INT4OID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TEXTARRAYOID, INT4OID};
+	Datum		values[9];
+	char		nulls[9] = "         ";
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	CqEnqueueArgs args;
 	ArrayType  *payloads;
 	ArrayType  *keys = NULL;
+	ArrayType  *group_keys = NULL;
 	int			npayloads;
 
 	cq_enqueue_args(fcinfo, &args);
@@ -218,6 +330,23 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("dedup_keys must have as many elements as payloads")));
+	}
+	if (PG_NARGS() > 7 && !PG_ARGISNULL(7))
+	{
+		Datum	   *elems;
+		bool	   *elemnulls;
+		int			nelems;
+
+		group_keys = cq_array_arg(fcinfo, 7, "group_keys", true);
+		deconstruct_array(group_keys, TEXTOID, -1, false, TYPALIGN_INT,
+						  &elems, &elemnulls, &nelems);
+		if (nelems != npayloads)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("group_keys must have as many elements as payloads")));
+		for (int i = 0; i < nelems; i++)
+			if (!elemnulls[i])
+				cq_check_group_key(elems[i], "each of group_keys");
 	}
 
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
@@ -233,17 +362,18 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 
 	cq_plan(&plan,
 			"WITH input AS MATERIALIZED ("
-			"  SELECT u.ord, u.payload, u.dedup_key,"
+			"  SELECT u.ord, u.payload, u.dedup_key, u.group_key,"
 			"         $7 + pg_catalog.nextval('claimq.job_id_seq') AS job_id"
-			"    FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3))"
+			"    FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3),"
+			"                    pg_catalog.unnest($8))"
 			"         WITH ORDINALITY"
-			"         AS u(payload, dedup_key, ord)"
+			"         AS u(payload, dedup_key, group_key, ord)"
 			"), ins AS ("
 			"  INSERT INTO claimq.job AS j"
 			"   (job_id, queue_id, state, priority, run_at, enqueued_at,"
-			"    dedup_key, payload)"
+			"    dedup_key, payload, max_attempts, group_key)"
 			"  SELECT i.job_id, $1, 'pending', $4, COALESCE($5, $6), $6,"
-			"         i.dedup_key, i.payload"
+			"         i.dedup_key, i.payload, $9, i.group_key"
 			"    FROM input i ORDER BY i.dedup_key COLLATE \"C\", i.ord"
 			"  ON CONFLICT (queue_id, dedup_key)"
 			"    WHERE dedup_key IS NOT NULL AND state = ANY (" CQ_LIVE_STATES ")"
@@ -251,10 +381,10 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 			"  RETURNING j.job_id"
 			")"
 			" SELECT i.job_id, ins.job_id IS NOT NULL AS inserted,"
-			"        i.dedup_key, i.payload"
+			"        i.dedup_key, i.payload, i.group_key"
 			"   FROM input i LEFT JOIN ins ON ins.job_id = i.job_id"
 			"  ORDER BY i.ord",
-			7, argtypes);
+			9, argtypes);
 	values[0] = Int32GetDatum(args.queue.queue_id);
 	values[1] = PointerGetDatum(payloads);
 	values[2] = keys ? PointerGetDatum(keys) : (Datum) 0;
@@ -264,6 +394,10 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 	nulls[4] = args.run_at_null ? 'n' : ' ';
 	values[5] = TimestampTzGetDatum(args.now);
 	values[6] = Int64GetDatum(cq_job_id_base());
+	values[7] = group_keys ? PointerGetDatum(group_keys) : (Datum) 0;
+	nulls[7] = group_keys ? ' ' : 'n';
+	values[8] = args.max_attempts;
+	nulls[8] = args.max_attempts_null ? 'n' : ' ';
 	cq_execute(plan, values, nulls, SPI_OK_SELECT);
 
 	{
@@ -291,9 +425,14 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 				Datum		payload = SPI_getbinval(tuptable->vals[row],
 													tuptable->tupdesc, 4,
 													&isnull);
+				bool		group_key_null;
+				Datum		group_key = SPI_getbinval(tuptable->vals[row],
+													  tuptable->tupdesc, 5,
+													  &group_key_null);
 
 				job_id = Int64GetDatum(cq_enqueue_one(&args, payload, key,
-													  false));
+													  false, group_key,
+													  group_key_null));
 			}
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
 								 &job_id, (bool[]) {false});

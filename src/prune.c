@@ -1,14 +1,15 @@
 /*-------------------------------------------------------------------------
  *
  * prune.c
- *		Retention: done and dead jobs leave the table once they are older
- *		than their queue's keep_done or keep_dead.
+ *		Retention: done, dead and cancelled jobs leave the table once they
+ *		are older than their queue's keep_done or keep_dead (cancelled jobs
+ *		are kept as long as dead ones).
  *
  * The background reclaimer prunes on every pass; without it, prune() can
  * be called from any scheduler (it sweeps expired key claims too).  Candidates are found per queue and state
  * through the partial index over finished jobs, oldest first.  The DELETE
- * re-checks that the row still has a finished_at, which only done and dead
- * jobs have, so a dead job redriven by retry_dead() meanwhile is not
+ * re-checks that the row still has a finished_at, which only done, dead
+ * and cancelled jobs have, so a dead job redriven by retry_dead() meanwhile is not
  * deleted.  (Re-checking the state instead would invite the planner to
  * scan that partial index in full rather than look the ids up.)
  *
@@ -35,7 +36,7 @@ cq_prune_finished(int32 max_jobs)
 
 	/*
 	 * One branch per state, each with the state as a constant, so that
-	 * both use the partial index over finished jobs.
+	 * each uses the partial index over finished jobs.
 	 */
 	cq_plan(&plan,
 			"DELETE FROM claimq.job j"
@@ -51,6 +52,11 @@ cq_prune_finished(int32 max_jobs)
 			"      (SELECT f.job_id FROM claimq.job f"
 			"        WHERE f.queue_id = q.queue_id AND f.state = 'dead'"
 			"          AND f.finished_at < $2 - q.keep_dead"
+			"        ORDER BY f.finished_at LIMIT $1)"
+			"      UNION ALL"
+			"      (SELECT f.job_id FROM claimq.job f"
+			"        WHERE f.queue_id = q.queue_id AND f.state = 'cancelled'"
+			"          AND f.finished_at < $2 - q.keep_dead"
 			"        ORDER BY f.finished_at LIMIT $1)) o"
 			"    LIMIT $1))"
 			"   AND j.finished_at IS NOT NULL",
@@ -58,6 +64,8 @@ cq_prune_finished(int32 max_jobs)
 	values[0] = Int32GetDatum(max_jobs);
 	values[1] = TimestampTzGetDatum(GetCurrentTimestamp());
 	cq_execute(plan, values, NULL, SPI_OK_DELETE);
+	if (SPI_processed > 0)
+		cq_finished_on_commit();
 	return SPI_processed;
 }
 

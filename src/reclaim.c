@@ -30,7 +30,9 @@
 
 PG_FUNCTION_INFO_V1(claimq_reclaim);
 
-#define CQ_RECLAIM_DEAD "(j.state = 'running' AND j.attempts >= q.max_attempts)"
+#define CQ_RECLAIM_DEAD \
+	"(j.state = 'running'" \
+	" AND j.attempts >= COALESCE(j.max_attempts, q.max_attempts))"
 
 /*
  * Reclaim up to max_jobs expired claims of one queue (queue_id > 0) or of
@@ -112,6 +114,8 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 							   DatumGetTimestampTz(rowvalues[5]));
 		cq_count_add(&counts, DatumGetInt32(rowvalues[0]), CQ_DEAD,
 					 DatumGetInt64(rowvalues[4]));
+		if (DatumGetInt64(rowvalues[4]) > 0)
+			cq_finished_on_commit();
 		if (result)
 			tuplestore_putvalues(result, desc, rowvalues + 1, rownulls + 1);
 	}

@@ -8,6 +8,8 @@
  *		complete	claimed | running -> deleted, or done on a keep_done queue
  *		fail		claimed | running -> pending at a later run_at, or dead
  *		release		claimed -> pending (running jobs are left alone)
+ *		snooze		claimed | running -> pending at now + delay, giving back
+ *					the attempt that start counted
  *		release_worker	the same for every job a named worker holds claimed
  *
  * Each call takes arrays of (job_id, token) and settles the whole batch in
@@ -21,7 +23,8 @@
  *
  * The call then reports one outcome per input pair, in input order: ok,
  * stale (held by another claim, or not claimed), started (release only:
- * the job is running under this token) or missing (no such job).  The
+ * the job is running under this token), cancelled (the job was cancelled
+ * while this token held it: see cancel.c) or missing (no such job).  The
  * pairing of input to outcome is done here in C with hash tables, so a
  * batch of 10,000 costs O(n), whatever plan the planner would pick for
  * joining two unnested arrays of unknown size.  The scalar overloads run
@@ -47,6 +50,8 @@ PG_FUNCTION_INFO_V1(claimq_extend_one);
 PG_FUNCTION_INFO_V1(claimq_complete_one);
 PG_FUNCTION_INFO_V1(claimq_fail_one);
 PG_FUNCTION_INFO_V1(claimq_release_one);
+PG_FUNCTION_INFO_V1(claimq_snooze);
+PG_FUNCTION_INFO_V1(claimq_snooze_one);
 PG_FUNCTION_INFO_V1(claimq_release_worker);
 
 /*
@@ -58,6 +63,18 @@ PG_FUNCTION_INFO_V1(claimq_release_worker);
 	"    FROM ROWS FROM (pg_catalog.unnest($1::bigint[])," \
 	"                    pg_catalog.unnest($2::bigint[])) WITH ORDINALITY" \
 	"         AS i(job_id, token, ord)" \
+	") "
+
+/*
+ * The same with each pair's result: $4 results, NULL or one per pair.
+ */
+#define CQ_INPUT_RESULTS_SQL \
+	"WITH input AS MATERIALIZED (" \
+	"  SELECT i.job_id, i.token, i.result, i.ord" \
+	"    FROM ROWS FROM (pg_catalog.unnest($1::bigint[])," \
+	"                    pg_catalog.unnest($2::bigint[])," \
+	"                    pg_catalog.unnest($4::jsonb[])) WITH ORDINALITY" \
+	"         AS i(job_id, token, result, ord)" \
 	") "
 
 /*
@@ -115,10 +132,11 @@ static CqSettleOp cq_extend_op = {
  * queue keeps done jobs (the usual case), the first branch deletes without
  * looking each job's queue up; otherwise the other two branches split the
  * jobs by their queue's setting.  The branches not taken are skipped
- * outright (one-time filters on the single look at claimq.queue).
+ * outright (one-time filters on the single look at claimq.queue).  A
+ * kept job keeps its result.
  */
 static CqSettleOp cq_complete_op = {
-	CQ_INPUT_SQL
+	CQ_INPUT_RESULTS_SQL
 	", keeping AS MATERIALIZED ("
 	"  SELECT COALESCE(pg_catalog.bool_or(k.keep_done > '0'::interval), false)"
 	"         AS any FROM claimq.queue k"
@@ -137,7 +155,8 @@ static CqSettleOp cq_complete_op = {
 	"  RETURNING i.ord, j.queue_id"
 	"), kept AS ("
 	"  UPDATE claimq.job j"
-	"     SET state = 'done', finished_at = $3, expires_at = NULL"
+	"     SET state = 'done', finished_at = $3, expires_at = NULL,"
+	"         result = i.result"
 	"    FROM input i, claimq.queue q"
 	"   WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	"     AND q.keep_done > '0'::interval"
@@ -146,17 +165,18 @@ static CqSettleOp cq_complete_op = {
 	")"
 	" SELECT * FROM del UNION ALL SELECT * FROM del_some"
 	" UNION ALL SELECT * FROM kept",
-	0, {InvalidOid}, 2, false, SPI_OK_SELECT, CQ_COMPLETED, NULL
+	1, {JSONBARRAYOID}, 2, false, SPI_OK_SELECT, CQ_COMPLETED, NULL
 };
 
 /*
  * Failing a claimed job counts the attempt (its handler ran); a running
  * job's attempt was counted at start.  $4 error, $5 retry_in, $6 permanent.
+ * A job's own max_attempts, if it has one, overrides its queue's.
  */
 #define CQ_FAIL_ATTEMPTS \
 	"(j.attempts + CASE WHEN j.state = 'claimed' THEN 1 ELSE 0 END)"
 #define CQ_FAIL_DEAD \
-	"($6 OR " CQ_FAIL_ATTEMPTS " >= q.max_attempts)"
+	"($6 OR " CQ_FAIL_ATTEMPTS " >= COALESCE(j.max_attempts, q.max_attempts))"
 
 static CqSettleOp cq_fail_op = {
 	CQ_INPUT_SQL
@@ -171,7 +191,8 @@ static CqSettleOp cq_fail_op = {
 	" WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	" RETURNING i.ord, j.queue_id, j.state,"
 	"           CASE WHEN j.state = 'pending' THEN j.run_at END",
-	3, {TEXTOID, INTERVALOID, BOOLOID}, 4, false, SPI_OK_UPDATE_RETURNING, CQ_FAILED, NULL
+	3, {TEXTOID, INTERVALOID, BOOLOID}, 4, false, SPI_OK_UPDATE_RETURNING,
+	CQ_FAILED, NULL
 };
 
 /* Release touches claimed jobs only; a running one reports "started". */
@@ -184,6 +205,22 @@ static CqSettleOp cq_release_op = {
 	"   AND j.state = 'claimed'"
 	" RETURNING i.ord, j.queue_id, j.run_at",
 	0, {InvalidOid}, 2, true, SPI_OK_UPDATE_RETURNING, CQ_RELEASED, NULL
+};
+
+/*
+ * Snooze puts the job back to pending at $3 + $4 (delay) and gives back
+ * the attempt that start counted: a snooze is never a failure.
+ */
+static CqSettleOp cq_snooze_op = {
+	CQ_INPUT_SQL
+	"UPDATE claimq.job j"
+	"   SET state = 'pending', run_at = $3 + $4, expires_at = NULL,"
+	"       attempts = GREATEST(j.attempts"
+	"                  - CASE WHEN j.state = 'running' THEN 1 ELSE 0 END, 0)"
+	"  FROM input i"
+	" WHERE" CQ_FENCE_SQL
+	" RETURNING i.ord, j.queue_id, j.run_at",
+	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, CQ_SNOOZED, NULL
 };
 
 typedef struct CqPair
@@ -203,6 +240,7 @@ typedef struct CqJobEntry
 	int64		job_id;
 	int64		token;
 	bool		running;
+	bool		cancelled;
 	int32		queue_id;
 } CqJobEntry;
 
@@ -233,7 +271,8 @@ cq_unsettled_jobs(int64 *ids, int nids)
 		elems[i] = Int64GetDatum(ids[i]);
 	values[0] = cq_int8_array(elems, nids);
 	cq_plan(&plan,
-			"SELECT j.job_id, j.token, j.state = 'running', j.queue_id"
+			"SELECT j.job_id, j.token, j.state = 'running', j.queue_id,"
+			"       j.state = 'cancelled'"
 			"  FROM claimq.job j WHERE j.job_id = ANY ($1)",
 			1, argtypes);
 	cq_execute(plan, values, NULL, SPI_OK_SELECT);
@@ -253,6 +292,7 @@ cq_unsettled_jobs(int64 *ids, int nids)
 		entry->token = isnull ? 0 : DatumGetInt64(token);
 		entry->running = DatumGetBool(cq_spi_value(row, 3, &isnull));
 		entry->queue_id = DatumGetInt32(cq_spi_value(row, 4, &isnull));
+		entry->cancelled = DatumGetBool(cq_spi_value(row, 5, &isnull));
 	}
 	return jobs;
 }
@@ -265,7 +305,8 @@ cq_unsettled_jobs(int64 *ids, int nids)
  * The statement returns the numbers of the pairs it settled.  A pair
  * repeated in the input is settled once and reported ok each time.  For
  * every other pair one more statement reads the job as it is now: no row
- * is "missing", a running job under the pair's token is "started" (for
+ * is "missing", a job cancelled while the pair's token held it is
+ * "cancelled", a running job under the pair's token is "started" (for
  * release), anything else "stale".  That read only explains a refusal; the
  * decision was made under lock by the statement itself.
  */
@@ -314,18 +355,23 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 		rowof[ord - 1] = (int) row;
 		if (op->counter >= 0)
 			cq_count_add(&counts, queue_id, op->counter, 1);
-		if (op == &cq_release_op)
+		if (op == &cq_release_op || op == &cq_snooze_op)
 			cq_ready_on_commit(queue_id,
 							   DatumGetTimestampTz(SPI_getbinval(tuple,
 																 settled->tupdesc,
 																 3, &isnull)));
+		if (op == &cq_complete_op)
+			cq_finished_on_commit();
 		if (op == &cq_fail_op)
 		{
 			Datum		retry_at = SPI_getbinval(tuple, settled->tupdesc,
 												 4, &isnull);
 
 			if (isnull)
+			{
 				cq_count_add(&counts, queue_id, CQ_DEAD, 1);
+				cq_finished_on_commit();
+			}
 			else
 				cq_ready_on_commit(queue_id, DatumGetTimestampTz(retry_at));
 		}
@@ -394,6 +440,8 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 
 			if (job == NULL)
 				outcome = "missing";
+			else if (job->cancelled && job->token == DatumGetInt64(tokens[i]))
+				outcome = "cancelled";
 			else if (op->report_started && job->running &&
 					 job->token == DatumGetInt64(tokens[i]))
 				outcome = "started";
@@ -446,6 +494,51 @@ cq_settle_extra(FunctionCallInfo fcinfo, CqSettleOp *op, int argno,
 		extra[2] = PG_GETARG_DATUM(argno + 2);
 		extranulls[2] = ' ';
 	}
+	else if (op == &cq_snooze_op)
+	{
+		cq_arg_not_null(fcinfo, argno, "delay");
+		extra[0] = IntervalPGetDatum(cq_lease_arg(fcinfo, argno, "delay",
+												  true));
+		extranulls[0] = ' ';
+	}
+	else if (op == &cq_complete_op)
+	{
+		/* results: set by the caller, which knows the form */
+		extra[0] = (Datum) 0;
+		extranulls[0] = 'n';
+	}
+}
+
+/*
+ * complete's results argument (argno), if the function has one: the array
+ * form takes NULL or one result per pair, the scalar form one result.
+ * (Before ALTER EXTENSION claimq UPDATE to 0.4, complete has no such
+ * argument.)
+ */
+static void
+cq_complete_results(FunctionCallInfo fcinfo, int argno, int npairs,
+					bool scalar, Datum *extra, char *extranulls)
+{
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return;
+	if (scalar)
+	{
+		Datum		result = PG_GETARG_DATUM(argno);
+
+		extra[0] = PointerGetDatum(construct_array(&result, 1, JSONBOID, -1,
+												   false, TYPALIGN_INT));
+	}
+	else
+	{
+		ArrayType  *results = cq_array_arg(fcinfo, argno, "results", true);
+
+		if (ArrayGetNItems(ARR_NDIM(results), ARR_DIMS(results)) != npairs)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("results must be null or have as many elements as job_ids")));
+		extra[0] = PointerGetDatum(results);
+	}
+	extranulls[0] = ' ';
 }
 
 /*
@@ -479,6 +572,8 @@ cq_settle_many(FunctionCallInfo fcinfo, CqSettleOp *op)
 				 errmsg("at most %d jobs can be settled in one call",
 						CQ_MAX_BATCH)));
 	cq_settle_extra(fcinfo, op, 2, extra, extranulls);
+	if (op == &cq_complete_op)
+		cq_complete_results(fcinfo, 2, n, false, extra, extranulls);
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (n == 0)
@@ -506,6 +601,8 @@ cq_settle_one(FunctionCallInfo fcinfo, CqSettleOp *op)
 	cq_arg_not_null(fcinfo, 0, "job_id");
 	cq_arg_not_null(fcinfo, 1, "token");
 	cq_settle_extra(fcinfo, op, 2, extra, extranulls);
+	if (op == &cq_complete_op)
+		cq_complete_results(fcinfo, 2, 1, true, extra, extranulls);
 	id = PG_GETARG_DATUM(0);
 	token = PG_GETARG_DATUM(1);
 
@@ -546,6 +643,12 @@ claimq_release(PG_FUNCTION_ARGS)
 }
 
 Datum
+claimq_snooze(PG_FUNCTION_ARGS)
+{
+	return cq_settle_many(fcinfo, &cq_snooze_op);
+}
+
+Datum
 claimq_start_one(PG_FUNCTION_ARGS)
 {
 	return cq_settle_one(fcinfo, &cq_start_op);
@@ -573,6 +676,12 @@ Datum
 claimq_release_one(PG_FUNCTION_ARGS)
 {
 	return cq_settle_one(fcinfo, &cq_release_op);
+}
+
+Datum
+claimq_snooze_one(PG_FUNCTION_ARGS)
+{
+	return cq_settle_one(fcinfo, &cq_snooze_op);
 }
 
 /*

@@ -21,6 +21,11 @@
  *
  * Without the preload there are no slots and claim() polls instead.
  *
+ * wait_for() uses the same slots under the queue id CQ_WAIT_FINISHED: a
+ * transaction that finished or removed jobs (complete, fail or reclaim to
+ * dead, cancel, prune, purge_queue, drop_queue) wakes every such waiter of
+ * its database at commit, and each looks again at the jobs it waits for.
+ *
  * The same list of queues serves the claim floors (floor.c): at commit
  * each listed queue's floor is lowered to the earliest run_at this
  * transaction made pending, and the queues it claimed from are lowered to
@@ -38,6 +43,7 @@
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 #include "claimq.h"
 
@@ -56,6 +62,7 @@ typedef struct CqWaitSlot
 typedef struct CqWakeShared
 {
 	pg_atomic_uint32 nwaiting;	/* slots with waiting = 1, roughly */
+	pg_atomic_uint32 nfinishwaiting;	/* those of them in wait_for */
 	int			nslots;
 	CqWaitSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } CqWakeShared;
@@ -82,6 +89,7 @@ typedef struct CqXactQueue
 static CqXactQueue cq_xact_queues[CQ_WAKE_QUEUES];
 static int	cq_nqueues = 0;
 static bool cq_queues_many = false;
+static bool cq_xact_finished = false;	/* finished or removed jobs */
 static Oid	cq_xact_relid = InvalidOid;
 static bool cq_callback_registered = false;
 static bool cq_exit_callback_registered = false;
@@ -103,6 +111,7 @@ cq_wakeup_shmem_init(void)
 	if (!found)
 	{
 		pg_atomic_init_u32(&cq_wake->nwaiting, 0);
+		pg_atomic_init_u32(&cq_wake->nfinishwaiting, 0);
 		cq_wake->nslots = MaxBackends;
 		for (int i = 0; i < MaxBackends; i++)
 			pg_atomic_init_u32(&cq_wake->slots[i].waiting, 0);
@@ -120,8 +129,9 @@ cq_my_wait_slot(void)
 }
 
 /*
- * Start waiting for jobs of a queue.  Returns false if wake-ups are not
- * available (no preload), in which case the caller polls.
+ * Start waiting for jobs of a queue (or, under CQ_WAIT_FINISHED, for jobs
+ * to finish).  Returns false if wake-ups are not available (no preload),
+ * in which case the caller polls.
  */
 bool
 cq_wait_begin(int32 queue_id)
@@ -148,6 +158,8 @@ cq_wait_begin(int32 queue_id)
 	pg_write_barrier();
 	pg_atomic_write_u32(&slot->waiting, 1);
 	pg_atomic_fetch_add_u32(&cq_wake->nwaiting, 1);
+	if (queue_id == CQ_WAIT_FINISHED)
+		pg_atomic_fetch_add_u32(&cq_wake->nfinishwaiting, 1);
 	/* The caller's next look for jobs must not be read before the flag. */
 	pg_memory_barrier();
 	return true;
@@ -162,12 +174,39 @@ cq_wait_end(void)
 		return;
 	pg_atomic_write_u32(&slot->waiting, 0);
 	pg_atomic_fetch_sub_u32(&cq_wake->nwaiting, 1);
+	if (slot->queue_id == CQ_WAIT_FINISHED)
+		pg_atomic_fetch_sub_u32(&cq_wake->nfinishwaiting, 1);
 }
 
 static void
 cq_wait_exit(int code, Datum arg)
 {
 	cq_wait_end();
+}
+
+/*
+ * Sleep until the deadline, or until this backend's latch is set: by a
+ * wake-up if waiting (cq_wait_begin succeeded), then at most recheck_ms if
+ * that is not zero; otherwise at most *poll_ms, which doubles for the next
+ * time up to CQ_POLL_MAX_MS.  Then handle interrupts.
+ */
+void
+cq_wait_sleep(bool waiting, long recheck_ms, long *poll_ms,
+			  TimestampTz deadline)
+{
+	long		sleep_ms = (deadline - GetCurrentTimestamp() + 999) / 1000;
+
+	if (!waiting)
+	{
+		sleep_ms = Min(sleep_ms, *poll_ms);
+		*poll_ms = Min(*poll_ms * 2, CQ_POLL_MAX_MS);
+	}
+	else if (recheck_ms > 0)
+		sleep_ms = Min(sleep_ms, recheck_ms);
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 Max(sleep_ms, 0), PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
 }
 
 /*
@@ -194,7 +233,7 @@ claimq_waiting_claims(PG_FUNCTION_ARGS)
 		if (pg_atomic_read_u32(&slot->waiting) == 0)
 			continue;
 		pg_read_barrier();
-		if (slot->dboid != MyDatabaseId)
+		if (slot->dboid != MyDatabaseId || slot->queue_id == CQ_WAIT_FINISHED)
 			continue;
 		values[0] = Int32GetDatum(slot->pid);
 		values[1] = Int32GetDatum(slot->queue_id);
@@ -203,10 +242,20 @@ claimq_waiting_claims(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
+/*
+ * Wake the waiters of this database that this transaction's commit
+ * concerns: claims waiting on a queue it made jobs pending in, and, if it
+ * finished or removed jobs, every wait_for.
+ */
 static void
 cq_wake_waiters(void)
 {
+	bool		finished = cq_xact_finished &&
+		pg_atomic_read_u32(&cq_wake->nfinishwaiting) > 0;
+
 	if (pg_atomic_read_u32(&cq_wake->nwaiting) == 0)
+		return;
+	if (cq_nqueues == 0 && !cq_queues_many && !finished)
 		return;
 	for (int i = 0; i < cq_wake->nslots; i++)
 	{
@@ -218,6 +267,12 @@ cq_wake_waiters(void)
 		pg_read_barrier();
 		if (slot->dboid != MyDatabaseId)
 			continue;
+		if (slot->queue_id == CQ_WAIT_FINISHED)
+		{
+			if (finished)
+				SetLatch(slot->latch);
+			continue;
+		}
 		wake = cq_queues_many;
 		for (int q = 0; q < cq_nqueues && !wake; q++)
 			wake = (cq_xact_queues[q].ready &&
@@ -252,7 +307,7 @@ cq_lower_floors(bool ready)
 static void
 cq_wakeup_xact_callback(XactEvent event, void *arg)
 {
-	if (cq_nqueues == 0 && !cq_queues_many)
+	if (cq_nqueues == 0 && !cq_queues_many && !cq_xact_finished)
 		return;
 	switch (event)
 	{
@@ -274,6 +329,7 @@ cq_wakeup_xact_callback(XactEvent event, void *arg)
 	}
 	cq_nqueues = 0;
 	cq_queues_many = false;
+	cq_xact_finished = false;
 }
 
 /* Claims of an aborted subtransaction are undone: lower at once. */
@@ -289,17 +345,23 @@ cq_wakeup_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
  * The entry of a queue in this transaction's list, or NULL once there are
  * too many to list.
  */
-static CqXactQueue *
-cq_xact_queue(int32 queue_id)
+static void
+cq_register_callbacks(void)
 {
-	CqXactQueue *xq;
-
 	if (!cq_callback_registered)
 	{
 		RegisterXactCallback(cq_wakeup_xact_callback, NULL);
 		RegisterSubXactCallback(cq_wakeup_subxact_callback, NULL);
 		cq_callback_registered = true;
 	}
+}
+
+static CqXactQueue *
+cq_xact_queue(int32 queue_id)
+{
+	CqXactQueue *xq;
+
+	cq_register_callbacks();
 	if (cq_nqueues == 0 && !cq_queues_many)
 		cq_xact_relid = cq_job_relid();
 	for (int q = 0; q < cq_nqueues; q++)
@@ -340,6 +402,38 @@ cq_ready_on_commit(int32 queue_id, TimestampTz run_at)
 	xq->ready = true;
 	xq->ready_run_at = Min(xq->ready_run_at, run_at);
 	cq_floor_lower(MyDatabaseId, cq_xact_relid, queue_id, run_at);
+}
+
+/*
+ * Note that this transaction finished or removed jobs: every wait_for of
+ * the database looks again when it commits.  (A wait_for that finds its
+ * jobs unfinished sleeps on; one woken for nothing costs a look.)
+ */
+void
+cq_finished_on_commit(void)
+{
+	if (cq_wake == NULL)
+		return;
+	cq_register_callbacks();
+	cq_xact_finished = true;
+}
+
+/*
+ * note_change(queue_id, made_pending, finished) returns void: what the
+ * SQL-language transitions (resume_queue, retry_dead, purge_queue,
+ * drop_queue) did, told to the C side.  In no duty.
+ */
+PG_FUNCTION_INFO_V1(claimq_note_change);
+
+Datum
+claimq_note_change(PG_FUNCTION_ARGS)
+{
+	cq_arg_not_null(fcinfo, 0, "queue_id");
+	if (!PG_ARGISNULL(1) && PG_GETARG_BOOL(1))
+		cq_ready_on_commit(PG_GETARG_INT32(0), DT_NOBEGIN);
+	if (!PG_ARGISNULL(2) && PG_GETARG_BOOL(2))
+		cq_finished_on_commit();
+	PG_RETURN_VOID();
 }
 
 /*

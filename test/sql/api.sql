@@ -7,7 +7,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(143);
+SELECT plan(175);
 
 CREATE TEMP TABLE api(sig text, args text, ndefaults int, result text);
 INSERT INTO api VALUES
@@ -21,12 +21,12 @@ INSERT INTO api VALUES
 ('claimq.pause_queue(text)', 'queue text', 0, NULL),
 ('claimq.resume_queue(text)', 'queue text', 0, NULL),
 ('claimq.purge_queue(text)', 'queue text', 0, 'bigint'),
-('claimq.enqueue(text,jsonb,timestamptz,integer,text)',
- 'queue text, payload jsonb, run_at timestamp with time zone, priority integer, dedup_key text',
- 3, 'bigint'),
-('claimq.enqueue_many(text,jsonb[],timestamptz,integer,text[])',
- 'queue text, payloads jsonb[], run_at timestamp with time zone, priority integer, dedup_keys text[]',
- 3, 'SETOF bigint'),
+('claimq.enqueue(text,jsonb,timestamptz,integer,text,integer,text,text)',
+ 'queue text, payload jsonb, run_at timestamp with time zone, priority integer, dedup_key text, max_attempts integer, on_duplicate text, group_key text',
+ 6, 'bigint'),
+('claimq.enqueue_many(text,jsonb[],timestamptz,integer,text[],integer,text,text[])',
+ 'queue text, payloads jsonb[], run_at timestamp with time zone, priority integer, dedup_keys text[], max_attempts integer, on_duplicate text, group_keys text[]',
+ 6, 'SETOF bigint'),
 ('claimq.claim(text,integer,interval,text,boolean,interval)',
  'queue text, max_jobs integer, lease interval, worker text, start boolean, wait interval',
  5, 'TABLE(job_id bigint, token bigint, payload jsonb, attempts integer, priority integer, enqueued_at timestamp with time zone, expires_at timestamp with time zone)'),
@@ -34,8 +34,8 @@ INSERT INTO api VALUES
  1, 'TABLE(job_id bigint, outcome text, expires_at timestamp with time zone)'),
 ('claimq.extend(bigint[],bigint[],interval)', 'job_ids bigint[], tokens bigint[], lease interval',
  1, 'TABLE(job_id bigint, outcome text, expires_at timestamp with time zone)'),
-('claimq.complete(bigint[],bigint[])', 'job_ids bigint[], tokens bigint[]',
- 0, 'TABLE(job_id bigint, outcome text)'),
+('claimq.complete(bigint[],bigint[],jsonb[])', 'job_ids bigint[], tokens bigint[], results jsonb[]',
+ 1, 'TABLE(job_id bigint, outcome text)'),
 ('claimq.fail(bigint[],bigint[],text,interval,boolean)',
  'job_ids bigint[], tokens bigint[], error text, retry_in interval, permanent boolean',
  3, 'TABLE(job_id bigint, outcome text, state text, run_at timestamp with time zone)'),
@@ -43,14 +43,22 @@ INSERT INTO api VALUES
  0, 'TABLE(job_id bigint, outcome text)'),
 ('claimq.start(bigint,bigint,interval)', 'job_id bigint, token bigint, lease interval', 1, 'boolean'),
 ('claimq.extend(bigint,bigint,interval)', 'job_id bigint, token bigint, lease interval', 1, 'boolean'),
-('claimq.complete(bigint,bigint)', 'job_id bigint, token bigint', 0, 'boolean'),
+('claimq.complete(bigint,bigint,jsonb)', 'job_id bigint, token bigint, result jsonb', 1, 'boolean'),
 ('claimq.fail(bigint,bigint,text,interval,boolean)',
  'job_id bigint, token bigint, error text, retry_in interval, permanent boolean', 3, 'boolean'),
 ('claimq.release(bigint,bigint)', 'job_id bigint, token bigint', 0, 'boolean'),
 ('claimq.release_worker(text,text)', 'queue text, worker text', 0, 'bigint'),
 ('claimq.reclaim(text,integer)', 'queue text, max_jobs integer',
  2, 'TABLE(queue text, released bigint, retried bigint, dead bigint)'),
-('claimq.retry_dead(text,bigint[])', 'queue text, job_ids bigint[]', 1, 'bigint');
+('claimq.retry_dead(text,bigint[])', 'queue text, job_ids bigint[]', 1, 'bigint'),
+('claimq.snooze(bigint[],bigint[],interval)', 'job_ids bigint[], tokens bigint[], delay interval',
+ 0, 'TABLE(job_id bigint, outcome text, run_at timestamp with time zone)'),
+('claimq.snooze(bigint,bigint,interval)', 'job_id bigint, token bigint, delay interval', 0, 'boolean'),
+('claimq.cancel(bigint[])', 'job_ids bigint[]', 0, 'TABLE(job_id bigint, outcome text, state text)'),
+('claimq.status(bigint[])', 'job_ids bigint[]', 0,
+ 'TABLE(job_id bigint, queue text, state text, attempts integer, run_at timestamp with time zone, finished_at timestamp with time zone, last_error text, result jsonb)'),
+('claimq.wait_for(bigint[],interval)', 'job_ids bigint[], timeout interval', 0,
+ 'TABLE(job_id bigint, queue text, state text, attempts integer, run_at timestamp with time zone, finished_at timestamp with time zone, last_error text, result jsonb)');
 
 SELECT ok(to_regprocedure(sig) IS NOT NULL, sig || ' exists') FROM api;
 SELECT is(pg_get_function_identity_arguments(to_regprocedure(sig)), args,
@@ -69,8 +77,10 @@ SELECT ok(p.provolatile = 'v', a.sig || ' is volatile')
 SELECT is(pg_get_expr(p.proargdefaults, 0), d, s || ' defaults')
   FROM (VALUES
 	('claimq.drop_queue(text,boolean)', 'false'),
-	('claimq.enqueue(text,jsonb,timestamptz,integer,text)', 'NULL::timestamp with time zone, 0, NULL::text'),
-	('claimq.enqueue_many(text,jsonb[],timestamptz,integer,text[])', 'NULL::timestamp with time zone, 0, NULL::text[]'),
+	('claimq.enqueue(text,jsonb,timestamptz,integer,text,integer,text,text)', 'NULL::timestamp with time zone, 0, NULL::text, NULL::integer, ''keep''::text, NULL::text'),
+	('claimq.enqueue_many(text,jsonb[],timestamptz,integer,text[],integer,text,text[])', 'NULL::timestamp with time zone, 0, NULL::text[], NULL::integer, ''keep''::text, NULL::text[]'),
+	('claimq.complete(bigint[],bigint[],jsonb[])', 'NULL::jsonb[]'),
+	('claimq.complete(bigint,bigint,jsonb)', 'NULL::jsonb'),
 	('claimq.start(bigint[],bigint[],interval)', 'NULL::interval'),
 	('claimq.extend(bigint[],bigint[],interval)', 'NULL::interval'),
 	('claimq.fail(bigint[],bigint[],text,interval,boolean)', 'NULL::text, NULL::interval, false'),

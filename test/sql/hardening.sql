@@ -12,7 +12,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(303);
+SELECT plan(327);
 
 -- The functions and relations that belong to the extension.
 CREATE TEMP VIEW hard_functions AS
@@ -67,15 +67,18 @@ SELECT is(ARRAY(SELECT name FROM hard_functions
   FROM (VALUES
 	('regress_claimq_hard_nobody', '{}'::text[]),
 	('regress_claimq_hard_producer', ARRAY[
+		'claimq.cancel(bigint[])',
 		'claimq.claim_keys(text,text[],interval)',
-		'claimq.enqueue(text,jsonb,timestamp with time zone,integer,text)',
-		'claimq.enqueue_many(text,jsonb[],timestamp with time zone,integer,text[])',
-		'claimq.release_keys(text,text[],bigint[])']),
+		'claimq.enqueue(text,jsonb,timestamp with time zone,integer,text,integer,text,text)',
+		'claimq.enqueue_many(text,jsonb[],timestamp with time zone,integer,text[],integer,text,text[])',
+		'claimq.release_keys(text,text[],bigint[])',
+		'claimq.status(bigint[])',
+		'claimq.wait_for(bigint[],interval)']),
 	('regress_claimq_hard_worker', ARRAY[
 		'claimq.claim(text,integer,interval,text,boolean,interval)',
 		'claimq.claim_keys(text,text[],interval)',
-		'claimq.complete(bigint,bigint)',
-		'claimq.complete(bigint[],bigint[])',
+		'claimq.complete(bigint,bigint,jsonb)',
+		'claimq.complete(bigint[],bigint[],jsonb[])',
 		'claimq.extend(bigint,bigint,interval)',
 		'claimq.extend(bigint[],bigint[],interval)',
 		'claimq.fail(bigint,bigint,text,interval,boolean)',
@@ -84,10 +87,15 @@ SELECT is(ARRAY(SELECT name FROM hard_functions
 		'claimq.release(bigint[],bigint[])',
 		'claimq.release_keys(text,text[],bigint[])',
 		'claimq.release_worker(text,text)',
+		'claimq.snooze(bigint,bigint,interval)',
+		'claimq.snooze(bigint[],bigint[],interval)',
 		'claimq.start(bigint,bigint,interval)',
-		'claimq.start(bigint[],bigint[],interval)']),
+		'claimq.start(bigint[],bigint[],interval)',
+		'claimq.status(bigint[])',
+		'claimq.wait_for(bigint[],interval)']),
 	('regress_claimq_hard_admin', ARRAY[
 		'claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean)',
+		'claimq.cancel(bigint[])',
 		'claimq.counters()',
 		'claimq.create_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean)',
 		'claimq.drop_queue(text,boolean)',
@@ -98,7 +106,9 @@ SELECT is(ARRAY(SELECT name FROM hard_functions
 		'claimq.reclaimer_status()',
 		'claimq.reset_counters()',
 		'claimq.resume_queue(text)',
-		'claimq.retry_dead(text,bigint[])'])) AS d(r, want)
+		'claimq.retry_dead(text,bigint[])',
+		'claimq.status(bigint[])',
+		'claimq.wait_for(bigint[],interval)'])) AS d(r, want)
  ORDER BY r COLLATE "C";
 
 -- No privilege on any table or sequence; administer reads the four views.
@@ -166,6 +176,12 @@ INSERT INTO hard_calls(duties, call) VALUES
 	('{work}', $$SELECT * FROM claimq.release(ARRAY[0]::bigint[], ARRAY[0]::bigint[])$$),
 	('{work}', $$SELECT claimq.release(0::bigint, 0::bigint)$$),
 	('{work}', $$SELECT claimq.release_worker('hq_idle', 'matrix')$$),
+	('{work}', $$SELECT * FROM claimq.snooze(ARRAY[0]::bigint[], ARRAY[0]::bigint[], '1 second')$$),
+	('{work}', $$SELECT claimq.snooze(0::bigint, 0::bigint, '1 second')$$),
+	-- job control
+	('{produce,administer}', $$SELECT * FROM claimq.cancel(ARRAY[0]::bigint[])$$),
+	('{produce,work,administer}', $$SELECT * FROM claimq.status(ARRAY[0]::bigint[])$$),
+	('{produce,work,administer}', $$SELECT * FROM claimq.wait_for(ARRAY[0]::bigint[], '0')$$),
 	-- administer
 	('{administer}', $$SELECT claimq.create_queue('hq_made')$$),
 	('{administer}', $$SELECT claimq.alter_queue('hq_made', lease => '1 minute')$$),
@@ -189,6 +205,7 @@ INSERT INTO hard_calls(duties, call) VALUES
 	('{}', $$SELECT claimq.duty_functions('work')$$),
 	('{}', $$SELECT claimq.check_queue_name('hq')$$),
 	('{}', $$SELECT claimq.lock_queue('hq')$$),
+	('{}', $$SELECT claimq.note_change(1, true, true)$$),
 	('{}', $$SELECT * FROM claimq.job$$),
 	('{}', $$INSERT INTO claimq.job (run_at, enqueued_at, queue_id, state, payload) SELECT now(), now(), 1, 'pending', '{}'$$),
 	('{}', $$UPDATE claimq.job SET state = 'dead'$$),

@@ -1,6 +1,13 @@
 -- Upgrades: install version 0.1, fill it with queues, jobs in every state
--- and key claims, update to the current version, and check that nothing
--- was lost and that both the old claims and the new API work.
+-- and key claims, update step by step to the current version, and check
+-- that nothing was lost, that claims and key claims made before the
+-- update still hold with their tokens, that duties granted before it
+-- cover the new functions, and that the new API works.
+--
+-- This library serves only the schema of its own version (an older one
+-- gets 55000 until ALTER EXTENSION claimq UPDATE), so the older versions
+-- are filled the way their own library would have left them: with rows
+-- written directly, tokens drawn from their sequence.
 \set ON_ERROR_STOP 1
 \pset format unaligned
 \pset tuples_only on
@@ -10,27 +17,45 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 BEGIN;
 DROP EXTENSION IF EXISTS claimq;
 CREATE EXTENSION claimq VERSION '0.1';
-SELECT plan(23);
+SELECT plan(29);
 
 SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.1',
 	'version 0.1 is installed');
+SELECT throws_ok($$SELECT claimq.enqueue('nowhere', '{}')$$, '55000',
+	'extension "claimq" is at version 0.1, but its library needs version 0.4',
+	'the library refuses to work on an older schema, with a clear error');
 
 -- Fill it: ready, scheduled, claimed, running, dead and done jobs, a paused
 -- queue with a dedup key, and key claims.
 SELECT claimq.create_queue('up_a', keep_done => '1 day', max_attempts => 1);
 SELECT claimq.create_queue('up_b');
 SELECT claimq.pause_queue('up_b');
-SELECT count(*) FROM claimq.enqueue_many('up_a', array_fill('{"n": 1}'::jsonb, ARRAY[6]));
-SELECT claimq.enqueue('up_a', '{"later": true}', run_at => now() + interval '1 day') > 0;
-SELECT claimq.enqueue('up_b', '{}', dedup_key => 'k') > 0;
 CREATE TEMP TABLE held AS
-	SELECT job_id, token, row_number() OVER (ORDER BY job_id) AS n
-	  FROM claimq.claim('up_a', 4);
-SELECT claimq.start(job_id, token) FROM held WHERE n = 2;
-SELECT claimq.complete(job_id, token) FROM held WHERE n = 3;
-SELECT claimq.fail(job_id, token, 'broken', permanent => true) FROM held WHERE n = 4;
-CREATE TEMP TABLE key_tokens AS
-	SELECT key, token FROM claimq.claim_keys('up_scope', ARRAY['x', 'y'], '1 hour');
+SELECT n, nextval('claimq.token_seq') AS token
+  FROM generate_series(1, 2) n;
+INSERT INTO claimq.job (queue_id, state, run_at, enqueued_at, expires_at, claimed_at,
+						finished_at, attempts, token, dedup_key, payload)
+SELECT q.queue_id, v.state, now() + v.run_in, now(),
+	   CASE WHEN v.state IN ('claimed', 'running') THEN now() + interval '1 hour' END,
+	   CASE WHEN v.state IN ('claimed', 'running') THEN now() END,
+	   CASE WHEN v.state IN ('dead', 'done') THEN now() END,
+	   v.attempts, h.token, v.dedup_key, jsonb_build_object('n', v.n)
+  FROM (VALUES (1, 'up_a', 'claimed', interval '0', 0, NULL::text),
+			   (2, 'up_a', 'running', '0', 1, NULL),
+			   (3, 'up_a', 'pending', '0', 0, NULL),
+			   (4, 'up_a', 'pending', '0', 0, NULL),
+			   (5, 'up_a', 'pending', '1 day', 0, NULL),
+			   (6, 'up_a', 'dead', '0', 1, NULL),
+			   (7, 'up_a', 'done', '0', 1, NULL),
+			   (8, 'up_b', 'pending', '0', 0, 'k')) AS v(n, queue, state, run_in, attempts, dedup_key)
+  JOIN claimq.queue q ON q.name = v.queue
+  LEFT JOIN held h ON h.n = v.n
+ ORDER BY v.n;
+INSERT INTO claimq.key_claim
+SELECT 'up_scope', k, nextval('claimq.token_seq'), now() + interval '1 hour'
+  FROM unnest(ARRAY['x', 'y']) k;
+ALTER TABLE held ADD COLUMN job_id bigint;
+UPDATE held h SET job_id = j.job_id FROM claimq.job j WHERE j.token = h.token;
 
 CREATE TEMP TABLE jobs_before AS SELECT * FROM claimq.job;
 CREATE TEMP TABLE queues_before AS SELECT * FROM claimq.queue;
@@ -41,11 +66,43 @@ SELECT is((SELECT string_agg(state || ':' || n, ',' ORDER BY state)
 	'jobs in every state before the update');
 
 ALTER EXTENSION claimq UPDATE TO '0.2';
-
 SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.2',
 	'ALTER EXTENSION claimq UPDATE TO 0.2 brings it to 0.2');
-SELECT bag_eq('SELECT * FROM claimq.job', 'SELECT * FROM jobs_before',
-	'every job is kept, column for column');
+SELECT is(claimq.node_of(5 * 281474976710656 + 17), 5, 'node_of reads the high bits');
+SELECT is((SELECT seqmax FROM pg_sequence WHERE seqrelid = 'claimq.job_id_seq'::regclass),
+	281474976710655::bigint, 'job ids from the sequence stay below 2^48');
+SELECT ok(NOT has_function_privilege('public', 'claimq.node_of(bigint)', 'EXECUTE'),
+	'PUBLIC cannot execute the new function');
+
+ALTER EXTENSION claimq UPDATE TO '0.3';
+SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.3',
+	'ALTER EXTENSION claimq UPDATE TO 0.3 brings it to 0.3');
+SELECT is((SELECT seqcache FROM pg_sequence WHERE seqrelid = 'claimq.token_seq'::regclass),
+	65536::bigint, 'tokens are drawn from a per-backend cache');
+
+-- Duties granted under 0.3 (grant_duty is SQL, so it runs on the old schema).
+CREATE ROLE regress_claimq_up_producer;
+CREATE ROLE regress_claimq_up_worker;
+CREATE ROLE regress_claimq_up_admin;
+SELECT claimq.grant_duty('regress_claimq_up_producer', 'produce');
+SELECT claimq.grant_duty('regress_claimq_up_worker', 'work');
+SELECT claimq.grant_duty('regress_claimq_up_admin', 'administer');
+CREATE TEMP TABLE init_privs_before AS
+SELECT count(*) AS n FROM pg_init_privs i
+ WHERE i.initprivs::text ~ 'regress_claimq_up';
+
+ALTER EXTENSION claimq UPDATE;
+
+SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.4',
+	'ALTER EXTENSION claimq UPDATE brings it to 0.4');
+SELECT bag_eq($$SELECT job_id, token, run_at, enqueued_at, expires_at, claimed_at, finished_at,
+					   queue_id, priority, attempts, state, worker, dedup_key, last_error, payload
+				  FROM claimq.job$$,
+	$$SELECT * FROM jobs_before$$,
+	'every job is kept, column for column, token for token');
+SELECT is((SELECT count(*) FROM claimq.job
+			WHERE max_attempts IS NULL AND group_key IS NULL AND result IS NULL),
+	8::bigint, 'the new columns start empty: each job follows its queue''s max_attempts');
 SELECT bag_eq('SELECT * FROM claimq.queue', 'SELECT * FROM queues_before',
 	'every queue is kept');
 SELECT bag_eq('SELECT * FROM claimq.key_claim', 'SELECT * FROM keys_before',
@@ -54,59 +111,61 @@ SELECT bag_eq('SELECT * FROM claimq.key_claim', 'SELECT * FROM keys_before',
 -- The claims made before the update still hold.
 SELECT ok((SELECT claimq.complete(job_id, token) FROM held WHERE n = 1),
 	'a job claimed under 0.1 completes with its token');
-SELECT ok((SELECT claimq.complete(job_id, token) FROM held WHERE n = 2),
-	'a job started under 0.1 completes with its token');
+SELECT is((SELECT string_agg(o.outcome || '/' || o.state, ',')
+			 FROM held h, claimq.fail(ARRAY[h.job_id], ARRAY[h.token], 'x') o WHERE h.n = 2),
+	'ok/dead', 'a job started under 0.1 fails with its token, dead after its queue''s one attempt');
 SELECT is((SELECT string_agg(outcome, ',') FROM claimq.release_keys('up_scope',
-			 ARRAY['x', 'y'], (SELECT array_agg(token) FROM key_tokens))),
+			 ARRAY['x', 'y'], (SELECT array_agg(token ORDER BY key) FROM keys_before))),
 	'ok,ok', 'key claims made under 0.1 are released with their token');
 SELECT is(claimq.enqueue('up_b', '{}', dedup_key => 'k'),
 	(SELECT job_id FROM jobs_before WHERE dedup_key = 'k'),
 	'a live dedup key from 0.1 still dedups');
-
--- What 0.2 adds: job ids with the node number, and node_of().
-SELECT is(claimq.node_of(claimq.enqueue('up_a', '{}')), 0,
-	'new jobs carry node 0 (claimq.node_id is not set)');
-SELECT is(claimq.node_of(5 * 281474976710656 + 17), 5, 'node_of reads the high bits');
-SELECT throws_ok('SELECT claimq.node_of(NULL)', '22004', NULL,
-	'node_of(NULL) raises 22004');
-SELECT is((SELECT seqmax FROM pg_sequence WHERE seqrelid = 'claimq.job_id_seq'::regclass),
-	281474976710655::bigint, 'job ids from the sequence stay below 2^48');
-SELECT ok(NOT has_function_privilege('public', 'claimq.node_of(bigint)', 'EXECUTE'),
-	'PUBLIC cannot execute the new function');
-
--- 0.2 to 0.3, with claims and a key claim made under 0.2 held across it.
-CREATE TEMP TABLE held2 AS
-	SELECT job_id, token, row_number() OVER (ORDER BY job_id) AS n
-	  FROM claimq.claim('up_a', 10);
-SELECT is((SELECT count(*) FROM held2), 3::bigint,
-	'the queue works on: the two ready jobs left and the new one are claimed');
-SELECT claimq.start(job_id, token) FROM held2 WHERE n = 1;
-CREATE TEMP TABLE key_tokens2 AS
-	SELECT key, token FROM claimq.claim_keys('up_scope', ARRAY['z'], '1 hour');
-DELETE FROM jobs_before;
-INSERT INTO jobs_before SELECT * FROM claimq.job;
-DELETE FROM keys_before;
-INSERT INTO keys_before SELECT * FROM claimq.key_claim;
-
-ALTER EXTENSION claimq UPDATE;
-
-SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.3',
-	'ALTER EXTENSION claimq UPDATE brings it to 0.3');
-SELECT bag_eq('SELECT * FROM claimq.job', 'SELECT * FROM jobs_before',
-	'every job is kept across the update to 0.3, token for token');
-SELECT bag_eq('SELECT * FROM claimq.key_claim', 'SELECT * FROM keys_before',
-	'every key claim is kept across the update to 0.3');
-SELECT is(ARRAY(SELECT o.outcome FROM held2 h,
-				LATERAL claimq.complete(ARRAY[h.job_id], ARRAY[h.token]) o ORDER BY h.n),
-	'{ok,ok,ok}', 'jobs claimed and started under 0.2 complete with their tokens');
-SELECT is((SELECT string_agg(outcome, ',') FROM claimq.release_keys('up_scope',
-			 ARRAY['z'], (SELECT array_agg(token) FROM key_tokens2))),
-	'ok', 'a key claim made under 0.2 is released with its token');
-SELECT is((SELECT seqcache FROM pg_sequence WHERE seqrelid = 'claimq.token_seq'::regclass),
-	65536::bigint, 'tokens are drawn from a per-backend cache');
+SELECT is((SELECT count(*) FROM claimq.claim('up_a', 10)), 2::bigint,
+	'the queue works on: its two ready jobs are claimed');
 SELECT throws_ok($$SELECT claimq.create_queue('up_c', lease => '-10 months 302 days')$$,
 	'22023', 'lease must be greater than zero and at most 7 days',
 	'queue settings are judged by timestamp arithmetic after the update');
+
+-- What 0.4 adds, on the jobs of 0.1.
+SELECT is((SELECT outcome || '/' || state FROM claimq.cancel(
+			 ARRAY[(SELECT job_id FROM jobs_before WHERE payload->>'n' = '5')])),
+	'ok/cancelled', 'a scheduled job from 0.1 is cancelled');
+SELECT is((SELECT state FROM claimq.status(ARRAY[(SELECT job_id FROM jobs_before
+													WHERE payload->>'n' = '7')])),
+	'done', 'status shows a done job from 0.1');
+SELECT is((SELECT count(*) FROM claimq.queue_stats WHERE cancelled = 1), 1::bigint,
+	'queue_stats counts the cancelled job');
+
+-- Duties granted before the update cover the new and the recreated
+-- functions, and those grants stay user grants that pg_dump keeps.
+SELECT ok(has_function_privilege('regress_claimq_up_producer',
+		'claimq.enqueue(text,jsonb,timestamptz,integer,text,integer,text,text)', 'EXECUTE')
+		  AND has_function_privilege('regress_claimq_up_producer', 'claimq.cancel(bigint[])', 'EXECUTE')
+		  AND has_function_privilege('regress_claimq_up_producer', 'claimq.status(bigint[])', 'EXECUTE')
+		  AND NOT has_function_privilege('regress_claimq_up_producer',
+				'claimq.snooze(bigint[],bigint[],interval)', 'EXECUTE'),
+	'the producer keeps enqueue and gets cancel and status, not snooze');
+SELECT ok(has_function_privilege('regress_claimq_up_worker',
+		'claimq.complete(bigint[],bigint[],jsonb[])', 'EXECUTE')
+		  AND has_function_privilege('regress_claimq_up_worker', 'claimq.snooze(bigint,bigint,interval)', 'EXECUTE')
+		  AND has_function_privilege('regress_claimq_up_worker', 'claimq.wait_for(bigint[],interval)', 'EXECUTE')
+		  AND NOT has_function_privilege('regress_claimq_up_worker', 'claimq.cancel(bigint[])', 'EXECUTE'),
+	'the worker keeps complete and gets snooze and wait_for, not cancel');
+SELECT ok(has_function_privilege('regress_claimq_up_admin', 'claimq.retry_dead(text,bigint[])', 'EXECUTE')
+		  AND has_function_privilege('regress_claimq_up_admin', 'claimq.cancel(bigint[])', 'EXECUTE')
+		  AND has_table_privilege('regress_claimq_up_admin', 'claimq.queue_stats', 'SELECT')
+		  AND has_table_privilege('regress_claimq_up_admin', 'claimq.counters', 'SELECT'),
+	'the administrator keeps the recreated functions and views and gets cancel');
+SELECT is((SELECT count(*) FROM pg_init_privs i WHERE i.initprivs::text ~ 'regress_claimq_up'),
+	(SELECT n FROM init_privs_before),
+	'no grant to a user is recorded as an initial privilege of the extension');
+SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
+				 WHERE p.pronamespace = 'claimq'::regnamespace
+				   AND (p.proname ~ '_0_3$' OR p.proname = 'upgrade_copy_grants')),
+	'{}'::text[], 'nothing of the update''s scaffolding is left');
+SELECT ok(NOT has_function_privilege('public', 'claimq.wait_for(bigint[],interval)', 'EXECUTE')
+		  AND NOT has_table_privilege('public', 'claimq.jobs', 'SELECT'),
+	'PUBLIC gets nothing new');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -6,7 +6,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(32);
+SELECT plan(36);
 
 -- The columns of a relation, in order, with their types.
 CREATE FUNCTION pg_temp.columns(rel regclass)
@@ -22,14 +22,15 @@ SELECT results_eq($$SELECT * FROM pg_temp.columns('claimq.queue_stats')$$,
 	$$VALUES ('queue'::name, 'text'), ('paused', 'boolean'), ('ready', 'bigint'),
 			 ('scheduled', 'bigint'), ('claimed', 'bigint'), ('running', 'bigint'),
 			 ('expired', 'bigint'), ('dead', 'bigint'), ('done', 'bigint'),
-			 ('oldest_ready_age', 'interval'), ('oldest_claim_age', 'interval')$$,
+			 ('oldest_ready_age', 'interval'), ('oldest_claim_age', 'interval'),
+			 ('cancelled', 'bigint')$$,
 	'queue_stats has the documented columns, in order');
 
 SELECT lives_ok($$SELECT claimq.create_queue('vw', keep_done => '1 day', max_attempts => 1)$$,
 	'create queue vw');
 SELECT results_eq($$SELECT * FROM claimq.queue_stats WHERE queue = 'vw'$$,
 	$$VALUES ('vw'::text, false, 0::bigint, 0::bigint, 0::bigint, 0::bigint, 0::bigint,
-			  0::bigint, 0::bigint, NULL::interval, NULL::interval)$$,
+			  0::bigint, 0::bigint, NULL::interval, NULL::interval, 0::bigint)$$,
 	'a queue with no jobs: zeros and no ages');
 
 -- Ready since 1 hour and since 10 minutes; scheduled in an hour; the oldest
@@ -63,10 +64,11 @@ SELECT results_eq($$SELECT j.payload->>'l', j.state FROM claimq.jobs j WHERE que
 			 ('x1', 'running'), ('x2', 'done')$$,
 	'the jobs are in the intended states');
 SELECT pg_sleep(0.01);
-SELECT results_eq($$SELECT queue, paused, ready, scheduled, claimed, running, expired, dead, done
+SELECT results_eq($$SELECT queue, paused, ready, scheduled, claimed, running, expired, dead, done,
+						   cancelled
 					  FROM claimq.queue_stats WHERE queue = 'vw'$$,
 	$$VALUES ('vw'::text, false, 2::bigint, 1::bigint, 3::bigint, 2::bigint, 2::bigint,
-			  1::bigint, 1::bigint)$$,
+			  1::bigint, 1::bigint, 0::bigint)$$,
 	'queue_stats counts each state; expired is the subset of claimed and running past their lease');
 SELECT ok(oldest_ready_age BETWEEN '1 hour' AND '1 hour 5 minutes',
 	'oldest_ready_age is the age of the oldest ready job, not of the older claimed one')
@@ -97,20 +99,23 @@ SELECT results_eq($$SELECT * FROM pg_temp.columns('claimq.jobs')$$,
 			 ('run_at', 'timestamp with time zone'), ('attempts', 'integer'),
 			 ('worker', 'text'), ('expires_at', 'timestamp with time zone'),
 			 ('enqueued_at', 'timestamp with time zone'), ('dedup_key', 'text'),
-			 ('last_error', 'text')$$,
+			 ('last_error', 'text'), ('group_key', 'text'), ('max_attempts', 'integer'),
+			 ('finished_at', 'timestamp with time zone'), ('result', 'jsonb')$$,
 	'jobs has the documented columns, in order');
 SELECT lives_ok($$SELECT claimq.create_queue('vw_jobs')$$, 'create queue vw_jobs');
 SELECT clock_timestamp() AS t0 \gset
 SELECT claimq.enqueue('vw_jobs', '{"x": [1, 2]}', run_at => '2020-02-02 02:02:02+00',
-					  priority => 3, dedup_key => 'key') AS j \gset
+					  priority => 3, dedup_key => 'key', max_attempts => 7,
+					  group_key => 'g') AS j \gset
 SELECT clock_timestamp() AS t1 \gset
 SELECT results_eq(format($$SELECT job_id, queue, state, payload, priority, run_at, attempts,
 								  worker, expires_at, enqueued_at BETWEEN %L AND %L, dedup_key,
-								  last_error
+								  last_error, group_key, max_attempts, finished_at, result
 							 FROM claimq.jobs WHERE job_id = %s$$, :'t0', :'t1', :j),
 	format($$VALUES (%s::bigint, 'vw_jobs'::text, 'pending'::text, '{"x": [1, 2]}'::jsonb, 3,
 					 '2020-02-02 02:02:02+00'::timestamptz, 0, NULL::text, NULL::timestamptz,
-					 true, 'key'::text, NULL::text)$$, :j),
+					 true, 'key'::text, NULL::text, 'g'::text, 7, NULL::timestamptz,
+					 NULL::jsonb)$$, :j),
 	'jobs shows a pending job');
 SELECT expires_at AS e FROM claimq.claim('vw_jobs', worker => 'w-1', start => true) \gset
 SELECT results_eq(format('SELECT state, attempts, worker, expires_at FROM claimq.jobs WHERE job_id = %s', :j),
@@ -128,6 +133,13 @@ SELECT is((SELECT worker FROM claimq.jobs WHERE job_id = :j), 'w-2',
 SELECT ok(claimq.release(:j, token), 'release it') FROM claimq.job WHERE job_id = :j;
 SELECT is((SELECT worker FROM claimq.jobs WHERE job_id = :j), 'w-2',
 	'after release, jobs still shows the worker that last claimed it');
+SELECT is((SELECT cancelled FROM claimq.queue_stats WHERE queue = 'vw_jobs'), 0::bigint,
+	'nothing cancelled yet');
+SELECT is((SELECT outcome FROM claimq.cancel(ARRAY[:j]::bigint[])), 'ok', 'cancel it');
+SELECT results_eq(format('SELECT state, finished_at IS NOT NULL FROM claimq.jobs WHERE job_id = %s', :j),
+	$$VALUES ('cancelled'::text, true)$$, 'jobs shows it cancelled, with the time it finished');
+SELECT results_eq($$SELECT ready, cancelled FROM claimq.queue_stats WHERE queue = 'vw_jobs'$$,
+	$$VALUES (0::bigint, 1::bigint)$$, 'queue_stats counts it as cancelled, not ready');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -54,5 +54,11 @@ like(slurp("$top/LICENSE"), qr/Permission to use, copy, modify, and distribute/,
 	'LICENSE holds its text');
 like(slurp("$top/CHANGELOG.md"), qr/^## \Q$default\E$/m,
 	"CHANGELOG.md has a section for $default");
+my ($library) = slurp("$top/src/claimq.h")
+  =~ /^#define CQ_SCHEMA_VERSION\s+"([^"]+)"/m;
+is($library, $default,
+	"the library serves the schema of claimq.control's default_version");
+ok(-f "$top/sql/claimq--$default.sql" || glob("$top/sql/claimq--*--$default.sql"),
+	"a script installs or updates to $default");
 
 done_testing();

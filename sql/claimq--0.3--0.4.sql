@@ -1,0 +1,605 @@
+/* claimq--0.3--0.4.sql: job control (cancel, snooze, per-job attempts, debounce, results, status, wait_for) */
+
+\echo Use "ALTER EXTENSION claimq UPDATE TO '0.4'" to load this file. \quit
+
+/*
+ * Functions and views whose signature, result or body changes are created
+ * anew beside the old ones, given the old ones' grants, and then the old
+ * ones are dropped.  This helper copies the grants of one object to
+ * another.  A GRANT run by an extension script is recorded as the object's
+ * initial privilege, which pg_dump leaves out of a dump; the copied grants
+ * were made by users (with grant_duty), so the object's initial privileges
+ * are put back as they were, and pg_dump keeps the grants.
+ */
+CREATE FUNCTION claimq.upgrade_copy_grants(old_oid oid, new_oid oid,
+										   catalog regclass)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	acl aclitem[];
+	owner oid;
+	target text;
+	saved aclitem[];
+	had_initprivs boolean;
+	a record;
+BEGIN
+	IF catalog OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::regclass THEN
+		SELECT p.proacl, p.proowner INTO acl, owner
+		  FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) old_oid;
+		target := 'FUNCTION ' OPERATOR(pg_catalog.||) new_oid::regprocedure::text;
+	ELSE
+		SELECT c.relacl, c.relowner INTO acl, owner
+		  FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) old_oid;
+		target := 'TABLE ' OPERATOR(pg_catalog.||) new_oid::regclass::text;
+	END IF;
+	SELECT i.initprivs INTO saved FROM pg_catalog.pg_init_privs i
+	 WHERE i.objoid OPERATOR(pg_catalog.=) new_oid
+	   AND i.classoid OPERATOR(pg_catalog.=) catalog
+	   AND i.objsubid OPERATOR(pg_catalog.=) 0;
+	had_initprivs := FOUND;
+	FOR a IN SELECT x.grantee, x.privilege_type, x.is_grantable
+			   FROM pg_catalog.aclexplode(acl) x
+			  WHERE x.grantee OPERATOR(pg_catalog.<>) owner LOOP
+		EXECUTE pg_catalog.format('GRANT %s ON %s TO %s%s', a.privilege_type, target,
+			CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+				 ELSE a.grantee::regrole::text END,
+			CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+	END LOOP;
+	IF had_initprivs THEN
+		UPDATE pg_catalog.pg_init_privs i SET initprivs = saved
+		 WHERE i.objoid OPERATOR(pg_catalog.=) new_oid
+		   AND i.classoid OPERATOR(pg_catalog.=) catalog
+		   AND i.objsubid OPERATOR(pg_catalog.=) 0;
+	ELSE
+		DELETE FROM pg_catalog.pg_init_privs i
+		 WHERE i.objoid OPERATOR(pg_catalog.=) new_oid
+		   AND i.classoid OPERATOR(pg_catalog.=) catalog
+		   AND i.objsubid OPERATOR(pg_catalog.=) 0;
+	END IF;
+END
+$$;
+
+REVOKE ALL ON FUNCTION claimq.upgrade_copy_grants(oid, oid, regclass) FROM PUBLIC;
+
+/*
+ * Jobs: the cancelled state, a per-job max_attempts (NULL: the queue's),
+ * a group key, and the result a keep_done queue keeps.  Adding columns
+ * without a default rewrites nothing.
+ */
+ALTER TABLE claimq.job
+	ADD COLUMN max_attempts integer,
+	ADD COLUMN group_key text,
+	ADD COLUMN result jsonb,
+	DROP CONSTRAINT job_state_check,
+	ADD CONSTRAINT job_state_check CHECK (state OPERATOR(pg_catalog.=) ANY
+		('{pending,claimed,running,dead,done,cancelled}'::text[])),
+	ADD CONSTRAINT job_max_attempts_check
+		CHECK (max_attempts OPERATOR(pg_catalog.>=) 1
+			   AND max_attempts OPERATOR(pg_catalog.<=) 1000);
+
+/* Cancelled jobs are kept and pruned like dead ones. */
+DROP INDEX claimq.job_finished_idx;
+CREATE INDEX job_finished_idx ON claimq.job (queue_id, state, finished_at)
+	WHERE state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[]);
+
+/*
+ * Private: the SQL-language transitions tell the C side what they did, so
+ * that waiting claims and wait_for are woken and claim floors lowered when
+ * the transaction commits.
+ */
+CREATE FUNCTION claimq.note_change(queue_id integer, made_pending boolean,
+								   finished boolean)
+RETURNS void
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_note_change';
+
+COMMENT ON FUNCTION claimq.note_change(integer, boolean, boolean) IS
+'private: at commit, wake claims waiting on the queue (made_pending) or wait_for calls (finished)';
+
+REVOKE ALL ON FUNCTION claimq.note_change(integer, boolean, boolean) FROM PUBLIC;
+
+/*
+ * Producing: per-job attempts, debounce and group keys.
+ */
+CREATE FUNCTION claimq.enqueue(
+	queue text,
+	payload jsonb,
+	run_at timestamptz DEFAULT NULL,
+	priority integer DEFAULT 0,
+	dedup_key text DEFAULT NULL,
+	max_attempts integer DEFAULT NULL,
+	on_duplicate text DEFAULT 'keep',
+	group_key text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_enqueue';
+
+COMMENT ON FUNCTION claimq.enqueue(text, jsonb, timestamptz, integer, text, integer, text, text) IS
+'add a job; with a dedup_key that a live job holds, return that job''s id instead (and with on_duplicate => ''replace'', update it while it is pending)';
+
+REVOKE ALL ON FUNCTION claimq.enqueue(text, jsonb, timestamptz, integer, text, integer, text, text) FROM PUBLIC;
+
+CREATE FUNCTION claimq.enqueue_many(
+	queue text,
+	payloads jsonb[],
+	run_at timestamptz DEFAULT NULL,
+	priority integer DEFAULT 0,
+	dedup_keys text[] DEFAULT NULL,
+	max_attempts integer DEFAULT NULL,
+	on_duplicate text DEFAULT 'keep',
+	group_keys text[] DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_enqueue_many';
+
+COMMENT ON FUNCTION claimq.enqueue_many(text, jsonb[], timestamptz, integer, text[], integer, text, text[]) IS
+'add one job per payload in one statement; returns the ids in input order';
+
+REVOKE ALL ON FUNCTION claimq.enqueue_many(text, jsonb[], timestamptz, integer, text[], integer, text, text[]) FROM PUBLIC;
+
+SELECT claimq.upgrade_copy_grants(
+	'claimq.enqueue(text, jsonb, timestamptz, integer, text)'::regprocedure,
+	'claimq.enqueue(text, jsonb, timestamptz, integer, text, integer, text, text)'::regprocedure,
+	'pg_catalog.pg_proc');
+SELECT claimq.upgrade_copy_grants(
+	'claimq.enqueue_many(text, jsonb[], timestamptz, integer, text[])'::regprocedure,
+	'claimq.enqueue_many(text, jsonb[], timestamptz, integer, text[], integer, text, text[])'::regprocedure,
+	'pg_catalog.pg_proc');
+
+/*
+ * Working: results on complete, and snooze.
+ */
+CREATE FUNCTION claimq.complete(job_ids bigint[], tokens bigint[],
+								results jsonb[] DEFAULT NULL)
+RETURNS TABLE(job_id bigint, outcome text)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_complete';
+
+COMMENT ON FUNCTION claimq.complete(bigint[], bigint[], jsonb[]) IS
+'finish claimed or running jobs: deleted, or kept as done (with its result) on a keep_done queue';
+
+REVOKE ALL ON FUNCTION claimq.complete(bigint[], bigint[], jsonb[]) FROM PUBLIC;
+
+CREATE FUNCTION claimq.complete(job_id bigint, token bigint,
+								result jsonb DEFAULT NULL)
+RETURNS boolean
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_complete_one';
+
+COMMENT ON FUNCTION claimq.complete(bigint, bigint, jsonb) IS
+'complete one job; true if the token still held it';
+
+REVOKE ALL ON FUNCTION claimq.complete(bigint, bigint, jsonb) FROM PUBLIC;
+
+SELECT claimq.upgrade_copy_grants(
+	'claimq.complete(bigint[], bigint[])'::regprocedure,
+	'claimq.complete(bigint[], bigint[], jsonb[])'::regprocedure,
+	'pg_catalog.pg_proc');
+SELECT claimq.upgrade_copy_grants(
+	'claimq.complete(bigint, bigint)'::regprocedure,
+	'claimq.complete(bigint, bigint, jsonb)'::regprocedure,
+	'pg_catalog.pg_proc');
+
+CREATE FUNCTION claimq.snooze(job_ids bigint[], tokens bigint[],
+							  delay interval)
+RETURNS TABLE(job_id bigint, outcome text, run_at timestamptz)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_snooze';
+
+COMMENT ON FUNCTION claimq.snooze(bigint[], bigint[], interval) IS
+'put claimed or running jobs back to pending after delay, giving back an attempt that start counted';
+
+REVOKE ALL ON FUNCTION claimq.snooze(bigint[], bigint[], interval) FROM PUBLIC;
+
+CREATE FUNCTION claimq.snooze(job_id bigint, token bigint, delay interval)
+RETURNS boolean
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_snooze_one';
+
+COMMENT ON FUNCTION claimq.snooze(bigint, bigint, interval) IS
+'snooze one job; true if the token still held it';
+
+REVOKE ALL ON FUNCTION claimq.snooze(bigint, bigint, interval) FROM PUBLIC;
+
+/*
+ * Job control: cancel, status, wait_for.
+ */
+CREATE FUNCTION claimq.cancel(job_ids bigint[])
+RETURNS TABLE(job_id bigint, outcome text, state text)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_cancel';
+
+COMMENT ON FUNCTION claimq.cancel(bigint[]) IS
+'cancel pending, claimed or running jobs; their holders'' tokens then get the outcome cancelled';
+
+REVOKE ALL ON FUNCTION claimq.cancel(bigint[]) FROM PUBLIC;
+
+CREATE FUNCTION claimq.status(job_ids bigint[])
+RETURNS TABLE(job_id bigint, queue text, state text, attempts integer,
+			  run_at timestamptz, finished_at timestamptz, last_error text,
+			  result jsonb)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_status';
+
+COMMENT ON FUNCTION claimq.status(bigint[]) IS
+'the state of each listed job, in input order; every column but job_id NULL for a job that no longer exists';
+
+REVOKE ALL ON FUNCTION claimq.status(bigint[]) FROM PUBLIC;
+
+CREATE FUNCTION claimq.wait_for(job_ids bigint[], timeout interval)
+RETURNS TABLE(job_id bigint, queue text, state text, attempts integer,
+			  run_at timestamptz, finished_at timestamptz, last_error text,
+			  result jsonb)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_wait_for';
+
+COMMENT ON FUNCTION claimq.wait_for(bigint[], interval) IS
+'wait until every listed job is done, dead, cancelled or gone, or timeout passes; then return their status';
+
+REVOKE ALL ON FUNCTION claimq.wait_for(bigint[], interval) FROM PUBLIC;
+
+/* Roles that hold a duty get its new functions. */
+SELECT claimq.upgrade_copy_grants(
+	'claimq.enqueue(text, jsonb, timestamptz, integer, text)'::regprocedure,
+	f, 'pg_catalog.pg_proc')
+  FROM pg_catalog.unnest(ARRAY[
+	'claimq.cancel(bigint[])'::regprocedure,
+	'claimq.status(bigint[])'::regprocedure,
+	'claimq.wait_for(bigint[], interval)'::regprocedure]) f;
+SELECT claimq.upgrade_copy_grants(
+	'claimq.claim(text, integer, interval, text, boolean, interval)'::regprocedure,
+	f, 'pg_catalog.pg_proc')
+  FROM pg_catalog.unnest(ARRAY[
+	'claimq.snooze(bigint[], bigint[], interval)'::regprocedure,
+	'claimq.snooze(bigint, bigint, interval)'::regprocedure,
+	'claimq.status(bigint[])'::regprocedure,
+	'claimq.wait_for(bigint[], interval)'::regprocedure]) f;
+SELECT claimq.upgrade_copy_grants(
+	'claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean)'::regprocedure,
+	f, 'pg_catalog.pg_proc')
+  FROM pg_catalog.unnest(ARRAY[
+	'claimq.cancel(bigint[])'::regprocedure,
+	'claimq.status(bigint[])'::regprocedure,
+	'claimq.wait_for(bigint[], interval)'::regprocedure]) f;
+
+DROP FUNCTION claimq.enqueue(text, jsonb, timestamptz, integer, text);
+DROP FUNCTION claimq.enqueue_many(text, jsonb[], timestamptz, integer, text[]);
+DROP FUNCTION claimq.complete(bigint[], bigint[]);
+DROP FUNCTION claimq.complete(bigint, bigint);
+
+/*
+ * Queue administration and recovery that make jobs pending or remove them
+ * now say so (claimq.note_change), so that waiting claims and wait_for
+ * wake at once and no claim floor delays the jobs.
+ */
+ALTER FUNCTION claimq.resume_queue(text) RENAME TO resume_queue_0_3;
+ALTER FUNCTION claimq.retry_dead(text, bigint[]) RENAME TO retry_dead_0_3;
+ALTER FUNCTION claimq.purge_queue(text) RENAME TO purge_queue_0_3;
+ALTER FUNCTION claimq.drop_queue(text, boolean) RENAME TO drop_queue_0_3;
+
+CREATE FUNCTION claimq.resume_queue(queue text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue := claimq.lock_queue(queue);
+BEGIN
+	UPDATE claimq.queue t SET paused = false
+	 WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+	IF q.paused THEN
+		PERFORM claimq.note_change(q.queue_id, true, false);
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.resume_queue(text) IS
+'let a paused queue hand out jobs again';
+
+REVOKE ALL ON FUNCTION claimq.resume_queue(text) FROM PUBLIC;
+
+CREATE FUNCTION claimq.retry_dead(queue text, job_ids bigint[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue;
+	n bigint;
+BEGIN
+	PERFORM claimq.check_queue_name(queue);
+	/* No enqueue may add a live key while this looks for live keys. */
+	PERFORM claimq.lock_producers(queue);
+	q := claimq.lock_queue(queue);
+	/*
+	 * A dead job whose dedup key a live job has taken again stays dead:
+	 * redriving it would make two live jobs with one key.  Of several dead
+	 * jobs with one key, only the oldest is redriven.
+	 */
+	UPDATE claimq.job j
+	   SET state = 'pending', attempts = 0, run_at = pg_catalog.clock_timestamp(),
+		   finished_at = NULL, expires_at = NULL
+	 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+	   AND j.state OPERATOR(pg_catalog.=) 'dead'
+	   AND (job_ids IS NULL OR j.job_id OPERATOR(pg_catalog.=) ANY (job_ids))
+	   AND (j.dedup_key IS NULL OR (
+			NOT EXISTS (SELECT 1 FROM claimq.job l
+						 WHERE l.queue_id OPERATOR(pg_catalog.=) j.queue_id
+						   AND l.dedup_key OPERATOR(pg_catalog.=) j.dedup_key
+						   AND l.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[]))
+			AND NOT EXISTS (SELECT 1 FROM claimq.job o
+							 WHERE o.queue_id OPERATOR(pg_catalog.=) j.queue_id
+							   AND o.dedup_key OPERATOR(pg_catalog.=) j.dedup_key
+							   AND o.state OPERATOR(pg_catalog.=) 'dead'
+							   AND o.job_id OPERATOR(pg_catalog.<) j.job_id
+							   AND (job_ids IS NULL OR o.job_id OPERATOR(pg_catalog.=) ANY (job_ids)))));
+	GET DIAGNOSTICS n = ROW_COUNT;
+	IF n OPERATOR(pg_catalog.>) 0 THEN
+		PERFORM claimq.note_change(q.queue_id, true, false);
+	END IF;
+	RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.retry_dead(text, bigint[]) IS
+'redrive dead jobs (all of a queue''s, or those listed) to pending with attempts reset; returns how many';
+
+REVOKE ALL ON FUNCTION claimq.retry_dead(text, bigint[]) FROM PUBLIC;
+
+CREATE FUNCTION claimq.purge_queue(queue text)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue := claimq.lock_queue(queue);
+	n bigint;
+BEGIN
+	DELETE FROM claimq.job j
+	 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+	   AND j.state OPERATOR(pg_catalog.=) 'pending';
+	GET DIAGNOSTICS n = ROW_COUNT;
+	IF n OPERATOR(pg_catalog.>) 0 THEN
+		PERFORM claimq.note_change(q.queue_id, false, true);
+	END IF;
+	RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.purge_queue(text) IS
+'delete a queue''s pending jobs (ready and scheduled); returns how many';
+
+REVOKE ALL ON FUNCTION claimq.purge_queue(text) FROM PUBLIC;
+
+CREATE FUNCTION claimq.drop_queue(queue text, force boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue;
+	held bigint;
+BEGIN
+	IF force IS NULL THEN
+		RAISE EXCEPTION 'argument "force" must not be null'
+			USING ERRCODE = '22004';
+	END IF;
+	PERFORM claimq.check_queue_name(queue);
+	PERFORM claimq.lock_producers(queue);
+	q := claimq.lock_queue(queue);
+	/*
+	 * Without force, delete only jobs nobody holds.  A claim in progress
+	 * makes the DELETE wait for it and then skip the job it claimed; the
+	 * count that follows, with a fresh snapshot, finds every held job.
+	 */
+	DELETE FROM claimq.job j
+	 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+	   AND (force OR j.state OPERATOR(pg_catalog.<>) ALL ('{claimed,running}'::text[]));
+	IF NOT force THEN
+		SELECT pg_catalog.count(*) INTO held FROM claimq.job j
+		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+		IF held OPERATOR(pg_catalog.>) 0 THEN
+			RAISE EXCEPTION 'cannot drop queue "%" while it has claimed or running jobs', queue
+				USING ERRCODE = '55006',
+					  DETAIL = pg_catalog.format('%s jobs are claimed or running.', held),
+					  HINT = 'Wait for them to settle, or pass force => true.';
+		END IF;
+	END IF;
+	DELETE FROM claimq.queue t WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+	PERFORM claimq.note_change(q.queue_id, false, true);
+END
+$$;
+
+COMMENT ON FUNCTION claimq.drop_queue(text, boolean) IS
+'drop a queue and all its jobs; refuses (55006) while jobs are claimed or running, unless force';
+
+REVOKE ALL ON FUNCTION claimq.drop_queue(text, boolean) FROM PUBLIC;
+
+SELECT claimq.upgrade_copy_grants(v.o::oid, v.n::oid, 'pg_catalog.pg_proc')
+  FROM (VALUES ('claimq.resume_queue_0_3(text)'::regprocedure, 'claimq.resume_queue(text)'::regprocedure),
+			   ('claimq.retry_dead_0_3(text, bigint[])', 'claimq.retry_dead(text, bigint[])'),
+			   ('claimq.purge_queue_0_3(text)', 'claimq.purge_queue(text)'),
+			   ('claimq.drop_queue_0_3(text, boolean)', 'claimq.drop_queue(text, boolean)')) AS v(o, n);
+
+DROP FUNCTION claimq.resume_queue_0_3(text);
+DROP FUNCTION claimq.retry_dead_0_3(text, bigint[]);
+DROP FUNCTION claimq.purge_queue_0_3(text);
+DROP FUNCTION claimq.drop_queue_0_3(text, boolean);
+
+/*
+ * Observing: cancelled jobs in queue_stats, the new columns in jobs, and
+ * the cancelled and snoozed counters.
+ */
+ALTER VIEW claimq.queue_stats RENAME TO queue_stats_0_3;
+ALTER VIEW claimq.jobs RENAME TO jobs_0_3;
+ALTER VIEW claimq.counters RENAME TO counters_0_3;
+ALTER FUNCTION claimq.counters() RENAME TO counters_0_3;
+
+CREATE VIEW claimq.queue_stats AS
+SELECT q.name AS queue,
+	   q.paused,
+	   COALESCE(s.ready, 0) AS ready,
+	   COALESCE(s.scheduled, 0) AS scheduled,
+	   COALESCE(s.claimed, 0) AS claimed,
+	   COALESCE(s.running, 0) AS running,
+	   COALESCE(s.expired, 0) AS expired,
+	   COALESCE(s.dead, 0) AS dead,
+	   COALESCE(s.done, 0) AS done,
+	   s.oldest_ready_age,
+	   s.oldest_claim_age,
+	   COALESCE(s.cancelled, 0) AS cancelled
+  FROM claimq.queue q
+  LEFT JOIN (
+	SELECT j.queue_id,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'pending'
+										 AND j.run_at OPERATOR(pg_catalog.<=) c.now) AS ready,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'pending'
+										 AND j.run_at OPERATOR(pg_catalog.>) c.now) AS scheduled,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'claimed') AS claimed,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'running') AS running,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])
+										 AND j.expires_at OPERATOR(pg_catalog.<) c.now) AS expired,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'dead') AS dead,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'done') AS done,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'cancelled') AS cancelled,
+		   c.now OPERATOR(pg_catalog.-) pg_catalog.min(j.run_at)
+			 FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'pending'
+					   AND j.run_at OPERATOR(pg_catalog.<=) c.now) AS oldest_ready_age,
+		   c.now OPERATOR(pg_catalog.-) pg_catalog.min(j.claimed_at)
+			 FILTER (WHERE j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])) AS oldest_claim_age
+	  FROM claimq.job j
+	 CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) c
+	 GROUP BY j.queue_id, c.now
+  ) s ON s.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+
+COMMENT ON VIEW claimq.queue_stats IS
+'per queue: jobs by state, expired claims, and the age of the oldest ready job and of the oldest claim';
+
+REVOKE ALL ON TABLE claimq.queue_stats FROM PUBLIC;
+
+CREATE VIEW claimq.jobs AS
+SELECT j.job_id, q.name AS queue, j.state, j.payload, j.priority, j.run_at,
+	   j.attempts, j.worker, j.expires_at, j.enqueued_at, j.dedup_key,
+	   j.last_error, j.group_key, j.max_attempts, j.finished_at, j.result
+  FROM claimq.job j
+  JOIN claimq.queue q ON q.queue_id OPERATOR(pg_catalog.=) j.queue_id;
+
+COMMENT ON VIEW claimq.jobs IS
+'every job of every queue, for inspection';
+
+REVOKE ALL ON TABLE claimq.jobs FROM PUBLIC;
+
+CREATE FUNCTION claimq.counters()
+RETURNS TABLE(database text, queue text, claimed bigint, started bigint,
+			  completed bigint, failed bigint, released bigint,
+			  reclaimed bigint, dead bigint, stale bigint,
+			  cancelled bigint, snoozed bigint)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_counters';
+
+COMMENT ON FUNCTION claimq.counters() IS
+'cumulative counts per database and queue since server start or reset_counters(), from shared memory (empty without the preload)';
+
+REVOKE ALL ON FUNCTION claimq.counters() FROM PUBLIC;
+
+CREATE VIEW claimq.counters AS SELECT * FROM claimq.counters();
+
+COMMENT ON VIEW claimq.counters IS
+'cumulative counts per database and queue; see claimq.counters()';
+
+REVOKE ALL ON TABLE claimq.counters FROM PUBLIC;
+
+SELECT claimq.upgrade_copy_grants('claimq.counters_0_3()'::regprocedure,
+								  'claimq.counters()'::regprocedure,
+								  'pg_catalog.pg_proc');
+SELECT claimq.upgrade_copy_grants(v.o, v.n, 'pg_catalog.pg_class')
+  FROM (VALUES ('claimq.queue_stats_0_3'::regclass::oid, 'claimq.queue_stats'::regclass::oid),
+			   ('claimq.jobs_0_3'::regclass::oid, 'claimq.jobs'::regclass::oid),
+			   ('claimq.counters_0_3'::regclass::oid, 'claimq.counters'::regclass::oid)) AS v(o, n);
+
+DROP VIEW claimq.queue_stats_0_3;
+DROP VIEW claimq.jobs_0_3;
+DROP VIEW claimq.counters_0_3;
+DROP FUNCTION claimq.counters_0_3();
+
+/*
+ * Duties: cancel for produce and administer, snooze for work, status and
+ * wait_for for all three.
+ */
+DROP FUNCTION claimq.duty_functions(text);
+
+CREATE FUNCTION claimq.duty_functions(duty text)
+RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	keys text[] := '{"claimq.claim_keys(text, text[], interval)",'
+				   '"claimq.release_keys(text, text[], bigint[])"}';
+	look text[] := '{"claimq.status(bigint[])",'
+				   '"claimq.wait_for(bigint[], interval)"}';
+BEGIN
+	CASE duty
+		WHEN 'produce' THEN
+			RETURN keys OPERATOR(pg_catalog.||) look OPERATOR(pg_catalog.||) '{'
+				'"claimq.enqueue(text, jsonb, timestamptz, integer, text, integer, text, text)",'
+				'"claimq.enqueue_many(text, jsonb[], timestamptz, integer, text[], integer, text, text[])",'
+				'"claimq.cancel(bigint[])"}'::text[];
+		WHEN 'work' THEN
+			RETURN keys OPERATOR(pg_catalog.||) look OPERATOR(pg_catalog.||) '{'
+				'"claimq.claim(text, integer, interval, text, boolean, interval)",'
+				'"claimq.start(bigint[], bigint[], interval)",'
+				'"claimq.start(bigint, bigint, interval)",'
+				'"claimq.extend(bigint[], bigint[], interval)",'
+				'"claimq.extend(bigint, bigint, interval)",'
+				'"claimq.complete(bigint[], bigint[], jsonb[])",'
+				'"claimq.complete(bigint, bigint, jsonb)",'
+				'"claimq.fail(bigint[], bigint[], text, interval, boolean)",'
+				'"claimq.fail(bigint, bigint, text, interval, boolean)",'
+				'"claimq.release(bigint[], bigint[])",'
+				'"claimq.release(bigint, bigint)",'
+				'"claimq.snooze(bigint[], bigint[], interval)",'
+				'"claimq.snooze(bigint, bigint, interval)",'
+				'"claimq.release_worker(text, text)"}'::text[];
+		WHEN 'administer' THEN
+			RETURN look OPERATOR(pg_catalog.||) '{'
+				'"claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean)",'
+				'"claimq.alter_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean)",'
+				'"claimq.drop_queue(text, boolean)",'
+				'"claimq.pause_queue(text)",'
+				'"claimq.resume_queue(text)",'
+				'"claimq.purge_queue(text)",'
+				'"claimq.cancel(bigint[])",'
+				'"claimq.reclaim(text, integer)",'
+				'"claimq.retry_dead(text, bigint[])",'
+				'"claimq.prune(integer)",'
+				'"claimq.counters()",'
+				'"claimq.reset_counters()",'
+				'"claimq.reclaimer_status()"}'::text[];
+		ELSE
+			RAISE EXCEPTION 'unknown duty "%"', duty
+				USING ERRCODE = '22023',
+					  HINT = 'The duties are produce, work and administer.';
+	END CASE;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.duty_functions(text) IS
+'private: the functions that make up a duty';
+
+REVOKE ALL ON FUNCTION claimq.duty_functions(text) FROM PUBLIC;
+
+DROP FUNCTION claimq.upgrade_copy_grants(oid, oid, regclass);

@@ -1,0 +1,167 @@
+/*-------------------------------------------------------------------------
+ *
+ * status.c
+ *		Reading jobs' states: status() and wait_for().
+ *
+ * Both report, per input id and in input order, a job's queue, state,
+ * attempts, run_at, finished_at, last_error and result, or NULLs for a
+ * job that no longer exists.  They change nothing and lock nothing.
+ *
+ * wait_for() looks until every listed job is finished (done, dead,
+ * cancelled or gone) or its timeout passes.  Each look takes a snapshot
+ * of its own, so it sees commits made while it waits under any isolation
+ * level.  With the preload it sleeps between looks until a transaction
+ * that finished or removed jobs commits (wakeup.c), without polling: a job
+ * finished behind claimq's back (by plain SQL, or by COMMIT PREPARED of a
+ * transaction that completed it) is seen at the next wake-up or at the
+ * timeout.  Without the preload it polls.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+
+#include "claimq.h"
+
+PG_FUNCTION_INFO_V1(claimq_status);
+PG_FUNCTION_INFO_V1(claimq_wait_for);
+
+#define CQ_STATUS_COLS		8
+
+/*
+ * The ids argument of both functions: no NULLs, at most CQ_MAX_BATCH.
+ */
+static ArrayType *
+cq_job_ids_arg(FunctionCallInfo fcinfo)
+{
+	ArrayType  *ids = cq_array_arg(fcinfo, 0, "job_ids", false);
+
+	if (ArrayGetNItems(ARR_NDIM(ids), ARR_DIMS(ids)) > CQ_MAX_BATCH)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("at most %d job ids can be given in one call",
+						CQ_MAX_BATCH)));
+	return ids;
+}
+
+/*
+ * Look at the jobs, with a snapshot taken now; the rows are left in
+ * SPI_tuptable, in input order.  Returns whether every job is finished.
+ */
+static bool
+cq_look(ArrayType *ids)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {INT8ARRAYOID};
+	Datum		values[1];
+	bool		finished = true;
+
+	cq_plan(&plan,
+			"SELECT i.job_id, q.name, j.state, j.attempts, j.run_at,"
+			"       j.finished_at, j.last_error, j.result"
+			"  FROM ROWS FROM (pg_catalog.unnest($1::bigint[]))"
+			"       WITH ORDINALITY AS i(job_id, ord)"
+			"  LEFT JOIN claimq.job j ON j.job_id = i.job_id"
+			"  LEFT JOIN claimq.queue q ON q.queue_id = j.queue_id"
+			" ORDER BY i.ord",
+			1, argtypes);
+	values[0] = PointerGetDatum(ids);
+	cq_execute_latest(plan, values, NULL, SPI_OK_SELECT);
+
+	for (uint64 row = 0; row < SPI_processed && finished; row++)
+	{
+		bool		isnull;
+		Datum		state = cq_spi_value(row, 3, &isnull);
+
+		if (!isnull)
+		{
+			char	   *s = TextDatumGetCString(state);
+
+			finished = (strcmp(s, "done") == 0 || strcmp(s, "dead") == 0 ||
+						strcmp(s, "cancelled") == 0);
+		}
+	}
+	return finished;
+}
+
+/* Copy the rows of the last look into the function's result. */
+static void
+cq_put_look(ReturnSetInfo *rsinfo)
+{
+	for (uint64 row = 0; row < SPI_processed; row++)
+	{
+		Datum		values[CQ_STATUS_COLS];
+		bool		nulls[CQ_STATUS_COLS];
+
+		heap_deform_tuple(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
+						  values, nulls);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
+							 values, nulls);
+	}
+}
+
+/*
+ * status(job_ids bigint[]) returns table(job_id, queue, state, attempts,
+ * run_at, finished_at, last_error, result)
+ */
+Datum
+claimq_status(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ArrayType  *ids = cq_job_ids_arg(fcinfo);
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	(void) cq_look(ids);
+	cq_put_look(rsinfo);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/*
+ * wait_for(job_ids bigint[], timeout interval) returns the same as status,
+ * once every job is finished or timeout has passed.
+ */
+Datum
+claimq_wait_for(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ArrayType  *ids = cq_job_ids_arg(fcinfo);
+	TimestampTz deadline;
+	long		poll_ms = CQ_POLL_MIN_MS;
+	bool		waiting = false;
+
+	cq_arg_not_null(fcinfo, 1, "timeout");
+	deadline = cq_time_plus(GetCurrentTimestamp(),
+							cq_lease_arg(fcinfo, 1, "timeout", true));
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	PG_TRY();
+	{
+		for (;;)
+		{
+			if (cq_look(ids) || GetCurrentTimestamp() >= deadline)
+				break;
+
+			/*
+			 * Publish the wait, then look once more before sleeping, so that
+			 * a commit in between is seen one way or the other.
+			 */
+			SPI_freetuptable(SPI_tuptable);
+			if (!waiting && (waiting = cq_wait_begin(CQ_WAIT_FINISHED)))
+				continue;
+			cq_wait_sleep(waiting, 0, &poll_ms, deadline);
+		}
+	}
+	PG_FINALLY();
+	{
+		cq_wait_end();
+	}
+	PG_END_TRY();
+	cq_put_look(rsinfo);
+	SPI_finish();
+	return (Datum) 0;
+}

@@ -1,6 +1,6 @@
 # wait_for() is woken by the commits that finish or remove the jobs it
-# waits for, and sees them from inside a REPEATABLE READ transaction whose
-# snapshot predates them.
+# waits for, sees them from inside a REPEATABLE READ transaction whose
+# snapshot predates them, and waits on across a restart of the reclaimer.
 #
 # Each wait below has a timeout of ten minutes, and the checks give the
 # waiter 5 seconds to return after the commit that should wake it: a
@@ -65,6 +65,36 @@ poll_ok($node, 'postgres',
 is($waiter->query_safe(''), 'done,cancelled,dead',
 	'it returns the states committed after its transaction began');
 $waiter->query_safe('COMMIT');
+
+# The reclaimer restarts while a wait_for waits: the wait goes on, and
+# the next commit that finishes its job still wakes it.
+my ($job, $token) = split /\|/, $node->safe_psql('postgres', q{
+	SELECT c.job_id, c.token
+	  FROM claimq.enqueue('w', '{}') e, claimq.claim('w') c});
+$waiter->query_until(qr/waiting/,
+	"\\echo waiting\nSELECT state FROM claimq.wait_for(ARRAY[$job]::bigint[], '10 minutes');\n"
+);
+poll_ok($node, 'postgres',
+	"SELECT wait_event_type FROM pg_stat_activity WHERE pid = $pid",
+	'Extension', 30, 'wait_for sleeps while the job is claimed');
+my $reclaimer = $node->safe_psql('postgres', q{
+	SELECT pid FROM pg_stat_activity
+	 WHERE backend_type = 'claimq reclaimer' AND datname = 'postgres'});
+ok($reclaimer, 'the reclaimer runs');
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($reclaimer)");
+poll_ok($node, 'postgres', qq{
+	SELECT count(*) FROM pg_stat_activity
+	 WHERE backend_type = 'claimq reclaimer' AND datname = 'postgres'
+	   AND pid <> $reclaimer},
+	'1', 60, 'a new reclaimer takes over');
+is($node->safe_psql('postgres',
+		"SELECT wait_event_type FROM pg_stat_activity WHERE pid = $pid"),
+	'Extension', 'wait_for still waits');
+$node->safe_psql('postgres', "SELECT claimq.complete($job, $token)");
+poll_ok($node, 'postgres',
+	"SELECT state FROM pg_stat_activity WHERE pid = $pid",
+	'idle', 5, 'the complete after the restart wakes it');
+is($waiter->query_safe(''), 'done', 'and it answers');
 
 # purge_queue removes a pending job: that wakes a wait_for too.
 my ($pending) = $node->safe_psql('postgres',

@@ -11,6 +11,11 @@
 // SIGTERM or SIGINT the job at hand is finished, the jobs of the batch that
 // were never started are released, and the process exits 0.
 //
+// A job cancelled while we hold it answers "cancelled": the heartbeat hears
+// it and aborts the handler, and the job is never completed.  A handler
+// that cannot run its job yet throws new Snooze(ms): the job goes back to
+// the queue for that long, and the attempt is not counted.
+//
 // Job ids and tokens are bigints.  pg returns int8 columns as strings, and
 // they stay strings here, all the way back into the next call: a JavaScript
 // number cannot hold every bigint (2^53 + 1 rounds to 2^53), and a rounded
@@ -51,16 +56,23 @@ const pool = new pg.Pool({ max: 2, application_name: opt.worker });
 pool.on('error', (err) => log('idle connection error:', err.message));
 
 class LeaseLost extends Error {}
+class Snooze extends Error {
+  constructor(ms) { super(`snooze ${ms} ms`); this.ms = ms; }
+}
 
 // The demo handler.  Replace it with real work.  payload {"ms": N} works
-// N milliseconds, {"fail_first": N} fails the first N attempts.  The signal
-// aborts when the lease is lost: someone else owns the job then.
+// N milliseconds, {"fail_first": N} fails the first N attempts,
+// {"not_before": T} snoozes until the Unix time T (seconds).  The signal
+// aborts when the lease is lost (someone else owns the job then) or the job
+// was cancelled.
 async function handle(job, signal) {
   const payload = job.payload || {};
   const attempt = job.attempts + 1;   // start() counts this attempt
   if (attempt <= Number(payload.fail_first || 0)) {
     throw new Error(`demo failure on attempt ${attempt}`);
   }
+  const wait = 1000 * Number(payload.not_before || 0) - Date.now();
+  if (wait > 0) throw new Snooze(wait);
   try {
     await sleep(Number(payload.ms || 0), undefined, { signal });
   } catch (err) {
@@ -73,7 +85,7 @@ async function handle(job, signal) {
 let stopping = false;
 const stopped = new AbortController();   // cuts an idle pause short
 const held = new Map();      // job_id (string) -> token (string): ours, claimed or running
-let running = null;          // { jobId, abort: AbortController }
+let running = null;          // { jobId, abort: AbortController, why: outcome that ended it }
 
 async function claim() {
   const { rows } = await pool.query(
@@ -83,11 +95,12 @@ async function claim() {
   return rows;
 }
 
+// The outcome: ok, stale or cancelled.
 async function start(job) {
   const { rows } = await pool.query(
-    'SELECT claimq.start($1::bigint, $2::bigint, $3::interval) AS ok',
+    'SELECT outcome FROM claimq.start(ARRAY[$1::bigint], ARRAY[$2::bigint], $3::interval)',
     [job.job_id, job.token, lease]);
-  return rows[0].ok;
+  return rows[0].outcome;
 }
 
 // One statement extends every job we hold: the running one and those
@@ -101,9 +114,14 @@ async function extendHeld() {
     [ids, ids.map((id) => held.get(id)), lease]);
   for (const { job_id: jobId, outcome } of rows) {
     if (outcome !== 'ok' && held.has(jobId)) {
-      log(`job ${jobId}: lease lost (${outcome}), someone else owns it now`);
+      log(outcome === 'cancelled'
+        ? `job ${jobId}: cancelled, stopping its handler`
+        : `job ${jobId}: lease lost (${outcome}), someone else owns it now`);
       held.delete(jobId);
-      if (running && running.jobId === jobId) running.abort.abort();
+      if (running && running.jobId === jobId) {
+        running.why = outcome;
+        running.abort.abort();
+      }
     }
   }
 }
@@ -132,6 +150,13 @@ async function fail(job, error) {
   return rows[0].ok;
 }
 
+async function snooze(job, ms) {
+  const { rows } = await pool.query(
+    'SELECT claimq.snooze($1::bigint, $2::bigint, make_interval(secs => $3::float8)) AS ok',
+    [job.job_id, job.token, ms / 1000]);
+  return rows[0].ok;
+}
+
 async function releaseRest() {
   const ids = [...held.keys()];
   const tokens = ids.map((id) => held.get(id));
@@ -143,17 +168,26 @@ async function releaseRest() {
 }
 
 async function runJob(job) {
-  if (!(await start(job))) {
-    log(`job ${job.job_id}: stale at start, someone else owns it now`);
+  const outcome = await start(job);
+  if (outcome !== 'ok') {
+    log(outcome === 'cancelled'
+      ? `job ${job.job_id}: cancelled before it started, skipped`
+      : `job ${job.job_id}: stale at start, someone else owns it now`);
     held.delete(job.job_id);
     return;
   }
-  running = { jobId: job.job_id, abort: new AbortController() };
+  running = { jobId: job.job_id, abort: new AbortController(), why: null };
   try {
     await handle(job, running.abort.signal);
   } catch (err) {
     if (err instanceof LeaseLost) {
-      log(`job ${job.job_id}: lease lost while running, dropped`);
+      log(running.why === 'cancelled'
+        ? `job ${job.job_id}: cancelled while running, handler stopped, not completed`
+        : `job ${job.job_id}: lease lost while running, dropped`);
+    } else if (err instanceof Snooze) {
+      log(await snooze(job, err.ms)
+        ? `job ${job.job_id}: snoozed for ${(err.ms / 1000).toFixed(1)} s`
+        : `job ${job.job_id}: stale or cancelled at snooze`);
     } else if (await fail(job, `${err.name}: ${err.message}`)) {
       log(`job ${job.job_id}: failed: ${err.message}`);
     } else {

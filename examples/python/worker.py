@@ -14,7 +14,12 @@ process exits 0.
 A call about a job returns "stale" (False from the scalar functions) when
 the job is no longer held by this claim: its lease ran out and the
 reclaimer gave it to someone else.  That is not an error; the worker drops
-the job and goes on.  Job ids and tokens are Python ints: exact at any size.
+the job and goes on.  A job cancelled while we hold it answers
+"cancelled" instead: the heartbeat hears it and stops the handler, and the
+job is never completed.  A handler that cannot run its job yet raises
+Snooze(seconds): the job goes back to the queue for that long, and the
+attempt is not counted.  Job ids and tokens are Python ints: exact at any
+size.
 """
 
 import argparse
@@ -23,6 +28,7 @@ import os
 import signal
 import socket
 import threading
+import time
 
 import psycopg
 from psycopg import sql
@@ -31,20 +37,33 @@ log = logging.getLogger("claimq.worker")
 
 
 class LeaseLost(Exception):
-    """The job's claim is gone: someone else owns the job now."""
+    """The job's claim is gone (someone else owns the job now), or the job
+    was cancelled: stop, and do not complete it."""
+
+
+class Snooze(Exception):
+    """Raised by a handler: run this job again in `seconds`, no attempt used."""
+
+    def __init__(self, seconds):
+        super().__init__(f"snooze {seconds:.3f} s")
+        self.seconds = seconds
 
 
 def handle(job, lost):
     """The demo handler.  Replace it with real work.
 
     payload {"ms": N} works N milliseconds; {"fail_first": N} fails the
-    first N attempts.  `lost` is set by the heartbeat if the lease was
-    lost: a long handler should check it and give up.
+    first N attempts; {"not_before": T} snoozes until the Unix time T.
+    `lost` is set by the heartbeat if the lease was lost or the job was
+    cancelled: a long handler should check it and give up.
     """
     payload = job["payload"] or {}
     attempt = job["attempts"] + 1  # start() counts this attempt
     if attempt <= int(payload.get("fail_first", 0)):
         raise RuntimeError(f"demo failure on attempt {attempt}")
+    wait = float(payload.get("not_before", 0)) - time.time()
+    if wait > 0:
+        raise Snooze(wait)
     if lost.wait(float(payload.get("ms", 0)) / 1000.0):
         raise LeaseLost()
     return {"ok": True}
@@ -99,6 +118,7 @@ class Worker:
         self.held = {}  # job_id -> token: claimed or running, ours
         self.running = None
         self.lost = threading.Event()
+        self.lost_why = None  # the outcome that ended the running job's claim
         self.stopping = threading.Event()
 
     # -- the claimq calls -------------------------------------------------
@@ -118,8 +138,10 @@ class Worker:
             return [dict(zip(cols, row)) for row in cur.fetchall()]
 
     def start(self, job):
+        """Returns the outcome: ok, stale or cancelled."""
         return self.query(
-            "SELECT claimq.start(%s::bigint, %s::bigint, %s::interval)",
+            "SELECT outcome FROM claimq.start(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[],"
+            "                                 %s::interval)",
             (job["job_id"], job["token"], self.lease))[0][0]
 
     def extend_held(self):
@@ -135,10 +157,14 @@ class Worker:
         with self.lock:
             for job_id, outcome in rows:
                 if outcome != "ok" and job_id in self.held:
-                    log.warning("job %s: lease lost (%s), someone else owns it now",
-                                job_id, outcome)
+                    if outcome == "cancelled":
+                        log.info("job %s: cancelled, stopping its handler", job_id)
+                    else:
+                        log.warning("job %s: lease lost (%s), someone else owns it now",
+                                    job_id, outcome)
                     del self.held[job_id]
                     if job_id == self.running:
+                        self.lost_why = outcome
                         self.lost.set()
 
     def complete(self, job):
@@ -164,6 +190,11 @@ class Worker:
             "SELECT claimq.fail(%s::bigint, %s::bigint, %s)",
             (job["job_id"], job["token"], error[:1000]))[0][0]
 
+    def snooze(self, job, seconds):
+        return self.query(
+            "SELECT claimq.snooze(%s::bigint, %s::bigint, make_interval(secs => %s))",
+            (job["job_id"], job["token"], seconds))[0][0]
+
     def release_rest(self):
         with self.lock:
             ids = list(self.held)
@@ -180,18 +211,33 @@ class Worker:
 
     def run_job(self, job):
         job_id = job["job_id"]
-        if not self.start(job):
-            log.info("job %s: stale at start, someone else owns it now", job_id)
+        outcome = self.start(job)
+        if outcome != "ok":
+            if outcome == "cancelled":
+                log.info("job %s: cancelled before it started, skipped", job_id)
+            else:
+                log.info("job %s: stale at start, someone else owns it now", job_id)
             with self.lock:
                 self.held.pop(job_id, None)
             return
         with self.lock:
             self.running = job_id
             self.lost.clear()
+            self.lost_why = None
         try:
             handle(job, self.lost)
         except LeaseLost:
-            log.info("job %s: lease lost while running, dropped", job_id)
+            if self.lost_why == "cancelled":
+                log.info("job %s: cancelled while running, handler stopped, not completed",
+                         job_id)
+            else:
+                log.info("job %s: lease lost while running, dropped", job_id)
+            return
+        except Snooze as s:
+            if self.snooze(job, s.seconds):
+                log.info("job %s: snoozed for %.1f s", job_id, s.seconds)
+            else:
+                log.info("job %s: stale or cancelled at snooze", job_id)
             return
         except Exception as e:  # the handler failed: record it
             if self.fail(job, f"{type(e).__name__}: {e}"):

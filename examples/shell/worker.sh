@@ -5,9 +5,13 @@
 #
 # Claims jobs of QUEUE in batches and runs HANDLER once per job, with the
 # job's payload (JSON) on its standard input and CLAIMQ_JOB_ID and
-# CLAIMQ_ATTEMPT in its environment.  Exit status 0 completes the job; any
-# other fails it, with the last line the handler wrote to stderr as the
-# error.  It exits when a claim finds nothing, so a cron entry such as
+# CLAIMQ_ATTEMPT in its environment.  Exit status 0 completes the job; 75
+# (EX_TEMPFAIL: "not now") snoozes it for CLAIMQ_SNOOZE, counting no
+# attempt; any other fails it, with the last line the handler wrote to
+# stderr as the error.  A job cancelled before its turn is skipped (this
+# worker sends no heartbeat, so a running handler learns of a cancel only
+# when its complete is refused).  It exits when a claim finds nothing, so
+# a cron entry such as
 #
 #   * * * * *  flock -n /run/claimq-mail.lock worker.sh mail /usr/local/bin/send-mail
 #
@@ -23,6 +27,8 @@
 #                   this worker sends no heartbeat
 #   CLAIMQ_RESULTS  a table (job_id bigint, worker text) to record each
 #                   completion in, in the same transaction as the complete
+#   CLAIMQ_SNOOZE   how long a job waits after its handler exits 75, an
+#                   interval (default '30 seconds')
 #
 # On SIGTERM or SIGINT it finishes the job at hand, releases the jobs of
 # the batch that it never started, and exits 0.
@@ -39,6 +45,7 @@ worker=${CLAIMQ_WORKER:-sh-$(hostname)-$$}
 batch=${CLAIMQ_BATCH:-10}
 lease=${CLAIMQ_LEASE:-5 minutes}
 results=${CLAIMQ_RESULTS:-}
+snooze=${CLAIMQ_SNOOZE:-30 seconds}
 
 log() { echo "$(date -u +%FT%TZ) $worker $*"; }
 
@@ -113,18 +120,32 @@ while [ $stopping -eq 0 ]; do
 		fi
 		id=${ids[i]}
 		token=${tokens[i]}
-		started=$(sql "SELECT claimq.start(:'id'::bigint, :'token'::bigint, :'lease'::interval);" \
+		started=$(sql "SELECT outcome FROM claimq.start(ARRAY[:'id']::bigint[], ARRAY[:'token']::bigint[],
+														 :'lease'::interval);" \
 			id="$id" token="$token" lease="$lease") || exit 1
-		if [ "$started" != t ]; then
+		if [ "$started" = cancelled ]; then
+			log "job $id: cancelled before it started, skipped"
+			continue
+		elif [ "$started" != ok ]; then
 			log "job $id: stale at start, someone else owns it now"
 			continue
 		fi
-		if printf '%s' "${payloads[i]}" |
-			CLAIMQ_JOB_ID=$id CLAIMQ_ATTEMPT=$((attempts[i] + 1)) "${handler[@]}" 2>"$errfile"; then
-			ok=$(sql "$complete_sql" id="$id" token="$token" worker="$worker") || exit 1
-			[ "$ok" = t ] || log "job $id: stale at complete, someone else owns it now"
-		else
+		status=0
+		printf '%s' "${payloads[i]}" |
+			CLAIMQ_JOB_ID=$id CLAIMQ_ATTEMPT=$((attempts[i] + 1)) "${handler[@]}" 2>"$errfile" ||
 			status=$?
+		if [ $status -eq 0 ]; then
+			ok=$(sql "$complete_sql" id="$id" token="$token" worker="$worker") || exit 1
+			[ "$ok" = t ] || log "job $id: stale or cancelled at complete, not completed"
+		elif [ $status -eq 75 ]; then
+			ok=$(sql "SELECT claimq.snooze(:'id'::bigint, :'token'::bigint, :'snooze'::interval);" \
+				id="$id" token="$token" snooze="$snooze") || exit 1
+			if [ "$ok" = t ]; then
+				log "job $id: snoozed for $snooze"
+			else
+				log "job $id: stale or cancelled at snooze"
+			fi
+		else
 			error=$(tail -n 1 "$errfile")
 			ok=$(sql "SELECT claimq.fail(:'id'::bigint, :'token'::bigint, :'error');" \
 				id="$id" token="$token" error="${error:-handler exited with status $status}") || exit 1

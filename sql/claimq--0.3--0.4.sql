@@ -1,4 +1,4 @@
-/* claimq--0.3--0.4.sql: job control (cancel, snooze, per-job attempts, debounce, results, status, wait_for) */
+/* claimq--0.3--0.4.sql: job control (cancel, snooze, per-job attempts, debounce, results, status, wait_for) and schedules */
 
 \echo Use "ALTER EXTENSION claimq UPDATE TO '0.4'" to load this file. \quit
 
@@ -280,6 +280,136 @@ DROP FUNCTION claimq.complete(bigint[], bigint[]);
 DROP FUNCTION claimq.complete(bigint, bigint);
 
 /*
+ * Schedules: one row per schedule, keeping the next occurrence not yet
+ * enqueued.  The C side (schedule.c, cron.c) parses the expressions and
+ * fires the occurrences.
+ */
+CREATE TABLE claimq.schedule (
+	name			text NOT NULL,
+	queue_id		integer NOT NULL,
+	cron			text NOT NULL,
+	time_zone		text NOT NULL,
+	payload			jsonb NOT NULL,
+	priority		integer NOT NULL,
+	missed			text NOT NULL,
+	enabled			boolean NOT NULL DEFAULT true,
+	anchor			timestamptz NOT NULL,	-- when cron or time_zone was set
+	next_run_at		timestamptz,			-- NULL: no occurrence any more
+	last_run_at		timestamptz,
+	last_job_id		bigint,
+	catch_up_to		timestamptz,			-- "all" cut short by max_jobs
+	created_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	CONSTRAINT schedule_pkey PRIMARY KEY (name),
+	CONSTRAINT schedule_queue_fkey FOREIGN KEY (queue_id)
+		REFERENCES claimq.queue (queue_id),
+	CONSTRAINT schedule_name_check
+		CHECK (name OPERATOR(pg_catalog.~) '^[A-Za-z0-9_.-]{1,63}$'),
+	CONSTRAINT schedule_missed_check CHECK (missed OPERATOR(pg_catalog.=) ANY
+		('{skip,once,all}'::text[]))
+);
+
+CREATE INDEX schedule_due_idx ON claimq.schedule (next_run_at) WHERE enabled;
+CREATE INDEX schedule_queue_idx ON claimq.schedule (queue_id);
+
+SELECT pg_catalog.pg_extension_config_dump('claimq.schedule', '');
+
+REVOKE ALL ON TABLE claimq.schedule FROM PUBLIC;
+
+CREATE FUNCTION claimq.create_schedule(
+	schedule text,
+	queue text,
+	cron text,
+	payload jsonb DEFAULT '{}',
+	time_zone text DEFAULT 'UTC',
+	priority integer DEFAULT 0,
+	missed text DEFAULT 'once')
+RETURNS void
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_create_schedule';
+
+COMMENT ON FUNCTION claimq.create_schedule(text, text, text, jsonb, text, integer, text) IS
+'enqueue a job into queue whenever cron matches in time_zone; raises 42710 if the schedule exists';
+
+REVOKE ALL ON FUNCTION claimq.create_schedule(text, text, text, jsonb, text, integer, text) FROM PUBLIC;
+
+CREATE FUNCTION claimq.alter_schedule(
+	schedule text,
+	queue text DEFAULT NULL,
+	cron text DEFAULT NULL,
+	payload jsonb DEFAULT NULL,
+	time_zone text DEFAULT NULL,
+	priority integer DEFAULT NULL,
+	missed text DEFAULT NULL,
+	enabled boolean DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_alter_schedule';
+
+COMMENT ON FUNCTION claimq.alter_schedule(text, text, text, jsonb, text, integer, text, boolean) IS
+'change a schedule; a NULL option stays as it is, a new cron or time_zone counts from now';
+
+REVOKE ALL ON FUNCTION claimq.alter_schedule(text, text, text, jsonb, text, integer, text, boolean) FROM PUBLIC;
+
+CREATE FUNCTION claimq.drop_schedule(schedule text)
+RETURNS void
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_drop_schedule';
+
+COMMENT ON FUNCTION claimq.drop_schedule(text) IS
+'drop a schedule; jobs it enqueued stay';
+
+REVOKE ALL ON FUNCTION claimq.drop_schedule(text) FROM PUBLIC;
+
+CREATE FUNCTION claimq.fire_schedules(max_jobs integer DEFAULT 1000)
+RETURNS bigint
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_fire_schedules';
+
+COMMENT ON FUNCTION claimq.fire_schedules(integer) IS
+'enqueue the due occurrences of every enabled schedule, up to max_jobs; returns how many (the reclaimer calls it on every pass)';
+
+REVOKE ALL ON FUNCTION claimq.fire_schedules(integer) FROM PUBLIC;
+
+CREATE FUNCTION claimq.cron_next(cron text, time_zone text, after timestamptz,
+								 anchor timestamptz DEFAULT NULL)
+RETURNS timestamptz
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_cron_next';
+
+COMMENT ON FUNCTION claimq.cron_next(text, text, timestamptz, timestamptz) IS
+'private: the first occurrence of cron in time_zone after after (for @every, counted from anchor); NULL if none';
+
+REVOKE ALL ON FUNCTION claimq.cron_next(text, text, timestamptz, timestamptz) FROM PUBLIC;
+
+CREATE VIEW claimq.schedules AS
+SELECT s.name AS schedule, q.name AS queue, s.cron, s.time_zone, s.payload,
+	   s.priority, s.missed, s.enabled, s.next_run_at, s.last_run_at,
+	   s.last_job_id
+  FROM claimq.schedule s
+  JOIN claimq.queue q ON q.queue_id OPERATOR(pg_catalog.=) s.queue_id;
+
+COMMENT ON VIEW claimq.schedules IS
+'every schedule, with its next occurrence and the last job it enqueued';
+
+REVOKE ALL ON TABLE claimq.schedules FROM PUBLIC;
+
+SELECT claimq.upgrade_copy_grants(
+	'claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean)'::regprocedure,
+	f, 'pg_catalog.pg_proc')
+  FROM pg_catalog.unnest(ARRAY[
+	'claimq.create_schedule(text, text, text, jsonb, text, integer, text)'::regprocedure,
+	'claimq.alter_schedule(text, text, text, jsonb, text, integer, text, boolean)'::regprocedure,
+	'claimq.drop_schedule(text)'::regprocedure,
+	'claimq.fire_schedules(integer)'::regprocedure]) f;
+SELECT claimq.upgrade_copy_grants('claimq.queue_stats'::regclass, 'claimq.schedules'::regclass,
+								  'pg_catalog.pg_class');
+
+/*
  * Queue administration and recovery that make jobs pending or remove them
  * now say so (claimq.note_change), so that waiting claims and wait_for
  * wake at once and no claim floor delays the jobs.
@@ -416,14 +546,23 @@ BEGIN
 					  DETAIL = pg_catalog.format('%s jobs are claimed or running.', held),
 					  HINT = 'Wait for them to settle, or pass force => true.';
 		END IF;
+		SELECT pg_catalog.count(*) INTO held FROM claimq.schedule s
+		 WHERE s.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+		IF held OPERATOR(pg_catalog.>) 0 THEN
+			RAISE EXCEPTION 'cannot drop queue "%" while schedules feed it', queue
+				USING ERRCODE = '2BP01',
+					  DETAIL = pg_catalog.format('%s schedules enqueue into it.', held),
+					  HINT = 'Drop them first, or pass force => true.';
+		END IF;
 	END IF;
+	DELETE FROM claimq.schedule s WHERE s.queue_id OPERATOR(pg_catalog.=) q.queue_id;
 	DELETE FROM claimq.queue t WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
 	PERFORM claimq.note_change(q.queue_id, false, true);
 END
 $$;
 
 COMMENT ON FUNCTION claimq.drop_queue(text, boolean) IS
-'drop a queue and all its jobs; refuses (55006) while jobs are claimed or running, unless force';
+'drop a queue and all its jobs; refuses (55006) while jobs are claimed or running, and (2BP01) while schedules feed it, unless force (which drops the schedules too)';
 
 REVOKE ALL ON FUNCTION claimq.drop_queue(text, boolean) FROM PUBLIC;
 
@@ -583,6 +722,10 @@ BEGIN
 				'"claimq.resume_queue(text)",'
 				'"claimq.purge_queue(text)",'
 				'"claimq.cancel(bigint[])",'
+				'"claimq.create_schedule(text, text, text, jsonb, text, integer, text)",'
+				'"claimq.alter_schedule(text, text, text, jsonb, text, integer, text, boolean)",'
+				'"claimq.drop_schedule(text)",'
+				'"claimq.fire_schedules(integer)",'
 				'"claimq.reclaim(text, integer)",'
 				'"claimq.retry_dead(text, bigint[])",'
 				'"claimq.prune(integer)",'
@@ -601,5 +744,40 @@ COMMENT ON FUNCTION claimq.duty_functions(text) IS
 'private: the functions that make up a duty';
 
 REVOKE ALL ON FUNCTION claimq.duty_functions(text) FROM PUBLIC;
+
+/* Administer reads the schedules view too. */
+DROP FUNCTION claimq.set_duty(regrole, text, boolean);
+
+CREATE FUNCTION claimq.set_duty(role regrole, duty text, grant_it boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	verb text := CASE WHEN grant_it THEN 'GRANT %s ON %s TO %s'
+				 ELSE 'REVOKE %s ON %s FROM %s' END;
+	fn text;
+BEGIN
+	IF role IS NULL OR duty IS NULL THEN
+		RAISE EXCEPTION 'role and duty must not be null' USING ERRCODE = '22004';
+	END IF;
+	IF grant_it THEN
+		EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA claimq TO %s', role);
+	END IF;
+	FOREACH fn IN ARRAY claimq.duty_functions(duty) LOOP
+		EXECUTE pg_catalog.format(verb, 'EXECUTE', 'FUNCTION ' OPERATOR(pg_catalog.||) fn, role);
+	END LOOP;
+	IF duty OPERATOR(pg_catalog.=) 'administer' THEN
+		EXECUTE pg_catalog.format(verb, 'SELECT',
+								  'claimq.queue_stats, claimq.jobs, claimq.counters, claimq.reclaimer_status, claimq.schedules',
+								  role);
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.set_duty(regrole, text, boolean) IS
+'private: grant or revoke the privileges that make up a duty';
+
+REVOKE ALL ON FUNCTION claimq.set_duty(regrole, text, boolean) FROM PUBLIC;
 
 DROP FUNCTION claimq.upgrade_copy_grants(oid, oid, regclass);

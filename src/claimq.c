@@ -167,33 +167,38 @@ cq_arg_not_null(FunctionCallInfo fcinfo, int argno, const char *argname)
 }
 
 /*
- * Fetch a queue name argument and check that it is 1 to 63 characters of
- * ASCII letters, digits, '_', '-' and '.'.
+ * Whether name (len bytes) is 1 to 63 characters of ASCII letters,
+ * digits, '_', '-' and '.': the rule for queue and schedule names.
+ */
+bool
+cq_valid_name(const char *name, int len)
+{
+	if (len < 1 || len > CQ_QUEUE_NAME_MAX)
+		return false;
+	for (int i = 0; i < len; i++)
+	{
+		char		c = name[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			  (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.'))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Fetch a queue name argument and check it (cq_valid_name).
  */
 char *
 cq_queue_name_arg(FunctionCallInfo fcinfo, int argno)
 {
 	text	   *arg;
 	char	   *name;
-	int			len;
 
 	cq_arg_not_null(fcinfo, argno, "queue");
 	arg = PG_GETARG_TEXT_PP(argno);
 	name = VARDATA_ANY(arg);
-	len = VARSIZE_ANY_EXHDR(arg);
-
-	for (int i = 0; i < len && len <= CQ_QUEUE_NAME_MAX; i++)
-	{
-		char		c = name[i];
-
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-			  (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.'))
-		{
-			len = 0;			/* reported below */
-			break;
-		}
-	}
-	if (len < 1 || len > CQ_QUEUE_NAME_MAX)
+	if (!cq_valid_name(name, VARSIZE_ANY_EXHDR(arg)))
 	{
 		int			shown = VARSIZE_ANY_EXHDR(arg);
 

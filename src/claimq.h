@@ -13,9 +13,11 @@
  *		reclaim.c	expired claimed -> pending, expired running -> pending | dead
  *		prune.c		done | dead | cancelled past retention -> deleted
  *		status.c	reading jobs' states: status, wait_for
+ *		schedule.c	schedules: (due occurrence) -> pending, fire_schedules
+ *		cron.c		schedules' expressions and their next occurrence
  *		keys.c		dedup key claims: claim, release, sweep
- *		reclaimer.c	the background worker that runs reclaim.c, prune.c and
- *					the key sweep on a timer
+ *		reclaimer.c	the background worker that runs reclaim.c, schedule.c,
+ *					prune.c and the key sweep on a timer
  *		token.c		fencing tokens, never handed out twice
  *		counters.c	shared per-queue counters
  *		wakeup.c	waking claims that wait for work
@@ -33,6 +35,7 @@
 
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "pgtime.h"
 #include "storage/lwlock.h"
 #include "utils/array.h"
 #include "utils/timestamp.h"
@@ -145,6 +148,29 @@ extern void cq_floor_lower(Oid dboid, Oid relid, int32 queue_id,
 extern void cq_floor_drop_database(Oid dboid);
 extern Oid	cq_job_relid(void);
 
+/* Schedules' expressions (cron.c) */
+typedef struct CqCron
+{
+	bool		every;			/* @every: the interval below */
+	Interval	interval;
+	uint64		minutes;		/* bit n: n matches */
+	uint32		hours;
+	uint32		mdays;
+	uint16		months;
+	uint8		wdays;			/* 0-6, Sunday 0 (7 folded into it) */
+	bool		hour_star;		/* the field starts with "*" */
+	bool		mday_star;
+	bool		wday_star;
+} CqCron;
+
+extern void cq_cron_parse(const char *text, CqCron *cron);
+extern TimestampTz cq_cron_next(const CqCron *cron, pg_tz *tz,
+								TimestampTz after, TimestampTz anchor);
+extern pg_tz *cq_time_zone(const char *name);
+
+/* Firing schedules (schedule.c), also by the reclaimer */
+extern uint64 cq_fire_schedules(int32 max_jobs);
+
 /* The sweep of expired key claims (keys.c) */
 extern uint64 cq_sweep_keys(int32 max_keys);
 
@@ -177,6 +203,7 @@ typedef struct CqQueue
 /* claimq.c: argument checks; each raises the contract's SQLSTATE */
 extern void cq_arg_not_null(FunctionCallInfo fcinfo, int argno,
 							const char *argname);
+extern bool cq_valid_name(const char *name, int len);
 extern char *cq_queue_name_arg(FunctionCallInfo fcinfo, int argno);
 extern TimestampTz cq_time_plus(TimestampTz t, const Interval *span);
 extern Interval *cq_interval_arg(FunctionCallInfo fcinfo, int argno,

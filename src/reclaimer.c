@@ -3,9 +3,9 @@
  * reclaimer.c
  *		The background reclaimer: a launcher, and one worker per database
  *		named in claimq.databases, which every claimq.reclaim_interval
- *		reclaims expired claims (reclaim.c), prunes done and dead jobs
- *		past their retention (prune.c) and sweeps expired key claims
- *		(keys.c).
+ *		reclaims expired claims (reclaim.c), fires due schedules
+ *		(schedule.c), prunes finished jobs past their retention (prune.c)
+ *		and sweeps expired key claims (keys.c).
  *
  * The launcher is a static background worker, registered when claimq is
  * in shared_preload_libraries.  It starts only once recovery is over, so
@@ -20,7 +20,9 @@
  * A worker runs one pass at start (a crash may have left claims behind)
  * and then one per interval.  A pass is a few short transactions, each
  * with its own snapshot: chunks of claimq.reclaim_batch expired claims,
- * then one that prunes done and dead jobs and sweeps expired key claims.  Queue SQL runs as the extension's owner inside a
+ * chunks of up to 1,000 jobs of due schedules, then one that prunes
+ * finished jobs and sweeps expired key claims.  Queue SQL runs as the
+ * extension's owner inside a
  * security-restricted operation with search_path pinned, never as the
  * bootstrap superuser with whatever search_path the server was given.
  * When the extension is not installed in the database, a pass does
@@ -479,8 +481,12 @@ cq_extension_owner(void)
 typedef enum CqPassStep
 {
 	CQ_STEP_RECLAIM,
-	CQ_STEP_PRUNE
+	CQ_STEP_PRUNE,
+	CQ_STEP_FIRE
 } CqPassStep;
+
+/* Jobs a pass's call of fire_schedules enqueues at most (its default). */
+#define CQ_FIRE_BATCH	1000
 
 /*
  * One transaction of a pass.  Returns the number of jobs the step changed,
@@ -501,6 +507,8 @@ cq_pass_step(CqPassStep step)
 	pgstat_report_activity(STATE_RUNNING,
 						   step == CQ_STEP_RECLAIM ?
 						   "claimq: reclaiming expired claims" :
+						   step == CQ_STEP_FIRE ?
+						   "claimq: firing schedules" :
 						   "claimq: pruning finished jobs and expired keys");
 
 	owner = cq_extension_owner();
@@ -532,6 +540,8 @@ cq_pass_step(CqPassStep step)
 		if (step == CQ_STEP_RECLAIM)
 			result = (int64) cq_reclaim_expired(0, cq_reclaim_batch,
 												NULL, NULL);
+		else if (step == CQ_STEP_FIRE)
+			result = (int64) cq_fire_schedules(CQ_FIRE_BATCH);
 		else
 			result = (int64) (cq_prune_finished(cq_reclaim_batch) +
 							  cq_sweep_keys(cq_reclaim_batch));
@@ -567,6 +577,9 @@ cq_pass(void)
 		if (n < cq_reclaim_batch)
 			break;
 	}
+	for (int chunk = 0; chunk < CQ_MAX_CHUNKS; chunk++)
+		if (cq_pass_step(CQ_STEP_FIRE) < CQ_FIRE_BATCH)
+			break;
 	(void) cq_pass_step(CQ_STEP_PRUNE);
 	return total;
 }

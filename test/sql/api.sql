@@ -7,7 +7,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(175);
+SELECT plan(202);
 
 CREATE TEMP TABLE api(sig text, args text, ndefaults int, result text);
 INSERT INTO api VALUES
@@ -58,7 +58,15 @@ INSERT INTO api VALUES
 ('claimq.status(bigint[])', 'job_ids bigint[]', 0,
  'TABLE(job_id bigint, queue text, state text, attempts integer, run_at timestamp with time zone, finished_at timestamp with time zone, last_error text, result jsonb)'),
 ('claimq.wait_for(bigint[],interval)', 'job_ids bigint[], timeout interval', 0,
- 'TABLE(job_id bigint, queue text, state text, attempts integer, run_at timestamp with time zone, finished_at timestamp with time zone, last_error text, result jsonb)');
+ 'TABLE(job_id bigint, queue text, state text, attempts integer, run_at timestamp with time zone, finished_at timestamp with time zone, last_error text, result jsonb)'),
+('claimq.create_schedule(text,text,text,jsonb,text,integer,text)',
+ 'schedule text, queue text, cron text, payload jsonb, time_zone text, priority integer, missed text',
+ 4, 'void'),
+('claimq.alter_schedule(text,text,text,jsonb,text,integer,text,boolean)',
+ 'schedule text, queue text, cron text, payload jsonb, time_zone text, priority integer, missed text, enabled boolean',
+ 7, 'void'),
+('claimq.drop_schedule(text)', 'schedule text', 0, 'void'),
+('claimq.fire_schedules(integer)', 'max_jobs integer', 1, 'bigint');
 
 SELECT ok(to_regprocedure(sig) IS NOT NULL, sig || ' exists') FROM api;
 SELECT is(pg_get_function_identity_arguments(to_regprocedure(sig)), args,
@@ -81,6 +89,9 @@ SELECT is(pg_get_expr(p.proargdefaults, 0), d, s || ' defaults')
 	('claimq.enqueue_many(text,jsonb[],timestamptz,integer,text[],integer,text,text[])', 'NULL::timestamp with time zone, 0, NULL::text[], NULL::integer, ''keep''::text, NULL::text[]'),
 	('claimq.complete(bigint[],bigint[],jsonb[])', 'NULL::jsonb[]'),
 	('claimq.complete(bigint,bigint,jsonb)', 'NULL::jsonb'),
+	('claimq.create_schedule(text,text,text,jsonb,text,integer,text)', '''{}''::jsonb, ''UTC''::text, 0, ''once''::text'),
+	('claimq.alter_schedule(text,text,text,jsonb,text,integer,text,boolean)', 'NULL::text, NULL::text, NULL::jsonb, NULL::text, NULL::integer, NULL::text, NULL::boolean'),
+	('claimq.fire_schedules(integer)', '1000'),
 	('claimq.start(bigint[],bigint[],interval)', 'NULL::interval'),
 	('claimq.extend(bigint[],bigint[],interval)', 'NULL::interval'),
 	('claimq.fail(bigint[],bigint[],text,interval,boolean)', 'NULL::text, NULL::interval, false'),

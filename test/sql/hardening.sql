@@ -12,7 +12,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(327);
+SELECT plan(355);
 
 -- The functions and relations that belong to the extension.
 CREATE TEMP VIEW hard_functions AS
@@ -95,10 +95,14 @@ SELECT is(ARRAY(SELECT name FROM hard_functions
 		'claimq.wait_for(bigint[],interval)']),
 	('regress_claimq_hard_admin', ARRAY[
 		'claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean)',
+		'claimq.alter_schedule(text,text,text,jsonb,text,integer,text,boolean)',
 		'claimq.cancel(bigint[])',
 		'claimq.counters()',
 		'claimq.create_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean)',
+		'claimq.create_schedule(text,text,text,jsonb,text,integer,text)',
 		'claimq.drop_queue(text,boolean)',
+		'claimq.drop_schedule(text)',
+		'claimq.fire_schedules(integer)',
 		'claimq.pause_queue(text)',
 		'claimq.prune(integer)',
 		'claimq.purge_queue(text)',
@@ -124,7 +128,7 @@ SELECT is(ARRAY(SELECT rel.name || ':' || p
 	('regress_claimq_hard_nobody', '{}'::text[]),
 	('regress_claimq_hard_producer', '{}'),
 	('regress_claimq_hard_worker', '{}'),
-	('regress_claimq_hard_admin', '{claimq.counters:SELECT,claimq.jobs:SELECT,claimq.queue_stats:SELECT,claimq.reclaimer_status:SELECT}')) AS d(r, want)
+	('regress_claimq_hard_admin', '{claimq.counters:SELECT,claimq.jobs:SELECT,claimq.queue_stats:SELECT,claimq.reclaimer_status:SELECT,claimq.schedules:SELECT}')) AS d(r, want)
  ORDER BY r COLLATE "C";
 SELECT ok(NOT has_schema_privilege(r, 'claimq', 'CREATE'),
 		  format('%s cannot create objects in schema claimq', r))
@@ -194,6 +198,11 @@ INSERT INTO hard_calls(duties, call) VALUES
 	('{administer}', $$SELECT * FROM claimq.counters()$$),
 	('{administer}', $$SELECT claimq.reset_counters()$$),
 	('{administer}', $$SELECT * FROM claimq.reclaimer_status()$$),
+	('{administer}', $$SELECT claimq.create_schedule('hs_made', 'hq_made', '@daily')$$),
+	('{administer}', $$SELECT claimq.alter_schedule('hs_made', enabled => false)$$),
+	('{administer}', $$SELECT claimq.fire_schedules()$$),
+	('{administer}', $$SELECT * FROM claimq.schedules$$),
+	('{administer}', $$SELECT claimq.drop_schedule('hs_made')$$),
 	('{administer}', $$SELECT claimq.drop_queue('hq_made')$$),
 	('{administer}', $$SELECT * FROM claimq.queue_stats$$),
 	('{administer}', $$SELECT * FROM claimq.jobs$$),
@@ -206,6 +215,8 @@ INSERT INTO hard_calls(duties, call) VALUES
 	('{}', $$SELECT claimq.check_queue_name('hq')$$),
 	('{}', $$SELECT claimq.lock_queue('hq')$$),
 	('{}', $$SELECT claimq.note_change(1, true, true)$$),
+	('{}', $$SELECT claimq.cron_next('@daily', 'UTC', now())$$),
+	('{}', $$SELECT * FROM claimq.schedule$$),
 	('{}', $$SELECT * FROM claimq.job$$),
 	('{}', $$INSERT INTO claimq.job (run_at, enqueued_at, queue_id, state, payload) SELECT now(), now(), 1, 'pending', '{}'$$),
 	('{}', $$UPDATE claimq.job SET state = 'dead'$$),

@@ -154,8 +154,11 @@ SELECT ok(has_function_privilege('regress_claimq_up_worker',
 SELECT ok(has_function_privilege('regress_claimq_up_admin', 'claimq.retry_dead(text,bigint[])', 'EXECUTE')
 		  AND has_function_privilege('regress_claimq_up_admin', 'claimq.cancel(bigint[])', 'EXECUTE')
 		  AND has_table_privilege('regress_claimq_up_admin', 'claimq.queue_stats', 'SELECT')
-		  AND has_table_privilege('regress_claimq_up_admin', 'claimq.counters', 'SELECT'),
-	'the administrator keeps the recreated functions and views and gets cancel');
+		  AND has_table_privilege('regress_claimq_up_admin', 'claimq.counters', 'SELECT')
+		  AND has_function_privilege('regress_claimq_up_admin',
+				'claimq.create_schedule(text,text,text,jsonb,text,integer,text)', 'EXECUTE')
+		  AND has_table_privilege('regress_claimq_up_admin', 'claimq.schedules', 'SELECT'),
+	'the administrator keeps the recreated functions and views and gets cancel and schedules');
 SELECT is((SELECT count(*) FROM pg_init_privs i WHERE i.initprivs::text ~ 'regress_claimq_up'),
 	(SELECT n FROM init_privs_before),
 	'no grant to a user is recorded as an initial privilege of the extension');

@@ -6,7 +6,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(36);
+SELECT plan(37);
 
 -- The columns of a relation, in order, with their types.
 CREATE FUNCTION pg_temp.columns(rel regclass)
@@ -140,6 +140,17 @@ SELECT results_eq(format('SELECT state, finished_at IS NOT NULL FROM claimq.jobs
 	$$VALUES ('cancelled'::text, true)$$, 'jobs shows it cancelled, with the time it finished');
 SELECT results_eq($$SELECT ready, cancelled FROM claimq.queue_stats WHERE queue = 'vw_jobs'$$,
 	$$VALUES (0::bigint, 1::bigint)$$, 'queue_stats counts it as cancelled, not ready');
+
+--
+-- schedules
+--
+SELECT results_eq($$SELECT * FROM pg_temp.columns('claimq.schedules')$$,
+	$$VALUES ('schedule'::name, 'text'), ('queue', 'text'), ('cron', 'text'),
+			 ('time_zone', 'text'), ('payload', 'jsonb'), ('priority', 'integer'),
+			 ('missed', 'text'), ('enabled', 'boolean'),
+			 ('next_run_at', 'timestamp with time zone'),
+			 ('last_run_at', 'timestamp with time zone'), ('last_job_id', 'bigint')$$,
+	'schedules has the documented columns, in order');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -72,6 +72,7 @@ ALTER TABLE claimq.job
 	ADD COLUMN max_attempts integer,
 	ADD COLUMN group_key text,
 	ADD COLUMN result jsonb,
+	ADD COLUMN started_at timestamptz,
 	DROP CONSTRAINT job_state_check,
 	ADD CONSTRAINT job_state_check CHECK (state OPERATOR(pg_catalog.=) ANY
 		('{pending,claimed,running,dead,done,cancelled}'::text[])),
@@ -675,8 +676,135 @@ DROP VIEW claimq.counters_0_3;
 DROP FUNCTION claimq.counters_0_3();
 
 /*
+ * Latency percentiles per queue, from shared memory (counters.c), and the
+ * current database's figures in the Prometheus text format.
+ */
+CREATE FUNCTION claimq.queue_latency()
+RETURNS TABLE(queue text, samples bigint,
+			  wait_p50 interval, wait_p90 interval, wait_p99 interval,
+			  run_p50 interval, run_p90 interval, run_p99 interval,
+			  wait_sum float8, run_samples bigint, run_sum float8)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_queue_latency';
+
+COMMENT ON FUNCTION claimq.queue_latency() IS
+'per queue of this database: wait (ready to claim) and run (start to complete or fail) percentiles since server start or reset_counters(), within 10% (empty without the preload)';
+
+REVOKE ALL ON FUNCTION claimq.queue_latency() FROM PUBLIC;
+
+CREATE VIEW claimq.queue_latency AS
+SELECT l.queue, l.samples, l.wait_p50, l.wait_p90, l.wait_p99,
+	   l.run_p50, l.run_p90, l.run_p99
+  FROM claimq.queue_latency() l;
+
+COMMENT ON VIEW claimq.queue_latency IS
+'wait and run percentiles per queue; see claimq.queue_latency()';
+
+REVOKE ALL ON TABLE claimq.queue_latency FROM PUBLIC;
+
+CREATE FUNCTION claimq.metrics()
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	nl constant text := E'\n';
+	out text := '';
+	counter text;
+BEGIN
+	-- Families with HELP and TYPE, then their samples; label values are
+	-- queue names, which contain nothing that needs escaping.
+	out := out OPERATOR(pg_catalog.||)
+		'# HELP claimq_jobs Jobs per queue and state (expired: claimed or running jobs past their lease).' OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
+		'# TYPE claimq_jobs gauge' OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
+		COALESCE((SELECT pg_catalog.string_agg(
+					pg_catalog.format('claimq_jobs{queue="%s",state="%s"} %s', s.queue, v.state, v.n),
+					nl ORDER BY s.queue, v.ord) OPERATOR(pg_catalog.||) nl
+				  FROM claimq.queue_stats s
+				  CROSS JOIN LATERAL (VALUES (1, 'ready', s.ready), (2, 'scheduled', s.scheduled),
+											 (3, 'claimed', s.claimed), (4, 'running', s.running),
+											 (5, 'expired', s.expired), (6, 'dead', s.dead),
+											 (7, 'done', s.done), (8, 'cancelled', s.cancelled)) AS v(ord, state, n)), '')
+		OPERATOR(pg_catalog.||)
+		'# HELP claimq_oldest_ready_age_seconds Age of the oldest ready job per queue (0 if none).' OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
+		'# TYPE claimq_oldest_ready_age_seconds gauge' OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
+		COALESCE((SELECT pg_catalog.string_agg(
+					pg_catalog.format('claimq_oldest_ready_age_seconds{queue="%s"} %s', s.queue,
+									  COALESCE(pg_catalog.date_part('epoch', s.oldest_ready_age), 0)),
+					nl ORDER BY s.queue) OPERATOR(pg_catalog.||) nl
+				  FROM claimq.queue_stats s), '')
+		OPERATOR(pg_catalog.||)
+		'# HELP claimq_oldest_claim_age_seconds Age of the oldest claim of a claimed or running job per queue (0 if none).' OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
+		'# TYPE claimq_oldest_claim_age_seconds gauge' OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
+		COALESCE((SELECT pg_catalog.string_agg(
+					pg_catalog.format('claimq_oldest_claim_age_seconds{queue="%s"} %s', s.queue,
+									  COALESCE(pg_catalog.date_part('epoch', s.oldest_claim_age), 0)),
+					nl ORDER BY s.queue) OPERATOR(pg_catalog.||) nl
+				  FROM claimq.queue_stats s), '');
+	FOREACH counter IN ARRAY '{claimed,started,completed,failed,released,reclaimed,dead,stale,cancelled,snoozed}'::text[] LOOP
+		out := out OPERATOR(pg_catalog.||)
+			pg_catalog.format('# HELP claimq_%s_total Jobs %s per queue since server start or reset_counters().', counter,
+							  CASE counter WHEN 'stale' THEN 'refused as stale' ELSE counter END) OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
+			pg_catalog.format('# TYPE claimq_%s_total counter', counter) OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
+			COALESCE((SELECT pg_catalog.string_agg(
+						pg_catalog.format('claimq_%s_total{queue="%s"} %s', counter, c.queue,
+										  (pg_catalog.to_jsonb(c) OPERATOR(pg_catalog.->>) counter)),
+						nl ORDER BY c.queue) OPERATOR(pg_catalog.||) nl
+					  FROM claimq.counters() c WHERE c.queue IS NOT NULL), '');
+	END LOOP;
+	out := out OPERATOR(pg_catalog.||)
+		'# HELP claimq_wait_seconds Time from a job becoming ready to its claim, per queue.' OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
+		'# TYPE claimq_wait_seconds summary' OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
+		COALESCE((SELECT pg_catalog.string_agg(
+					pg_catalog.format(E'claimq_wait_seconds{queue="%1$s",quantile="0.5"} %2$s\n'
+									  'claimq_wait_seconds{queue="%1$s",quantile="0.9"} %3$s\n'
+									  'claimq_wait_seconds{queue="%1$s",quantile="0.99"} %4$s\n'
+									  'claimq_wait_seconds_sum{queue="%1$s"} %5$s\n'
+									  'claimq_wait_seconds_count{queue="%1$s"} %6$s',
+									  l.queue, COALESCE(pg_catalog.date_part('epoch', l.wait_p50), 0),
+									  COALESCE(pg_catalog.date_part('epoch', l.wait_p90), 0),
+									  COALESCE(pg_catalog.date_part('epoch', l.wait_p99), 0),
+									  l.wait_sum, l.samples),
+					nl ORDER BY l.queue) OPERATOR(pg_catalog.||) nl
+				  FROM claimq.queue_latency() l), '')
+		OPERATOR(pg_catalog.||)
+		'# HELP claimq_run_seconds Time from a job''s start to its complete or fail, per queue.' OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
+		'# TYPE claimq_run_seconds summary' OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
+		COALESCE((SELECT pg_catalog.string_agg(
+					pg_catalog.format(E'claimq_run_seconds{queue="%1$s",quantile="0.5"} %2$s\n'
+									  'claimq_run_seconds{queue="%1$s",quantile="0.9"} %3$s\n'
+									  'claimq_run_seconds{queue="%1$s",quantile="0.99"} %4$s\n'
+									  'claimq_run_seconds_sum{queue="%1$s"} %5$s\n'
+									  'claimq_run_seconds_count{queue="%1$s"} %6$s',
+									  l.queue, COALESCE(pg_catalog.date_part('epoch', l.run_p50), 0),
+									  COALESCE(pg_catalog.date_part('epoch', l.run_p90), 0),
+									  COALESCE(pg_catalog.date_part('epoch', l.run_p99), 0),
+									  l.run_sum, l.run_samples),
+					nl ORDER BY l.queue) OPERATOR(pg_catalog.||) nl
+				  FROM claimq.queue_latency() l), '');
+	RETURN out;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.metrics() IS
+'the current database''s queue figures in the Prometheus text exposition format';
+
+REVOKE ALL ON FUNCTION claimq.metrics() FROM PUBLIC;
+
+SELECT claimq.upgrade_copy_grants(
+	'claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean)'::regprocedure,
+	f, 'pg_catalog.pg_proc')
+  FROM pg_catalog.unnest(ARRAY[
+	'claimq.queue_latency()'::regprocedure,
+	'claimq.metrics()'::regprocedure]) f;
+SELECT claimq.upgrade_copy_grants('claimq.queue_stats'::regclass, 'claimq.queue_latency'::regclass,
+								  'pg_catalog.pg_class');
+
+/*
  * Duties: cancel for produce and administer, snooze for work, status and
- * wait_for for all three.
+ * wait_for for all three; a fourth, observe, reads the figures and
+ * changes nothing (administer includes it).
  */
 DROP FUNCTION claimq.duty_functions(text);
 
@@ -690,8 +818,14 @@ DECLARE
 				   '"claimq.release_keys(text, text[], bigint[])"}';
 	look text[] := '{"claimq.status(bigint[])",'
 				   '"claimq.wait_for(bigint[], interval)"}';
+	observe text[] := '{"claimq.counters()",'
+					  '"claimq.queue_latency()",'
+					  '"claimq.reclaimer_status()",'
+					  '"claimq.metrics()"}';
 BEGIN
 	CASE duty
+		WHEN 'observe' THEN
+			RETURN observe;
 		WHEN 'produce' THEN
 			RETURN keys OPERATOR(pg_catalog.||) look OPERATOR(pg_catalog.||) '{'
 				'"claimq.enqueue(text, jsonb, timestamptz, integer, text, integer, text, text)",'
@@ -714,7 +848,7 @@ BEGIN
 				'"claimq.snooze(bigint, bigint, interval)",'
 				'"claimq.release_worker(text, text)"}'::text[];
 		WHEN 'administer' THEN
-			RETURN look OPERATOR(pg_catalog.||) '{'
+			RETURN look OPERATOR(pg_catalog.||) observe OPERATOR(pg_catalog.||) '{'
 				'"claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean)",'
 				'"claimq.alter_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean)",'
 				'"claimq.drop_queue(text, boolean)",'
@@ -729,13 +863,11 @@ BEGIN
 				'"claimq.reclaim(text, integer)",'
 				'"claimq.retry_dead(text, bigint[])",'
 				'"claimq.prune(integer)",'
-				'"claimq.counters()",'
-				'"claimq.reset_counters()",'
-				'"claimq.reclaimer_status()"}'::text[];
+				'"claimq.reset_counters()"}'::text[];
 		ELSE
 			RAISE EXCEPTION 'unknown duty "%"', duty
 				USING ERRCODE = '22023',
-					  HINT = 'The duties are produce, work and administer.';
+					  HINT = 'The duties are produce, work, administer and observe.';
 	END CASE;
 END
 $$;
@@ -767,10 +899,13 @@ BEGIN
 	FOREACH fn IN ARRAY claimq.duty_functions(duty) LOOP
 		EXECUTE pg_catalog.format(verb, 'EXECUTE', 'FUNCTION ' OPERATOR(pg_catalog.||) fn, role);
 	END LOOP;
-	IF duty OPERATOR(pg_catalog.=) 'administer' THEN
+	IF duty OPERATOR(pg_catalog.=) ANY ('{administer,observe}'::text[]) THEN
 		EXECUTE pg_catalog.format(verb, 'SELECT',
-								  'claimq.queue_stats, claimq.jobs, claimq.counters, claimq.reclaimer_status, claimq.schedules',
+								  'claimq.queue_stats, claimq.counters, claimq.queue_latency, claimq.reclaimer_status, claimq.schedules',
 								  role);
+	END IF;
+	IF duty OPERATOR(pg_catalog.=) 'administer' THEN
+		EXECUTE pg_catalog.format(verb, 'SELECT', 'claimq.jobs', role);
 	END IF;
 END
 $$;
@@ -779,5 +914,8 @@ COMMENT ON FUNCTION claimq.set_duty(regrole, text, boolean) IS
 'private: grant or revoke the privileges that make up a duty';
 
 REVOKE ALL ON FUNCTION claimq.set_duty(regrole, text, boolean) FROM PUBLIC;
+
+COMMENT ON FUNCTION claimq.grant_duty(regrole, text) IS
+'grant a role one duty: produce (enqueue, cancel, status, dedup keys), work (claim and settle jobs, status, dedup keys), administer (queues, schedules, recovery, views) or observe (read the figures and metrics only)';
 
 DROP FUNCTION claimq.upgrade_copy_grants(oid, oid, regclass);

@@ -77,6 +77,7 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	CqFloor		floor;
 	uint64		claimed;
 	bool		isnull;
+	CqCountBatch counts = {0};
 
 	cq_plan(&plan,
 			"WITH RECURSIVE prio(p) AS ("
@@ -104,7 +105,8 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 			"     SET state = CASE WHEN $6 THEN 'running' ELSE 'claimed' END,"
 			"         attempts = j.attempts + CASE WHEN $6 THEN 1 ELSE 0 END,"
 			"         token = $7 + pg_catalog.nextval('claimq.token_seq'),"
-			"         worker = $5, claimed_at = $3, expires_at = $3 + $4"
+			"         worker = $5, claimed_at = $3, expires_at = $3 + $4,"
+			"         started_at = CASE WHEN $6 THEN $3 END"
 			"   WHERE j.ctid = ANY (ARRAY(SELECT p.ctid FROM picked p))"
 			"  RETURNING j.job_id, j.token, j.payload, j.attempts, j.priority,"
 			"            j.enqueued_at, j.expires_at, j.run_at"
@@ -145,19 +147,27 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	cq_execute(plan, values, nulls, SPI_OK_SELECT);
 	claimed = SPI_processed;
 
-	cq_count(queue->queue_id, queue->name, CQ_CLAIMED, claimed);
+	counts.queue_name = queue->name;
+	counts.named_queue_id = queue->queue_id;
+	cq_count_add(&counts, queue->queue_id, CQ_CLAIMED, claimed);
 	if (start)
-		cq_count(queue->queue_id, queue->name, CQ_STARTED, claimed);
+		cq_count_add(&counts, queue->queue_id, CQ_STARTED, claimed);
 
 	for (uint64 row = 0; row < claimed; row++)
 	{
 		Datum		rowvalues[10];
 		bool		rownulls[10];
+		TimestampTz ready;
 
 		heap_deform_tuple(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
 						  rowvalues, rownulls);
 		tuplestore_putvalues(result, desc, rowvalues, rownulls);
+		/* Waiting since it became ready: run_at, or its enqueue if later. */
+		ready = Max(DatumGetTimestampTz(rowvalues[7]),
+					DatumGetTimestampTz(rowvalues[5]));
+		cq_latency_add(&counts, queue->queue_id, CQ_LATENCY_WAIT, now - ready);
 	}
+	cq_count_flush(&counts);
 	if (claimed == 0)
 		return 0;
 	cq_tokens_durable();

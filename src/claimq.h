@@ -78,8 +78,26 @@ typedef enum CqCounter
 	CQ_NCOUNTERS
 } CqCounter;
 
+/*
+ * Latency histograms (counters.c), one pair per counter entry: wait (from
+ * the moment a job became ready to its claim) and run (from start to
+ * complete or fail).  Bucket 0 holds durations under 1 microsecond, bucket
+ * b >= 1 those in [CQ_LATENCY_RATIO^(b-1), CQ_LATENCY_RATIO^b)
+ * microseconds; a percentile is reported as its bucket's geometric
+ * middle, within sqrt(CQ_LATENCY_RATIO) - 1 (9.6%) of the exact value.
+ */
+#define CQ_LATENCY_BUCKETS	160
+#define CQ_LATENCY_RATIO	1.2
+typedef enum CqLatencyKind
+{
+	CQ_LATENCY_WAIT,
+	CQ_LATENCY_RUN,
+	CQ_NLATENCIES
+} CqLatencyKind;
+
 /* Counts gathered during one call, added to shared memory at its end. */
 #define CQ_COUNT_BATCH_SLOTS 16
+#define CQ_LATENCY_BATCH_SLOTS 32
 typedef struct CqCountBatch
 {
 	int			nslots;
@@ -88,6 +106,17 @@ typedef struct CqCountBatch
 		int32		queue_id;
 		uint64		counts[CQ_NCOUNTERS];
 	}			slots[CQ_COUNT_BATCH_SLOTS];
+	int			nlatencies;
+	struct
+	{
+		int32		queue_id;
+		int16		kind;
+		int16		bucket;
+		uint64		n;
+		uint64		sum_us;
+	}			latencies[CQ_LATENCY_BATCH_SLOTS];
+	const char *queue_name;		/* the name of queue_id, if known */
+	int32		named_queue_id;
 } CqCountBatch;
 
 extern Size cq_counters_shmem_size(void);
@@ -97,6 +126,8 @@ extern void cq_count(int32 queue_id, const char *queue_name,
 extern void cq_count_add(CqCountBatch *batch, int32 queue_id,
 						 CqCounter counter, uint64 n);
 extern void cq_count_flush(CqCountBatch *batch);
+extern void cq_latency_add(CqCountBatch *batch, int32 queue_id,
+						   CqLatencyKind kind, int64 usecs);
 
 /* The background reclaimer (reclaimer.c) */
 extern Size cq_reclaimer_shmem_size(void);

@@ -2,8 +2,10 @@
  *
  * counters.c
  *		Cumulative per-queue counters in shared memory: claimed, started,
- *		completed, failed, released, reclaimed, dead and stale (refused
- *		calls), and the SQL functions counters() and reset_counters().
+ *		completed, failed, released, reclaimed, dead, stale (refused
+ *		calls), cancelled and snoozed, and latency histograms of waiting
+ *		and running jobs; the SQL functions counters(), queue_latency()
+ *		and reset_counters().
  *
  * The counters live in a fixed-size shared hash table keyed by database
  * and queue id, so memory is bounded.  Once CQ_MAX_COUNTER_SLOTS queues
@@ -29,6 +31,8 @@
  */
 #include "postgres.h"
 
+#include <math.h>
+
 #include "commands/dbcommands.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
@@ -40,6 +44,7 @@
 #include "claimq.h"
 
 PG_FUNCTION_INFO_V1(claimq_counters);
+PG_FUNCTION_INFO_V1(claimq_queue_latency);
 PG_FUNCTION_INFO_V1(claimq_reset_counters);
 
 #define CQ_MAX_COUNTER_SLOTS 1024
@@ -55,6 +60,8 @@ typedef struct CqCounterEntry
 	CqCounterKey key;
 	char		queue[NAMEDATALEN]; /* name, once a caller has told it */
 	pg_atomic_uint64 counts[CQ_NCOUNTERS];
+	pg_atomic_uint64 latency[CQ_NLATENCIES][CQ_LATENCY_BUCKETS];
+	pg_atomic_uint64 latency_sum_us[CQ_NLATENCIES];
 } CqCounterEntry;
 
 static LWLock *cq_counters_lock = NULL;
@@ -155,6 +162,12 @@ cq_counter_entry(int32 queue_id, const char *queue_name)
 		entry->queue[0] = '\0';
 		for (int i = 0; i < CQ_NCOUNTERS; i++)
 			pg_atomic_init_u64(&entry->counts[i], 0);
+		for (int k = 0; k < CQ_NLATENCIES; k++)
+		{
+			for (int b = 0; b < CQ_LATENCY_BUCKETS; b++)
+				pg_atomic_init_u64(&entry->latency[k][b], 0);
+			pg_atomic_init_u64(&entry->latency_sum_us[k], 0);
+		}
 	}
 	if (queue_name && entry->queue[0] == '\0')
 		strlcpy(entry->queue, queue_name, NAMEDATALEN);
@@ -162,11 +175,13 @@ cq_counter_entry(int32 queue_id, const char *queue_name)
 }
 
 /*
- * Add the counts of one queue.  queue_name may be NULL when the caller
- * knows only the id; the claim that preceded any settle call has named it.
+ * Add the counts of one queue, and the latencies of the batch that are of
+ * that queue.  queue_name may be NULL when the caller knows only the id;
+ * the claim that preceded any settle call has named it.
  */
 static void
-cq_count_queue(int32 queue_id, const char *queue_name, const uint64 *counts)
+cq_count_queue(int32 queue_id, const char *queue_name, const uint64 *counts,
+			   const CqCountBatch *batch)
 {
 	CqCounterKey key;
 	CqCounterEntry *entry;
@@ -195,6 +210,16 @@ cq_count_queue(int32 queue_id, const char *queue_name, const uint64 *counts)
 		if (counts[i] > 0)
 			pg_atomic_fetch_add_u64(entry ? &entry->counts[i] :
 									&cq_counters_lost[i], counts[i]);
+	for (int i = 0; entry && batch && i < batch->nlatencies; i++)
+		if (batch->latencies[i].queue_id == queue_id)
+		{
+			int			kind = batch->latencies[i].kind;
+
+			pg_atomic_fetch_add_u64(&entry->latency[kind][batch->latencies[i].bucket],
+									batch->latencies[i].n);
+			pg_atomic_fetch_add_u64(&entry->latency_sum_us[kind],
+									batch->latencies[i].sum_us);
+		}
 	LWLockRelease(cq_counters_lock);
 }
 
@@ -206,7 +231,7 @@ cq_count(int32 queue_id, const char *queue_name, CqCounter counter, uint64 n)
 	if (!cq_shmem_ready || n == 0)
 		return;
 	counts[counter] = n;
-	cq_count_queue(queue_id, queue_name, counts);
+	cq_count_queue(queue_id, queue_name, counts, NULL);
 }
 
 void
@@ -236,9 +261,72 @@ cq_count_flush(CqCountBatch *batch)
 {
 	if (cq_shmem_ready)
 		for (int i = 0; i < batch->nslots; i++)
-			cq_count_queue(batch->slots[i].queue_id, NULL,
-						   batch->slots[i].counts);
+			cq_count_queue(batch->slots[i].queue_id,
+						   batch->queue_name &&
+						   batch->named_queue_id == batch->slots[i].queue_id ?
+						   batch->queue_name : NULL,
+						   batch->slots[i].counts, batch);
 	batch->nslots = 0;
+	batch->nlatencies = 0;
+}
+
+/* The histogram bucket of a duration. */
+static int
+cq_latency_bucket(int64 usecs)
+{
+	int			b;
+
+	if (usecs < 1)
+		return 0;
+	b = 1 + (int) floor(log((double) usecs) / log(CQ_LATENCY_RATIO));
+	return Min(b, CQ_LATENCY_BUCKETS - 1);
+}
+
+/* The value reported for a bucket: its geometric middle, in microseconds. */
+static double
+cq_latency_value(int bucket)
+{
+	if (bucket == 0)
+		return 0.5;
+	return pow(CQ_LATENCY_RATIO, bucket - 0.5);
+}
+
+/*
+ * Count a latency sample of a queue's job into the batch.  Its queue gets a
+ * slot among the counts too, so that cq_count_flush finds its entry.
+ */
+void
+cq_latency_add(CqCountBatch *batch, int32 queue_id, CqLatencyKind kind,
+			   int64 usecs)
+{
+	int			bucket = cq_latency_bucket(usecs);
+	int			i;
+
+	if (!cq_shmem_ready)
+		return;
+	cq_count_add(batch, queue_id, CQ_CLAIMED, 0);
+	for (i = 0; i < batch->nlatencies; i++)
+		if (batch->latencies[i].queue_id == queue_id &&
+			batch->latencies[i].kind == kind &&
+			batch->latencies[i].bucket == bucket)
+			break;
+	if (i == batch->nlatencies)
+	{
+		if (batch->nlatencies == CQ_LATENCY_BATCH_SLOTS)
+		{
+			cq_count_flush(batch);
+			cq_count_add(batch, queue_id, CQ_CLAIMED, 0);
+			i = 0;
+		}
+		batch->nlatencies++;
+		batch->latencies[i].queue_id = queue_id;
+		batch->latencies[i].kind = (int16) kind;
+		batch->latencies[i].bucket = (int16) bucket;
+		batch->latencies[i].n = 0;
+		batch->latencies[i].sum_us = 0;
+	}
+	batch->latencies[i].n++;
+	batch->latencies[i].sum_us += (uint64) Max(usecs, 0);
 }
 
 /*
@@ -317,6 +405,88 @@ claimq_counters(PG_FUNCTION_ARGS)
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
 								 values, nulls);
 	}
+	return (Datum) 0;
+}
+
+/*
+ * The q-quantile (nearest rank) of a histogram of n samples, as an
+ * interval.
+ */
+static Datum
+cq_latency_quantile(const uint64 *hist, uint64 n, double q)
+{
+	uint64		rank = (uint64) ceil(q * (double) n);
+	uint64		seen = 0;
+	Interval   *span = palloc0(sizeof(Interval));
+
+	for (int b = 0; b < CQ_LATENCY_BUCKETS; b++)
+	{
+		seen += hist[b];
+		if (seen >= Max(rank, 1))
+		{
+			span->time = (int64) llround(cq_latency_value(b));
+			break;
+		}
+	}
+	return IntervalPGetDatum(span);
+}
+
+/*
+ * queue_latency() returns table(queue, samples, wait_p50, wait_p90,
+ * wait_p99, run_p50, run_p90, run_p99, wait_sum, run_samples, run_sum):
+ * the current database's queues with a latency sample (nothing without
+ * the preload).  The sums (in seconds) and run_samples are for metrics().
+ */
+Datum
+claimq_queue_latency(PG_FUNCTION_ARGS)
+{
+	static const double quantiles[3] = {0.5, 0.9, 0.99};
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	HASH_SEQ_STATUS status;
+	CqCounterEntry *entry;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (!cq_shmem_ready)
+		return (Datum) 0;
+
+	LWLockAcquire(cq_counters_lock, LW_SHARED);
+	hash_seq_init(&status, cq_counters);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		Datum		values[11];
+		bool		nulls[11] = {0};
+		uint64		hist[CQ_NLATENCIES][CQ_LATENCY_BUCKETS];
+		uint64		n[CQ_NLATENCIES] = {0};
+
+		if (entry->key.dboid != MyDatabaseId || entry->key.queue_id == 0 ||
+			entry->queue[0] == '\0')
+			continue;
+		for (int k = 0; k < CQ_NLATENCIES; k++)
+			for (int b = 0; b < CQ_LATENCY_BUCKETS; b++)
+			{
+				hist[k][b] = pg_atomic_read_u64(&entry->latency[k][b]);
+				n[k] += hist[k][b];
+			}
+		if (n[CQ_LATENCY_WAIT] == 0 && n[CQ_LATENCY_RUN] == 0)
+			continue;
+		values[0] = CStringGetTextDatum(entry->queue);
+		values[1] = Int64GetDatum((int64) n[CQ_LATENCY_WAIT]);
+		for (int k = 0; k < CQ_NLATENCIES; k++)
+			for (int i = 0; i < 3; i++)
+			{
+				int			col = 2 + 3 * k + i;
+
+				if (n[k] == 0)
+					nulls[col] = true;
+				else
+					values[col] = cq_latency_quantile(hist[k], n[k], quantiles[i]);
+			}
+		values[8] = Float8GetDatum((double) pg_atomic_read_u64(&entry->latency_sum_us[CQ_LATENCY_WAIT]) / 1e6);
+		values[9] = Int64GetDatum((int64) n[CQ_LATENCY_RUN]);
+		values[10] = Float8GetDatum((double) pg_atomic_read_u64(&entry->latency_sum_us[CQ_LATENCY_RUN]) / 1e6);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	LWLockRelease(cq_counters_lock);
 	return (Datum) 0;
 }
 

@@ -109,6 +109,8 @@ static CqSettleOp cq_start_op = {
 	"   SET state = 'running',"
 	"       attempts = j.attempts"
 	"                  + CASE WHEN j.state = 'claimed' THEN 1 ELSE 0 END,"
+	"       started_at = CASE WHEN j.state = 'claimed' THEN $3"
+	"                    ELSE j.started_at END,"
 	"       expires_at = $3 + COALESCE($4, q.run_lease)"
 	"  FROM input i, claimq.queue q"
 	" WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
@@ -145,14 +147,14 @@ static CqSettleOp cq_complete_op = {
 	"   USING input i"
 	"   WHERE" CQ_FENCE_SQL
 	"     AND NOT (SELECT k.any FROM keeping k)"
-	"  RETURNING i.ord, j.queue_id"
+	"  RETURNING i.ord, j.queue_id, j.started_at"
 	"), del_some AS ("
 	"  DELETE FROM claimq.job j"
 	"   USING input i, claimq.queue q"
 	"   WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	"     AND q.keep_done <= '0'::interval"
 	"     AND (SELECT k.any FROM keeping k)"
-	"  RETURNING i.ord, j.queue_id"
+	"  RETURNING i.ord, j.queue_id, j.started_at"
 	"), kept AS ("
 	"  UPDATE claimq.job j"
 	"     SET state = 'done', finished_at = $3, expires_at = NULL,"
@@ -161,7 +163,7 @@ static CqSettleOp cq_complete_op = {
 	"   WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	"     AND q.keep_done > '0'::interval"
 	"     AND (SELECT k.any FROM keeping k)"
-	"  RETURNING i.ord, j.queue_id"
+	"  RETURNING i.ord, j.queue_id, j.started_at"
 	")"
 	" SELECT * FROM del UNION ALL SELECT * FROM del_some"
 	" UNION ALL SELECT * FROM kept",
@@ -190,7 +192,7 @@ static CqSettleOp cq_fail_op = {
 	"  FROM input i, claimq.queue q"
 	" WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	" RETURNING i.ord, j.queue_id, j.state,"
-	"           CASE WHEN j.state = 'pending' THEN j.run_at END",
+	"           CASE WHEN j.state = 'pending' THEN j.run_at END, j.started_at",
 	3, {TEXTOID, INTERVALOID, BOOLOID}, 4, false, SPI_OK_UPDATE_RETURNING,
 	CQ_FAILED, NULL
 };
@@ -360,6 +362,18 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 							   DatumGetTimestampTz(SPI_getbinval(tuple,
 																 settled->tupdesc,
 																 3, &isnull)));
+		if (op == &cq_complete_op || op == &cq_fail_op)
+		{
+			/* A started job's run: from start to complete or fail. */
+			Datum		started_at = SPI_getbinval(tuple, settled->tupdesc,
+												   op == &cq_complete_op ? 3 : 5,
+												   &isnull);
+
+			if (!isnull)
+				cq_latency_add(&counts, queue_id, CQ_LATENCY_RUN,
+							   DatumGetTimestampTz(values[2]) -
+							   DatumGetTimestampTz(started_at));
+		}
 		if (op == &cq_complete_op)
 			cq_finished_on_commit();
 		if (op == &cq_fail_op)

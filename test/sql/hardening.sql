@@ -103,9 +103,11 @@ SELECT is(ARRAY(SELECT name FROM hard_functions
 		'claimq.drop_queue(text,boolean)',
 		'claimq.drop_schedule(text)',
 		'claimq.fire_schedules(integer)',
+		'claimq.metrics()',
 		'claimq.pause_queue(text)',
 		'claimq.prune(integer)',
 		'claimq.purge_queue(text)',
+		'claimq.queue_latency()',
 		'claimq.reclaim(text,integer)',
 		'claimq.reclaimer_status()',
 		'claimq.reset_counters()',
@@ -128,7 +130,7 @@ SELECT is(ARRAY(SELECT rel.name || ':' || p
 	('regress_claimq_hard_nobody', '{}'::text[]),
 	('regress_claimq_hard_producer', '{}'),
 	('regress_claimq_hard_worker', '{}'),
-	('regress_claimq_hard_admin', '{claimq.counters:SELECT,claimq.jobs:SELECT,claimq.queue_stats:SELECT,claimq.reclaimer_status:SELECT,claimq.schedules:SELECT}')) AS d(r, want)
+	('regress_claimq_hard_admin', '{claimq.counters:SELECT,claimq.jobs:SELECT,claimq.queue_latency:SELECT,claimq.queue_stats:SELECT,claimq.reclaimer_status:SELECT,claimq.schedules:SELECT}')) AS d(r, want)
  ORDER BY r COLLATE "C";
 SELECT ok(NOT has_schema_privilege(r, 'claimq', 'CREATE'),
 		  format('%s cannot create objects in schema claimq', r))

@@ -35,6 +35,8 @@ $node->safe_psql(
 	SELECT claimq.create_queue('beta', lease => '1 min', max_attempts => 7,
 							   keep_dead => '1 hour');
 	SELECT claimq.create_queue('gamma');
+	SELECT claimq.create_schedule('nightly', 'gamma', '30 2 * * mon-fri',
+								  payload => '{"r": 1}', time_zone => 'Europe/Berlin');
 	CREATE ROLE claimq_dump_worker;
 	CREATE ROLE claimq_dump_nobody;
 	SELECT claimq.grant_duty('claimq_dump_worker', 'work');
@@ -126,6 +128,8 @@ my %compare = (
 		SELECT string_agg(t::text, E'\n' ORDER BY queue_id) FROM claimq.queue t},
 	'job rows' => q{
 		SELECT string_agg(t::text, E'\n' ORDER BY job_id) FROM claimq.job t},
+	'schedule rows' => q{
+		SELECT string_agg(t::text, E'\n' ORDER BY name) FROM claimq.schedule t},
 	'key_claim rows' => q{
 		SELECT string_agg(t::text, E'\n' ORDER BY scope, key) FROM claimq.key_claim t},
 	'sequence positions' => q{
@@ -165,8 +169,8 @@ is( dbq('dst', q{
 	SELECT e.extversion = a.default_version, cardinality(e.extconfig)
 	  FROM pg_extension e JOIN pg_available_extensions a ON a.name = e.extname
 	 WHERE e.extname = 'claimq'}),
-	't|6',
-	'the restored extension is at the current version with its six dumped tables and sequences');
+	't|7',
+	'the restored extension is at the current version with its seven dumped tables and sequences');
 
 # Duties survive the dump; PUBLIC still gets nothing.
 is( dbq('dst', q{

@@ -54,6 +54,10 @@ like(slurp("$top/LICENSE"), qr/Permission to use, copy, modify, and distribute/,
 	'LICENSE holds its text');
 like(slurp("$top/CHANGELOG.md"), qr/^## \Q$default\E$/m,
 	"CHANGELOG.md has a section for $default");
+my ($package) = slurp("$top/debian/changelog") =~ /^claimq \(([^)]+)\)/;
+is($package, $semver, "the Debian package's version is $semver");
+like(slurp("$top/debian/control"), qr/^Package: postgresql-15-claimq$/m,
+	'the Debian package is postgresql-15-claimq');
 my ($library) = slurp("$top/src/claimq.h")
   =~ /^#define CQ_SCHEMA_VERSION\s+"([^"]+)"/m;
 is($library, $default,

@@ -693,6 +693,17 @@ COMMENT ON FUNCTION claimq.queue_latency() IS
 
 REVOKE ALL ON FUNCTION claimq.queue_latency() FROM PUBLIC;
 
+CREATE FUNCTION claimq.latency_histogram()
+RETURNS TABLE(queue text, kind text, bucket integer, upper float8, samples bigint)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_latency_histogram';
+
+COMMENT ON FUNCTION claimq.latency_histogram() IS
+'private: the non-empty buckets of this database''s wait and run histograms (upper bound in seconds), for percentiles over an interval';
+
+REVOKE ALL ON FUNCTION claimq.latency_histogram() FROM PUBLIC;
+
 CREATE VIEW claimq.queue_latency AS
 SELECT l.queue, l.samples, l.wait_p50, l.wait_p90, l.wait_p99,
 	   l.run_p50, l.run_p90, l.run_p99

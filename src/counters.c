@@ -45,6 +45,7 @@
 
 PG_FUNCTION_INFO_V1(claimq_counters);
 PG_FUNCTION_INFO_V1(claimq_queue_latency);
+PG_FUNCTION_INFO_V1(claimq_latency_histogram);
 PG_FUNCTION_INFO_V1(claimq_reset_counters);
 
 #define CQ_MAX_COUNTER_SLOTS 1024
@@ -485,6 +486,52 @@ claimq_queue_latency(PG_FUNCTION_ARGS)
 		values[9] = Int64GetDatum((int64) n[CQ_LATENCY_RUN]);
 		values[10] = Float8GetDatum((double) pg_atomic_read_u64(&entry->latency_sum_us[CQ_LATENCY_RUN]) / 1e6);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	LWLockRelease(cq_counters_lock);
+	return (Datum) 0;
+}
+
+/*
+ * latency_histogram() returns table(queue, kind, bucket, upper, samples):
+ * the non-empty buckets of the current database's latency histograms, for
+ * tools that want percentiles over an interval (the difference of two
+ * readings); upper is the bucket's upper bound in seconds.  In no duty.
+ */
+Datum
+claimq_latency_histogram(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	HASH_SEQ_STATUS status;
+	CqCounterEntry *entry;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (!cq_shmem_ready)
+		return (Datum) 0;
+
+	LWLockAcquire(cq_counters_lock, LW_SHARED);
+	hash_seq_init(&status, cq_counters);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		if (entry->key.dboid != MyDatabaseId || entry->key.queue_id == 0 ||
+			entry->queue[0] == '\0')
+			continue;
+		for (int k = 0; k < CQ_NLATENCIES; k++)
+			for (int b = 0; b < CQ_LATENCY_BUCKETS; b++)
+			{
+				uint64		n = pg_atomic_read_u64(&entry->latency[k][b]);
+				Datum		values[5];
+				bool		nulls[5] = {0};
+
+				if (n == 0)
+					continue;
+				values[0] = CStringGetTextDatum(entry->queue);
+				values[1] = CStringGetTextDatum(k == CQ_LATENCY_WAIT ? "wait" : "run");
+				values[2] = Int32GetDatum(b);
+				values[3] = Float8GetDatum(pow(CQ_LATENCY_RATIO, b) / 1e6);
+				values[4] = Int64GetDatum((int64) n);
+				tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
+									 values, nulls);
+			}
 	}
 	LWLockRelease(cq_counters_lock);
 	return (Datum) 0;

@@ -12,7 +12,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(355);
+SELECT plan(359);
 
 -- The functions and relations that belong to the extension.
 CREATE TEMP VIEW hard_functions AS
@@ -218,6 +218,7 @@ INSERT INTO hard_calls(duties, call) VALUES
 	('{}', $$SELECT claimq.lock_queue('hq')$$),
 	('{}', $$SELECT claimq.note_change(1, true, true)$$),
 	('{}', $$SELECT claimq.cron_next('@daily', 'UTC', now())$$),
+	('{}', $$SELECT * FROM claimq.latency_histogram()$$),
 	('{}', $$SELECT * FROM claimq.schedule$$),
 	('{}', $$SELECT * FROM claimq.job$$),
 	('{}', $$INSERT INTO claimq.job (run_at, enqueued_at, queue_id, state, payload) SELECT now(), now(), 1, 'pending', '{}'$$),

@@ -7,7 +7,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(24);
+SELECT plan(25);
 
 SELECT claimq.create_queue('ob');
 SELECT claimq.reset_counters();
@@ -36,6 +36,8 @@ SELECT results_eq($$SELECT samples,
 					  FROM claimq.queue_latency WHERE queue = 'ob'$$,
 	$$VALUES (10::bigint, true, true, true, true)$$,
 	'wait percentiles by nearest rank, within 10%; no run sample yet');
+SELECT is((SELECT sum(samples) FROM claimq.latency_histogram() WHERE queue = 'ob' AND kind = 'wait'),
+	10::numeric, 'latency_histogram holds the ten wait samples');
 SELECT pg_sleep(0.2);
 SELECT is((SELECT count(*) FROM claimq.job j, LATERAL claimq.complete(j.job_id, j.token) c
 			WHERE j.queue_id = (SELECT queue_id FROM claimq.queue WHERE name = 'ob') AND c),

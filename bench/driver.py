@@ -67,6 +67,11 @@ def parse_args(argv):
                    help="jobs/s the producers offer in the sustained run "
                         "(env BENCH_SUSTAIN_RATE; default: half the measured consumer rate)")
     p.add_argument("--json", metavar="FILE", help="also write every measurement to FILE")
+    p.add_argument("--charts", metavar="DIR",
+                   help="draw the results as PNG charts into DIR (python3-matplotlib)")
+    p.add_argument("--scrape", type=float, default=0.0, metavar="SECONDS",
+                   help="while each matrix run lasts, call claimq.metrics() every SECONDS "
+                        "from another connection, as a Prometheus scraper would (default: no)")
     p.add_argument("--keep", action="store_true",
                    help="leave the server running afterwards (for poking)")
     p.add_argument("--profiles", default="default,tuned",
@@ -398,7 +403,9 @@ def run_cell(variant, method, clients, batch, pool):
         state["pgq_start"] = q("SELECT bench.pgq_consumed()")
     size_before = q("SELECT bench.method_size(%s)", (method,))
     lsn_before = lsn()
+    scraper = Scraper(ARGS.scrape) if ARGS.scrape > 0 else None
     res = pgbench_result(pgbench(METHODS[method][0], clients, ARGS.duration, batch))
+    scrapes = scraper.stop() if scraper else None
     lsn_after = lsn()
     size_after = q("SELECT bench.method_size(%s)", (method,))
     jobs = processed(method, state)
@@ -415,6 +422,8 @@ def run_cell(variant, method, clients, batch, pool):
         "dry": left < 2 * clients * batch,
         "notes": [],
     }
+    if scrapes:
+        cell["notes"].append("scraped %d times, %.1f ms each" % scrapes)
     if method == "hot":
         # Statistics arrive with a delay; the share of claims that were HOT.
         time.sleep(0.6)
@@ -431,6 +440,32 @@ def run_cell(variant, method, clients, batch, pool):
     if method != "pgq" and jobs != res["txns"] * batch and not cell["dry"]:
         cell["notes"].append("%d jobs counted vs %d txns x batch" % (jobs, res["txns"] * batch))
     return cell
+
+
+class Scraper:
+    """Calls claimq.metrics() every `every` seconds on a connection of its
+    own until stopped, as a Prometheus scraper of an exporter would."""
+
+    def __init__(self, every):
+        self.every = every
+        self.done = threading.Event()
+        self.count = 0
+        self.seconds = 0.0
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        with connect() as conn:
+            while not self.done.wait(self.every):
+                t = time.time()
+                conn.execute("SELECT claimq.metrics()").fetchone()
+                self.seconds += time.time() - t
+                self.count += 1
+
+    def stop(self):
+        self.done.set()
+        self.thread.join()
+        return self.count, 1000 * self.seconds / max(self.count, 1)
 
 
 def run_matrix():
@@ -882,14 +917,16 @@ def run_sustained():
                  " (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'claimq.job'::regclass),"
                  " (SELECT autovacuum_count FROM pg_stat_user_tables WHERE relid = 'claimq.job'::regclass)",
                  (qid,))[0]
-        return [time.time()] + [int(x or 0) for x in r]
+        hist = dict(rows("SELECT bucket, samples FROM claimq.latency_histogram()"
+                         " WHERE queue = 'bench' AND kind = 'wait'"))
+        return [time.time()] + [int(x or 0) for x in r] + [hist]
 
     samples = [sample()]
     cons = pgbench("sustain_consume.sql", cons_clients, secs, batch, progress=60)
     prod = pgbench("sustain_produce.sql", prod_clients, secs, batch, rate=rate / batch)
     end = time.time() + secs + 2
     while time.time() < end:
-        time.sleep(10)
+        time.sleep(1)
         samples.append(sample())
     rc = pgbench_result(cons)
     pgbench_result(prod)
@@ -921,8 +958,26 @@ def run_sustained():
         say("last minute vs first: completed/s %.2f×, table+index size %.2f×"
             % (l["done"] / f["done"] if f["done"] else float("nan"),
                l["size"] / f["size"] if f["size"] else float("nan")))
+    # Per second, for the charts: the wait p99 of the claims of that second
+    # from the difference of two readings of the histogram.
+    per_sec = []
+    for a, b in zip(samples, samples[1:]):
+        dt = b[0] - a[0]
+        if dt <= 0:
+            continue
+        delta = {k: v - a[9].get(k, 0) for k, v in b[9].items() if v > a[9].get(k, 0)}
+        n, seen, p99 = sum(delta.values()), 0, None
+        for bucket in sorted(delta):
+            seen += delta[bucket]
+            if seen >= 0.99 * n:
+                p99 = (1.2 ** (bucket - 0.5)) / 1000.0 if bucket > 0 else 0.0
+                break
+        per_sec.append({"t": round(b[0] - samples[0][0], 1), "completed": (b[1] - a[1]) / dt,
+                        "enqueued": (b[2] - a[2]) / dt, "ready": b[3],
+                        "size_mb": b[4] / 1048576.0, "wait_p99_ms": p99})
     RESULTS["extras"]["sustained"] = {"rate": rate, "per_minute": per_min,
-                                      "samples": samples}
+                                      "per_second": per_sec,
+                                      "samples": [x[:9] for x in samples]}
 
 
 # ---------------------------------------------------------------------------
@@ -993,9 +1048,21 @@ def main():
             pass
     say()
     say("(%d s in all)" % (time.time() - t0))
-    if ARGS.json:
-        with open(ARGS.json, "w") as f:
-            json.dump({"report": OUT, "results": RESULTS}, f, indent=1, default=str)
+    out = ARGS.json
+    if not out and ARGS.charts:
+        os.makedirs(ARGS.charts, exist_ok=True)
+        out = os.path.join(ARGS.charts, "bench.json")
+    if out:
+        if ARGS.profile:
+            base, ext = os.path.splitext(out)
+            out = "%s-%s%s" % (base, ARGS.profile, ext or ".json")
+        with open(out, "w") as f:
+            json.dump({"profile": ARGS.profile or "tuned", "report": OUT, "results": RESULTS},
+                      f, indent=1, default=str)
+        say("(results in %s)" % out)
+    if ARGS.charts:
+        subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                     "charts.py"), ARGS.charts, out], check=False)
 
 
 if __name__ == "__main__":

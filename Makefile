@@ -4,6 +4,8 @@ MODULE_big = claimq
 DATA = $(wildcard sql/claimq--*.sql)
 OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
 PG_CPPFLAGS = -I$(srcdir)/src
+# Warnings are errors; the unused parameters are fmgr's calling convention.
+PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Werror
 
 # API tests: pgTAP inside pg_regress.  Sources in test/sql, expected output
 # in expected/ (test/expected points there).

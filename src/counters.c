@@ -308,7 +308,7 @@ cq_latency_add(CqCountBatch *batch, int32 queue_id, CqLatencyKind kind,
 	cq_count_add(batch, queue_id, CQ_CLAIMED, 0);
 	for (i = 0; i < batch->nlatencies; i++)
 		if (batch->latencies[i].queue_id == queue_id &&
-			batch->latencies[i].kind == kind &&
+			batch->latencies[i].kind == (int16) kind &&
 			batch->latencies[i].bucket == bucket)
 			break;
 	if (i == batch->nlatencies)

@@ -247,7 +247,7 @@ cq_cron_parse(const char *text, CqCron *cron)
 			cron->interval = *span;
 			return;
 		}
-		for (int i = 0; i < lengthof(macros); i++)
+		for (size_t i = 0; i < lengthof(macros); i++)
 			if (pg_strcasecmp(fields, macros[i].macro) == 0)
 			{
 				fields = macros[i].fields;

@@ -589,9 +589,10 @@ cq_reclaimer_main(Datum arg)
 {
 	Oid			dboid;
 	MemoryContext loopcxt;
-	char	   *last_failure = NULL;
-	bool		said_not_installed = false;
-	long		backoff_ms = 0;
+	/* Changed inside PG_TRY and read after a longjmp: volatile. */
+	char	   *volatile last_failure = NULL;
+	volatile bool said_not_installed = false;
+	volatile long backoff_ms = 0;
 	TimestampTz next_pass = 0;
 	TimestampTz last_pass = 0;
 

@@ -3,24 +3,33 @@
  * claimq.h
  *		Declarations shared by the files of the claimq extension.
  *
- * The tree is split by state transition:
- *		claimq.c	module init, argument checks, queue lookup, SPI helpers
+ * The tree is split by state transition (in the order of the README's
+ * layout table):
  *		enqueue.c	(new) -> pending
  *		claim.c		pending -> claimed | running
  *		settle.c	claimed | running -> running, done, pending, dead
  *					(start, extend, complete, fail, release, snooze)
  *		cancel.c	pending | claimed | running -> cancelled
- *		reclaim.c	expired claimed -> pending, expired running -> pending | dead
- *		prune.c		done | dead | cancelled past retention -> deleted
  *		status.c	reading jobs' states: status, wait_for
  *		schedule.c	schedules: (due occurrence) -> pending, fire_schedules
  *		cron.c		schedules' expressions and their next occurrence
+ *		reclaim.c	expired claimed -> pending, expired running -> pending | dead
+ *		prune.c		done | dead | cancelled past retention -> deleted
  *		keys.c		dedup key claims: claim, release, sweep
  *		reclaimer.c	the background worker that runs reclaim.c, schedule.c,
  *					prune.c and the key sweep on a timer
+ *		wakeup.c	what a transaction did to the pending jobs: wake-ups of
+ *					waiting claims and wait_for, floors lowered
+ *		floor.c		claim floors in shared memory
  *		token.c		fencing tokens, never handed out twice
- *		counters.c	shared per-queue counters
- *		wakeup.c	waking claims that wait for work
+ *		counters.c	shared per-queue counters and latency histograms
+ *		common.c	argument checks, SPI helpers, the queue look-up (a leaf:
+ *					it calls no other claimq file)
+ *		claimq.c	the root: _PG_init, settings, shared memory (nothing
+ *					calls into it)
+ *
+ * Whether this backend has claimq's shared memory (the preload) is asked
+ * one way everywhere: cq_shmem_ready.
  *
  * Every SQL statement lives next to the transition it performs and runs
  * through SPI with a kept plan; rows are claimed and fenced in the same
@@ -231,7 +240,7 @@ typedef struct CqQueue
 	" pg_catalog.date_part('epoch', q.retry_max))" \
 	" * (1 - 0.2 * pg_catalog.random()))"
 
-/* claimq.c: argument checks; each raises the contract's SQLSTATE */
+/* common.c: argument checks; each raises the contract's SQLSTATE */
 extern void cq_arg_not_null(FunctionCallInfo fcinfo, int argno,
 							const char *argname);
 extern bool cq_valid_name(const char *name, int len);
@@ -273,10 +282,10 @@ extern void cq_lock_producers(const char *queue_name);
 extern int64 cq_token_epoch(void);
 extern void cq_tokens_durable(void);
 
-/* Job ids (claimq.c): claimq.node_id in bits 48 and up. */
+/* Job ids (common.c): claimq.node_id in bits 48 and up. */
 extern int64 cq_job_id_base(void);
 
-/* claimq.c: SPI helpers (the caller has done SPI_connect) */
+/* common.c: SPI helpers (the caller has done SPI_connect) */
 extern SPIPlanPtr cq_plan(SPIPlanPtr *cache, const char *sql,
 						  int nargs, Oid *argtypes);
 extern void cq_execute(SPIPlanPtr plan, Datum *values, const char *nulls,

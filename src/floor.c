@@ -200,7 +200,7 @@ cq_floor_read(int32 queue_id, TimestampTz now, CqFloor *floor)
 	floor->run_at = DT_NOBEGIN;
 	floor->job_id = PG_INT64_MIN;
 	floor->slot = -1;
-	if (cq_floors == NULL || !cq_claim_floors)
+	if (!cq_shmem_ready || !cq_claim_floors)
 		return;
 
 	relid = cq_job_relid();
@@ -232,7 +232,7 @@ cq_floor_raise(const CqFloor *floor, TimestampTz run_at, int64 job_id)
 	CqFloorSlot *slot;
 	TimestampTz low;
 
-	if (cq_floors == NULL || floor->slot < 0)
+	if (!cq_shmem_ready || floor->slot < 0)
 		return;
 
 	SpinLockAcquire(&cq_floors->mutex);
@@ -279,7 +279,7 @@ cq_floor_lower(Oid dboid, Oid relid, int32 queue_id, TimestampTz run_at)
 {
 	CqFloorSlot *slot;
 
-	if (cq_floors == NULL)
+	if (!cq_shmem_ready)
 		return;
 
 	SpinLockAcquire(&cq_floors->mutex);
@@ -305,7 +305,7 @@ cq_floor_lower(Oid dboid, Oid relid, int32 queue_id, TimestampTz run_at)
 void
 cq_floor_drop_database(Oid dboid)
 {
-	if (cq_floors == NULL)
+	if (!cq_shmem_ready)
 		return;
 
 	SpinLockAcquire(&cq_floors->mutex);

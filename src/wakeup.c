@@ -123,7 +123,7 @@ cq_my_wait_slot(void)
 {
 	int			index = CQ_MY_BACKEND_INDEX();
 
-	if (cq_wake == NULL || index < 0 || index >= cq_wake->nslots)
+	if (!cq_shmem_ready || index < 0 || index >= cq_wake->nslots)
 		return NULL;
 	return &cq_wake->slots[index];
 }
@@ -222,7 +222,7 @@ claimq_waiting_claims(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 
 	InitMaterializedSRF(fcinfo, 0);
-	if (cq_wake == NULL)
+	if (!cq_shmem_ready)
 		return (Datum) 0;
 	for (int i = 0; i < cq_wake->nslots; i++)
 	{
@@ -391,7 +391,7 @@ cq_ready_on_commit(int32 queue_id, TimestampTz run_at)
 {
 	CqXactQueue *xq;
 
-	if (cq_wake == NULL)
+	if (!cq_shmem_ready)
 		return;
 	xq = cq_xact_queue(queue_id);
 	if (xq == NULL)
@@ -412,7 +412,7 @@ cq_ready_on_commit(int32 queue_id, TimestampTz run_at)
 void
 cq_finished_on_commit(void)
 {
-	if (cq_wake == NULL)
+	if (!cq_shmem_ready)
 		return;
 	cq_register_callbacks();
 	cq_xact_finished = true;
@@ -445,7 +445,7 @@ cq_claimed_in_xact(int32 queue_id, TimestampTz run_at)
 {
 	CqXactQueue *xq;
 
-	if (cq_wake == NULL)
+	if (!cq_shmem_ready)
 		return;
 	xq = cq_xact_queue(queue_id);
 	if (xq == NULL)

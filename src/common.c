@@ -1,0 +1,445 @@
+/*-------------------------------------------------------------------------
+ *
+ * common.c
+ *		The helpers every claimq entry point shares: argument checks with
+ *		the contract's SQLSTATEs, kept SPI plans, the queue look-up, the
+ *		producer lock and job ids.  It calls no other claimq file.
+ *
+ * Argument checks run before SPI is connected and before anything is
+ * read, so a call with bad input fails without having changed or locked
+ * anything.  Queue names are data: they are checked here and then passed
+ * to SQL only as parameters.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_extension.h"
+#include "catalog/pg_type.h"
+#include "jit/jit.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/plancache.h"
+#include "utils/snapmgr.h"
+
+#include "claimq.h"
+
+/*
+ * Raise 22004 if argument argno is NULL.
+ */
+void
+cq_arg_not_null(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"%s\" must not be null", argname)));
+}
+
+/*
+ * Whether name (len bytes) is 1 to 63 characters of ASCII letters,
+ * digits, '_', '-' and '.': the rule for queue and schedule names.
+ */
+bool
+cq_valid_name(const char *name, int len)
+{
+	if (len < 1 || len > CQ_QUEUE_NAME_MAX)
+		return false;
+	for (int i = 0; i < len; i++)
+	{
+		char		c = name[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			  (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.'))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Fetch a queue name argument and check it (cq_valid_name).
+ */
+char *
+cq_queue_name_arg(FunctionCallInfo fcinfo, int argno)
+{
+	text	   *arg;
+	char	   *name;
+
+	cq_arg_not_null(fcinfo, argno, "queue");
+	arg = PG_GETARG_TEXT_PP(argno);
+	name = VARDATA_ANY(arg);
+	if (!cq_valid_name(name, VARSIZE_ANY_EXHDR(arg)))
+	{
+		int			shown = VARSIZE_ANY_EXHDR(arg);
+
+		/* Quote at most a name's worth of a hostile argument. */
+		shown = pg_mbcliplen(name, shown, Min(shown, CQ_QUEUE_NAME_MAX + 1));
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid queue name \"%.*s\"", shown, name),
+				 errdetail("A queue name is 1 to %d characters, each a letter, a digit, \"_\", \"-\" or \".\".",
+						   CQ_QUEUE_NAME_MAX)));
+	}
+	return text_to_cstring(arg);
+}
+
+/* The upper bounds of interval arguments (claimq.h). */
+const Interval cq_max_lease = {.time = 0,.day = 7,.month = 0};
+const Interval cq_max_delay = {.time = 0,.day = 0,.month = 100 * MONTHS_PER_YEAR};
+
+/*
+ * t + span, by the same calendar arithmetic as timestamptz + interval in
+ * SQL (months and days in the session's time zone).
+ */
+TimestampTz
+cq_time_plus(TimestampTz t, const Interval *span)
+{
+	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+												   TimestampTzGetDatum(t),
+												   IntervalPGetDatum(span)));
+}
+
+/*
+ * Check an interval the way it will be used: added to the wall clock.  It
+ * is valid when now < now + span <= now + max (now <= now + span, when
+ * zero_ok), so that a month is as long as the calendar says at this moment
+ * and "-10 months 302 days" is not taken for two days.  Raises 22023
+ * naming argname and max_text.
+ */
+static void
+cq_interval_check(const Interval *span, const char *argname, bool zero_ok,
+				  const Interval *max, const char *max_text)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz end;
+	TimestampTz limit;
+	bool		valid = false;
+
+	/*
+	 * No field of a valid span comes near what would take the sum out of
+	 * the timestamp range; refuse those before adding.
+	 */
+	if (Abs(span->month) <= 10 * max->month + 12 &&
+		Abs(span->day) <= 10 * (max->day + 31 * max->month) + 31 &&
+		span->time / USECS_PER_DAY >= -10 * (max->day + 31 * (int64) max->month) - 31 &&
+		span->time / USECS_PER_DAY <= 10 * (max->day + 31 * (int64) max->month) + 31)
+	{
+		end = cq_time_plus(now, span);
+		limit = cq_time_plus(now, max);
+		valid = (zero_ok ? end >= now : end > now) && end <= limit;
+	}
+	if (!valid)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be %s zero and at most %s", argname,
+						zero_ok ? "at least" : "greater than", max_text)));
+}
+
+/*
+ * Fetch an interval argument and check it (cq_interval_check).  Returns
+ * NULL for a NULL argument; the caller decides whether NULL is allowed.
+ */
+Interval *
+cq_interval_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
+				bool zero_ok, const Interval *max, const char *max_text)
+{
+	Interval   *span;
+
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	span = PG_GETARG_INTERVAL_P(argno);
+	cq_interval_check(span, argname, zero_ok, max, max_text);
+	return span;
+}
+
+/*
+ * check_queue_settings(lease, run_lease, max_attempts, retry_base,
+ * retry_max, keep_done, keep_dead) returns void: the checks of
+ * create_queue and alter_queue, with the rules every C entry point uses.
+ * NULL passes (alter_queue: unchanged).
+ */
+PG_FUNCTION_INFO_V1(claimq_check_queue_settings);
+
+Datum
+claimq_check_queue_settings(PG_FUNCTION_ARGS)
+{
+	(void) cq_lease_arg(fcinfo, 0, "lease", false);
+	(void) cq_lease_arg(fcinfo, 1, "run_lease", false);
+	if (!PG_ARGISNULL(2) && PG_GETARG_INT32(2) < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_attempts must be at least 1")));
+	(void) cq_delay_arg(fcinfo, 3, "retry_base", true);
+	(void) cq_delay_arg(fcinfo, 4, "retry_max", true);
+	(void) cq_delay_arg(fcinfo, 5, "keep_done", true);
+	(void) cq_delay_arg(fcinfo, 6, "keep_dead", true);
+	PG_RETURN_VOID();
+}
+
+/*
+ * Fetch a non-NULL integer argument within [min, max].
+ */
+int32
+cq_int_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
+		   int32 min, int32 max)
+{
+	int32		value;
+
+	cq_arg_not_null(fcinfo, argno, argname);
+	value = PG_GETARG_INT32(argno);
+	if (value < min || value > max)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be between %d and %d", argname, min, max)));
+	return value;
+}
+
+/*
+ * Fetch a non-NULL, one-dimensional array argument.  Unless nulls_ok, its
+ * elements must not be NULL either.
+ */
+ArrayType *
+cq_array_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
+			 bool nulls_ok)
+{
+	ArrayType  *array;
+
+	cq_arg_not_null(fcinfo, argno, argname);
+	array = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a one-dimensional array", argname)));
+	if (!nulls_ok && array_contains_nulls(array))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not contain null elements", argname)));
+	return array;
+}
+
+/*
+ * Raise 55000 unless the claimq extension installed in this database is
+ * the version this library was built for: after a new library is
+ * installed, the statements below name columns that only ALTER EXTENSION
+ * claimq UPDATE adds.  Checked whenever a statement is prepared, which is
+ * once per statement and backend.
+ */
+static void
+cq_check_schema_version(void)
+{
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	char	   *version = NULL;
+
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber,
+				F_NAMEEQ, CStringGetDatum("claimq"));
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+	{
+		bool		isnull;
+		Datum		datum = heap_getattr(tuple, Anum_pg_extension_extversion,
+										 RelationGetDescr(rel), &isnull);
+
+		if (!isnull)
+			version = TextDatumGetCString(datum);
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+
+	if (version != NULL && strcmp(version, CQ_SCHEMA_VERSION) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("extension \"claimq\" is at version %s, but its library needs version %s",
+						version, CQ_SCHEMA_VERSION),
+				 errhint("Run ALTER EXTENSION claimq UPDATE.")));
+}
+
+/*
+ * Prepare a statement once per backend and keep its generic plan.  The
+ * plan cache re-plans by itself when the extension's tables are dropped and created
+ * again, since the statement text names them, not their OIDs.
+ */
+SPIPlanPtr
+cq_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
+{
+	if (*cache == NULL)
+	{
+		SPIPlanPtr	plan;
+
+		cq_check_schema_version();
+
+		/*
+		 * Every statement is written to run well with a generic plan, and
+		 * planning some of them costs more than running them: plan once.
+		 */
+		plan = SPI_prepare_cursor(sql, nargs, argtypes,
+								  CURSOR_OPT_GENERIC_PLAN);
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed: %s",
+				 SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		*cache = plan;
+	}
+	return *cache;
+}
+
+/*
+ * Run a kept plan and insist on the expected SPI result code.
+ *
+ * The plan is generic and kept, so it must not depend on settings meant
+ * for the caller's own queries: whatever jit and plan_cache_mode say, it
+ * is never JIT-compiled (the claim statement's estimated cost follows the
+ * table's statistics, and compiling it would cost more than running it)
+ * and never planned again per call.  Both are decided when the statement
+ * is planned, which happens inside SPI_execute_plan: the first time, and
+ * again whenever the plan is invalidated.
+ */
+static void
+cq_execute_plan(SPIPlanPtr plan, Datum *values, const char *nulls,
+				int expected, bool read_only)
+{
+	bool		save_jit = jit_enabled;
+	int			save_plan_cache_mode = plan_cache_mode;
+	int			ret;
+
+	jit_enabled = false;
+	plan_cache_mode = PLAN_CACHE_MODE_FORCE_GENERIC_PLAN;
+	PG_TRY();
+	{
+		ret = SPI_execute_plan(plan, values, nulls, read_only, 0);
+	}
+	PG_FINALLY();
+	{
+		jit_enabled = save_jit;
+		plan_cache_mode = save_plan_cache_mode;
+	}
+	PG_END_TRY();
+
+	if (ret != expected)
+		elog(ERROR, "unexpected SPI result: %s", SPI_result_code_string(ret));
+}
+
+void
+cq_execute(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
+{
+	cq_execute_plan(plan, values, nulls, expected, false);
+}
+
+/*
+ * Run a kept, read-only plan with a snapshot taken now, whatever the
+ * transaction's isolation level: it sees every transaction committed
+ * before this call, as a READ COMMITTED statement would.
+ */
+void
+cq_execute_latest(SPIPlanPtr plan, Datum *values, const char *nulls,
+				  int expected)
+{
+	PushActiveSnapshot(GetLatestSnapshot());
+	cq_execute_plan(plan, values, nulls, expected, true);
+	PopActiveSnapshot();
+}
+
+/*
+ * A column of row `row` of the last SPI result (columns count from 1).
+ */
+Datum
+cq_spi_value(int row, int col, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
+						 col, isnull);
+}
+
+/*
+ * The OID of claimq.job, which tells one installation of the extension in
+ * a database from the next.
+ */
+Oid
+cq_job_relid(void)
+{
+	return get_relname_relid("job", get_namespace_oid("claimq", false));
+}
+
+/*
+ * Look a queue up by name.  Returns false if there is none.
+ */
+bool
+cq_lookup_queue(const char *name, CqQueue *queue)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1];
+	bool		isnull;
+
+	cq_plan(&plan,
+			"SELECT q.queue_id, q.paused, q.notify, q.lease, q.run_lease"
+			"  FROM claimq.queue q WHERE q.name = $1",
+			1, argtypes);
+	values[0] = CStringGetTextDatum(name);
+	cq_execute(plan, values, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		return false;
+
+	queue->name = name;
+	queue->queue_id = DatumGetInt32(cq_spi_value(0, 1, &isnull));
+	queue->paused = DatumGetBool(cq_spi_value(0, 2, &isnull));
+	queue->notify = DatumGetBool(cq_spi_value(0, 3, &isnull));
+	queue->lease = *DatumGetIntervalP(cq_spi_value(0, 4, &isnull));
+	queue->run_lease = *DatumGetIntervalP(cq_spi_value(0, 5, &isnull));
+	return true;
+}
+
+/*
+ * Look a queue up by name; raise 42704 if there is none.
+ */
+void
+cq_require_queue(const char *name, CqQueue *queue)
+{
+	if (!cq_lookup_queue(name, queue))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("queue \"%s\" does not exist", name)));
+}
+
+/*
+ * Take the producer lock of a queue in share mode (see claimq.h); held to
+ * the end of the transaction.  Keyed by name so that it can be taken
+ * before the queue is looked up: the look-up then sees a drop that
+ * committed while this waited.
+ */
+void
+cq_lock_producers(const char *queue_name)
+{
+	LOCKTAG		tag;
+	int32		hash;
+
+	hash = DatumGetInt32(DirectFunctionCall1Coll(hashtext, C_COLLATION_OID,
+												 CStringGetTextDatum(queue_name)));
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) CQ_PRODUCER_LOCK_KEY,
+						 (uint32) hash, 2);
+	(void) LockAcquire(&tag, ShareLock, false, false);
+}
+
+/*
+ * What to add to a value of claimq.job_id_seq to make a job id: this
+ * server's node number in the high bits, so that a router can send every
+ * call about a job to the server that issued it.
+ */
+int64
+cq_job_id_base(void)
+{
+	return (int64) cq_node_id << CQ_TOKEN_EPOCH_BITS;
+}

@@ -161,19 +161,27 @@ claimq_cancel(PG_FUNCTION_ARGS)
 			char	   *state = TextDatumGetCString(cq_spi_value(row, 2, &isnull));
 			CqCancelEntry *entry = hash_search(jobs, &job_id, HASH_FIND, NULL);
 
+			/* The state outlives SPI: keep a constant, not SPI's copy. */
 			if (entry->outcome != NULL)
 				continue;
-			if (strcmp(state, "done") == 0 || strcmp(state, "dead") == 0 ||
-				strcmp(state, "cancelled") == 0)
-			{
-				entry->outcome = "finished";
-				entry->state = state;
-			}
+			if (strcmp(state, "done") == 0)
+				entry->state = "done";
+			else if (strcmp(state, "dead") == 0)
+				entry->state = "dead";
+			else if (strcmp(state, "cancelled") == 0)
+				entry->state = "cancelled";
 			else
 				live_again = true;
+			if (entry->state)
+				entry->outcome = "finished";
 		}
 		if (!live_again)
 			break;
+		if (try == CQ_CANCEL_TRIES - 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not cancel jobs that kept changing state"),
+					 errhint("Retry the transaction.")));
 	}
 	SPI_finish();
 

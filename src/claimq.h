@@ -203,7 +203,7 @@ typedef struct CqCron
 	bool		wday_star;
 } CqCron;
 
-extern void cq_cron_parse(const char *text, CqCron *cron);
+extern void cq_cron_parse(const char *text, CqCron *cron, bool check_every);
 extern TimestampTz cq_cron_next(const CqCron *cron, pg_tz *tz,
 								TimestampTz after, TimestampTz anchor);
 extern pg_tz *cq_time_zone(const char *name);
@@ -272,6 +272,7 @@ extern ArrayType *cq_array_arg(FunctionCallInfo fcinfo, int argno,
  */
 #define CQ_PRODUCER_LOCK_KEY	1668050289	/* 'clmq' */
 extern void cq_lock_producers(const char *queue_name);
+extern bool cq_try_lock_producers(const char *queue_name, bool wait);
 
 /*
  * Tokens (token.c): the timeline's epoch in bits 48 and up plus a value of

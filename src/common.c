@@ -423,6 +423,16 @@ cq_require_queue(const char *name, CqQueue *queue)
 void
 cq_lock_producers(const char *queue_name)
 {
+	(void) cq_try_lock_producers(queue_name, true);
+}
+
+/*
+ * The same, but without waiting unless wait: returns false if the lock is
+ * held exclusive (by a drop_queue or retry_dead in progress).
+ */
+bool
+cq_try_lock_producers(const char *queue_name, bool wait)
+{
 	LOCKTAG		tag;
 	int32		hash;
 
@@ -430,7 +440,7 @@ cq_lock_producers(const char *queue_name)
 												 CStringGetTextDatum(queue_name)));
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) CQ_PRODUCER_LOCK_KEY,
 						 (uint32) hash, 2);
-	(void) LockAcquire(&tag, ShareLock, false, false);
+	return LockAcquire(&tag, ShareLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
 }
 
 /*

@@ -110,12 +110,25 @@ cq_counters_free_dropped(void)
 	CqCounterEntry *entry;
 	Oid		   *dboids;
 	int			ndbs = 0;
+	long		room;
 
-	dboids = palloc(sizeof(Oid) * (CQ_MAX_COUNTER_SLOTS + CQ_MAX_DATABASES));
+	/*
+	 * The table can hold more entries than it was sized for (the hash
+	 * table takes spare shared memory): size the array by its count.
+	 */
 	LWLockAcquire(cq_counters_lock, LW_SHARED);
+	room = hash_get_num_entries(cq_counters);
+	dboids = palloc(sizeof(Oid) * Max(room, 1));
 	hash_seq_init(&status, cq_counters);
 	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		if (ndbs == room)
+		{
+			hash_seq_term(&status);
+			break;
+		}
 		dboids[ndbs++] = entry->key.dboid;
+	}
 	LWLockRelease(cq_counters_lock);
 
 	for (int i = 0; i < ndbs; i++)

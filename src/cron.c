@@ -177,17 +177,19 @@ cq_cron_field(const char *text, const char *field_text, int fieldno,
 			cq_cron_error(text, f->name,
 						  psprintf("Unexpected \"%c\".", *p));
 		p++;
-		*star = false;		/* "*,5" is a list, not "*" */
 	}
 	return bits;
 }
 
 /*
  * Parse text into cron.  Raises 22023, naming the field, if it is not a
- * valid expression.
+ * valid expression.  With check_every, an @every interval must be 1 second
+ * to 100 years at this moment (when a schedule is set); a stored one is
+ * taken as it is, since a calendar interval such as "1 month -30 days"
+ * that was positive when set may not be at every moment.
  */
 void
-cq_cron_parse(const char *text, CqCron *cron)
+cq_cron_parse(const char *text, CqCron *cron, bool check_every)
 {
 	static const struct
 	{
@@ -238,10 +240,11 @@ cq_cron_parse(const char *text, CqCron *cron)
 			if (span == NULL)
 				cq_cron_error(text, "@every", "@every takes an interval, such as \"90 seconds\".");
 			/* At least 1 second and at most 100 years, at this moment. */
-			if (span->month > 1200 || span->month < -1200 ||
+			if (check_every &&
+				(span->month > 1200 || span->month < -1200 ||
 				span->day > 36600 || span->day < -36600 ||
 				cq_time_plus(now, span) < cq_time_plus(now, &one_second) ||
-				cq_time_plus(now, span) > cq_time_plus(now, &cq_max_delay))
+				 cq_time_plus(now, span) > cq_time_plus(now, &cq_max_delay)))
 				cq_cron_error(text, "@every", "The interval must be at least 1 second and at most 100 years.");
 			cron->every = true;
 			cron->interval = *span;
@@ -520,8 +523,17 @@ cq_cron_next(const CqCron *cron, pg_tz *tz, TimestampTz after,
 
 		if (after >= anchor && len > 0)
 			k = Max((int64) ((double) (after - anchor) / len) - 2, 1);
-		while (cq_every_at(anchor, &cron->interval, k, tz) <= after)
+		/*
+		 * A few steps from the estimate reach the first occurrence; an
+		 * interval that does not move forward at this point of the calendar
+		 * never would: no next occurrence.
+		 */
+		for (int steps = 0; cq_every_at(anchor, &cron->interval, k, tz) <= after; steps++)
+		{
+			if (steps > 1000)
+				return DT_NOEND;
 			k++;
+		}
 		while (k > 1 && cq_every_at(anchor, &cron->interval, k - 1, tz) > after)
 			k--;
 		return cq_every_at(anchor, &cron->interval, k, tz);
@@ -589,7 +601,7 @@ claimq_cron_next(PG_FUNCTION_ARGS)
 	cq_arg_not_null(fcinfo, 0, "cron");
 	cq_arg_not_null(fcinfo, 1, "time_zone");
 	cq_arg_not_null(fcinfo, 2, "after");
-	cq_cron_parse(text_to_cstring(PG_GETARG_TEXT_PP(0)), &cron);
+	cq_cron_parse(text_to_cstring(PG_GETARG_TEXT_PP(0)), &cron, true);
 	next = cq_cron_next(&cron, cq_time_zone(text_to_cstring(PG_GETARG_TEXT_PP(1))),
 						PG_GETARG_TIMESTAMPTZ(2),
 						PG_ARGISNULL(3) ? PG_GETARG_TIMESTAMPTZ(2) :

@@ -112,7 +112,7 @@ cq_enqueue_args(FunctionCallInfo fcinfo, CqEnqueueArgs *args)
 static void
 cq_check_group_key(Datum key, const char *argname)
 {
-	if (VARSIZE_ANY_EXHDR(DatumGetPointer(key)) > CQ_MAX_GROUP_KEY)
+	if (VARSIZE_ANY_EXHDR(DatumGetTextPP(key)) > CQ_MAX_GROUP_KEY)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s must be at most %d bytes long", argname,

@@ -22,11 +22,17 @@
  * (catch_up_to), and the next call enqueues the rest without applying the
  * policy again.
  *
+ * A schedule whose queue is being dropped or redriven (its producer lock
+ * is held exclusive) is passed over until the next call: waiting for that
+ * lock while holding the schedule's row, which drop_queue deletes, could
+ * deadlock.  Jobs enqueued into a queue with notify send NOTIFY claimq.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include "commands/async.h"
 #include "utils/builtins.h"
 
 #include "claimq.h"
@@ -89,7 +95,7 @@ cq_schedule_next(const char *cron_text, const char *zone, TimestampTz after,
 {
 	CqCron		cron;
 
-	cq_cron_parse(cron_text, &cron);
+	cq_cron_parse(cron_text, &cron, true);
 	return cq_cron_next(&cron, cq_time_zone(zone), after, anchor);
 }
 
@@ -279,7 +285,8 @@ claimq_drop_schedule(PG_FUNCTION_ARGS)
  */
 static void
 cq_fire_one(const char *name, int32 queue_id, const char *queue_name,
-			Datum payload, int32 priority, TimestampTz *occurrences, int n,
+			bool notify, Datum payload, int32 priority,
+			TimestampTz *occurrences, int n,
 			TimestampTz next, TimestampTz catch_up_to, TimestampTz now)
 {
 	static SPIPlanPtr plan = NULL;
@@ -292,8 +299,6 @@ cq_fire_one(const char *name, int32 queue_id, const char *queue_name,
 
 	for (int i = 0; i < n; i++)
 		elems[i] = TimestampTzGetDatum(occurrences[i]);
-	if (n > 0)
-		cq_lock_producers(queue_name);
 	cq_plan(&plan,
 			"WITH ins AS ("
 			"  INSERT INTO claimq.job AS j"
@@ -327,7 +332,11 @@ cq_fire_one(const char *name, int32 queue_id, const char *queue_name,
 	nulls[8] = (catch_up_to == DT_NOBEGIN) ? 'n' : ' ';
 	cq_execute(plan, values, nulls, SPI_OK_UPDATE);
 	if (n > 0)
+	{
 		cq_ready_on_commit(queue_id, occurrences[0]);
+		if (notify)
+			Async_Notify("claimq", queue_name);
+	}
 }
 
 /*
@@ -348,7 +357,8 @@ cq_fire_schedules(int32 max_jobs)
 
 	cq_plan(&plan,
 			"SELECT s.name, s.queue_id, q.name, s.cron, s.time_zone, s.payload,"
-			"       s.priority, s.missed, s.anchor, s.next_run_at, s.catch_up_to"
+			"       s.priority, s.missed, s.anchor, s.next_run_at, s.catch_up_to,"
+			"       q.notify"
 			"  FROM claimq.schedule s"
 			"  JOIN claimq.queue q ON q.queue_id = s.queue_id"
 			" WHERE s.enabled AND s.next_run_at <= $1"
@@ -384,8 +394,12 @@ cq_fire_schedules(int32 max_jobs)
 		TimestampTz t;
 		TimestampTz next;
 
+		bool		notify = DatumGetBool(SPI_getbinval(tuple, desc, 12, &isnull));
+
+		if (!cq_try_lock_producers(queue_name, false))
+			continue;
 		cq_cron_parse(TextDatumGetCString(SPI_getbinval(tuple, desc, 4, &isnull)),
-					  &cron);
+					  &cron, false);
 		tz = cq_time_zone(zone);
 
 		if (catch_up_to != DT_NOBEGIN)
@@ -447,7 +461,7 @@ cq_fire_schedules(int32 max_jobs)
 					occurrences[n++] = latest;
 			}
 		}
-		cq_fire_one(name, queue_id, queue_name, payload, priority,
+		cq_fire_one(name, queue_id, queue_name, notify, payload, priority,
 					occurrences, n, next, catch_up_to, now);
 		fired += n;
 	}

@@ -60,7 +60,9 @@ cq_look(ArrayType *ids)
 
 	cq_plan(&plan,
 			"SELECT i.job_id, q.name, j.state, j.attempts, j.run_at,"
-			"       j.finished_at, j.last_error, j.result"
+			"       j.finished_at, j.last_error, j.result,"
+			"       j.state IS NULL"
+			"       OR j.state = ANY ('{done,dead,cancelled}'::text[])"
 			"  FROM ROWS FROM (pg_catalog.unnest($1::bigint[]))"
 			"       WITH ORDINALITY AS i(job_id, ord)"
 			"  LEFT JOIN claimq.job j ON j.job_id = i.job_id"
@@ -73,15 +75,8 @@ cq_look(ArrayType *ids)
 	for (uint64 row = 0; row < SPI_processed && finished; row++)
 	{
 		bool		isnull;
-		Datum		state = cq_spi_value(row, 3, &isnull);
 
-		if (!isnull)
-		{
-			char	   *s = TextDatumGetCString(state);
-
-			finished = (strcmp(s, "done") == 0 || strcmp(s, "dead") == 0 ||
-						strcmp(s, "cancelled") == 0);
-		}
+		finished = DatumGetBool(cq_spi_value(row, CQ_STATUS_COLS + 1, &isnull));
 	}
 	return finished;
 }
@@ -92,8 +87,9 @@ cq_put_look(ReturnSetInfo *rsinfo)
 {
 	for (uint64 row = 0; row < SPI_processed; row++)
 	{
-		Datum		values[CQ_STATUS_COLS];
-		bool		nulls[CQ_STATUS_COLS];
+		/* The statement's last column (finished) is not the caller's. */
+		Datum		values[CQ_STATUS_COLS + 1];
+		bool		nulls[CQ_STATUS_COLS + 1];
 
 		heap_deform_tuple(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
 						  values, nulls);

@@ -8,7 +8,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(89);
+SELECT plan(90);
 
 SELECT claimq.create_queue('ctl', keep_done => '1 day', max_attempts => 5);
 SELECT claimq.create_queue('ctl_plain');
@@ -228,6 +228,10 @@ SELECT is((SELECT string_agg(coalesce(group_key, '-'), ',' ORDER BY job_id) FROM
 	'a,-', 'enqueue_many stores each job''s group key');
 SELECT throws_ok($$SELECT claimq.enqueue('ctl', '{}', group_key => repeat('g', 201))$$, '22023',
 	'group_key must be at most 200 bytes long', 'a group key over 200 bytes: 22023');
+CREATE TEMP TABLE long_keys (k text);
+INSERT INTO long_keys VALUES (repeat('g', 5000));
+SELECT throws_ok($$SELECT claimq.enqueue('ctl', '{}', group_key => k) FROM long_keys$$, '22023',
+	'group_key must be at most 200 bytes long', 'a long group key stored compressed in a table: 22023');
 SELECT throws_ok($$SELECT claimq.enqueue_many('ctl', ARRAY['{}', '{}']::jsonb[], group_keys => ARRAY['a'])$$,
 	'22023', 'group_keys must have as many elements as payloads', 'group_keys of another length: 22023');
 SELECT claimq.purge_queue('ctl');

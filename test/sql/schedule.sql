@@ -9,7 +9,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(90);
+SELECT plan(93);
 
 --
 -- The next occurrence: expression, zone, instant, expected
@@ -35,6 +35,8 @@ SELECT is(claimq.cron_next(c, z, a::timestamptz, NULLIF(an, '')::timestamptz), e
 	('0 0 13 * *', 'UTC', '2026-01-01 00:00:00+00', '', '2026-01-13 00:00:00+00'),
 	('0 0 * * fri', 'UTC', '2026-01-03 00:00:00+00', '', '2026-01-09 00:00:00+00'),
 	('0 0 */2 * mon', 'UTC', '2026-01-01 00:00:00+00', '', '2026-01-05 00:00:00+00'),
+	-- "*,5" starts with "*": the day of week alone decides (Monday the 5th).
+	('0 0 *,5 * mon', 'UTC', '2026-01-01 00:00:00+00', '', '2026-01-05 00:00:00+00'),
 	('@yearly', 'UTC', '2026-06-01 00:00:00+00', '', '2027-01-01 00:00:00+00'),
 	('@monthly', 'UTC', '2026-01-31 00:00:00+00', '', '2026-02-01 00:00:00+00'),
 	('@weekly', 'UTC', '2026-01-01 00:00:00+00', '', '2026-01-04 00:00:00+00'),
@@ -193,6 +195,24 @@ SELECT throws_ok($$SELECT claimq.drop_schedule('one')$$, '42704', 'schedule "one
 	'drop it again: 42704');
 SELECT is((SELECT count(*) FROM claimq.jobs WHERE queue = 'fq'), 1::bigint,
 	'the jobs it enqueued stay');
+
+-- A stored @every whose calendar interval no longer moves forward (valid
+-- when it was set) stops only itself: the other schedules fire.
+SELECT claimq.create_schedule('other', 'fq', '@every 1 hour');
+UPDATE claimq.schedule SET next_run_at = clock_timestamp() - interval '1 minute',
+						   anchor = clock_timestamp() - interval '61 minutes'
+ WHERE name = 'other';
+INSERT INTO claimq.schedule (name, queue_id, cron, time_zone, payload, priority, missed,
+							 anchor, next_run_at)
+SELECT 'stuck', queue_id, '@every 1 month -31 days', 'UTC', '{}', 0, 'once',
+	   '2026-12-01 00:00+00', clock_timestamp() - interval '1 minute'
+  FROM claimq.queue WHERE name = 'fq';
+SELECT is(claimq.fire_schedules(), 2::bigint,
+	'a stored @every that does not move forward fires what is due and stops only itself');
+SELECT results_eq($$SELECT name, next_run_at IS NULL FROM claimq.schedule
+					 WHERE name IN ('other', 'stuck') ORDER BY name$$,
+	$$VALUES ('other'::text, false), ('stuck', true)$$,
+	'the other schedule moves on; the stuck one has no next occurrence');
 
 SELECT * FROM finish();
 ROLLBACK;

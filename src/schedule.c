@@ -340,6 +340,40 @@ cq_fire_one(const char *name, int32 queue_id, const char *queue_name,
 }
 
 /*
+ * The latest occurrence at or before now, of a schedule whose occurrence
+ * second (<= now) is due.  Rather than step through every occurrence since
+ * second (a minutely schedule idle for a year has half a million), look
+ * for one in the last hour, day, week, month, year, nine years before now,
+ * and step from there.
+ */
+static TimestampTz
+cq_latest_due(const CqCron *cron, pg_tz *tz, TimestampTz second,
+			  TimestampTz now, TimestampTz anchor)
+{
+	static const int64 windows[] = {
+		USECS_PER_HOUR, USECS_PER_DAY, 7 * USECS_PER_DAY, 31 * USECS_PER_DAY,
+		366 * USECS_PER_DAY, 9 * 366 * USECS_PER_DAY
+	};
+	TimestampTz latest = second;
+	TimestampTz t;
+
+	for (size_t i = 0; i < lengthof(windows); i++)
+	{
+		if (now - windows[i] <= second)
+			break;				/* the window reaches back to second */
+		t = cq_cron_next(cron, tz, now - windows[i], anchor);
+		if (t != DT_NOEND && t <= now)
+		{
+			latest = t;
+			break;
+		}
+	}
+	while ((t = cq_cron_next(cron, tz, latest, anchor)) != DT_NOEND && t <= now)
+		latest = t;
+	return latest;
+}
+
+/*
  * Enqueue the due occurrences of every enabled schedule, up to max_jobs
  * jobs; returns how many.  The caller has connected SPI.
  */
@@ -451,12 +485,10 @@ cq_fire_schedules(int32 max_jobs)
 			}
 			else
 			{
-				TimestampTz latest = second;
+				TimestampTz latest = cq_latest_due(&cron, tz, second, now,
+												   anchor);
 
-				for (t = second; t != DT_NOEND && t <= now;
-					 t = cq_cron_next(&cron, tz, t, anchor))
-					latest = t;
-				next = t;
+				next = cq_cron_next(&cron, tz, latest, anchor);
 				if (missed == CQ_MISSED_ONCE)
 					occurrences[n++] = latest;
 			}

@@ -9,7 +9,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(93);
+SELECT plan(96);
 
 --
 -- The next occurrence: expression, zone, instant, expected
@@ -213,6 +213,20 @@ SELECT results_eq($$SELECT name, next_run_at IS NULL FROM claimq.schedule
 					 WHERE name IN ('other', 'stuck') ORDER BY name$$,
 	$$VALUES ('other'::text, false), ('stuck', true)$$,
 	'the other schedule moves on; the stuck one has no next occurrence');
+
+-- A month of minutes missed, once: one job, for the latest minute.
+SELECT claimq.create_schedule('minutely', 'fq', '* * * * *', missed => 'once');
+UPDATE claimq.schedule SET next_run_at = date_trunc('minute', clock_timestamp()) - interval '30 days'
+ WHERE name = 'minutely';
+SELECT is(claimq.fire_schedules(), 1::bigint, 'once, a month of minutes missed: one job');
+SELECT ok((SELECT run_at > clock_timestamp() - interval '1 minute' AND run_at <= clock_timestamp()
+				  AND extract(second FROM run_at) = 0
+			 FROM claimq.jobs WHERE job_id = (SELECT last_job_id FROM claimq.schedules
+											   WHERE schedule = 'minutely')),
+	'for the latest minute');
+SELECT ok((SELECT next_run_at > clock_timestamp() AND next_run_at <= clock_timestamp() + interval '1 minute'
+			 FROM claimq.schedules WHERE schedule = 'minutely'),
+	'and the schedule moves on to the next minute');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -17,8 +17,10 @@
  * When more than one occurrence of a schedule is due at once (the
  * schedule was disabled, or nothing fired it for a while), its "missed"
  * policy decides: skip (none), once (the latest), all (each, oldest first,
- * at most the latest CQ_MISSED_MAX).  If max_jobs stops a call part-way
- * through "all", the row remembers how far the policy reached
+ * at most the latest CQ_MISSED_MAX).  The latest are found by looking back
+ * from now, not by stepping through every missed occurrence.  If max_jobs
+ * stops a call part-way through "all", the row remembers how far the
+ * policy reached
  * (catch_up_to), and the next call enqueues the rest without applying the
  * policy again.
  *
@@ -346,18 +348,20 @@ cq_fire_one(const char *name, int32 queue_id, const char *queue_name,
  * for one in the last hour, day, week, month, year, nine years before now,
  * and step from there.
  */
+static const int64 cq_windows[] = {
+	USECS_PER_HOUR, USECS_PER_DAY, 7 * USECS_PER_DAY, 31 * USECS_PER_DAY,
+	366 * USECS_PER_DAY, 9 * 366 * USECS_PER_DAY
+};
+
 static TimestampTz
 cq_latest_due(const CqCron *cron, pg_tz *tz, TimestampTz second,
 			  TimestampTz now, TimestampTz anchor)
 {
-	static const int64 windows[] = {
-		USECS_PER_HOUR, USECS_PER_DAY, 7 * USECS_PER_DAY, 31 * USECS_PER_DAY,
-		366 * USECS_PER_DAY, 9 * 366 * USECS_PER_DAY
-	};
+	const int64 *windows = cq_windows;
 	TimestampTz latest = second;
 	TimestampTz t;
 
-	for (size_t i = 0; i < lengthof(windows); i++)
+	for (size_t i = 0; i < lengthof(cq_windows); i++)
 	{
 		if (now - windows[i] <= second)
 			break;				/* the window reaches back to second */
@@ -371,6 +375,33 @@ cq_latest_due(const CqCron *cron, pg_tz *tz, TimestampTz second,
 	while ((t = cq_cron_next(cron, tz, latest, anchor)) != DT_NOEND && t <= now)
 		latest = t;
 	return latest;
+}
+
+/*
+ * Where "all" starts stepping through the due occurrences since first:
+ * the start of the shortest window before now that holds CQ_MISSED_MAX of
+ * them (only the latest CQ_MISSED_MAX are enqueued), or first.
+ */
+static TimestampTz
+cq_all_from(const CqCron *cron, pg_tz *tz, TimestampTz first,
+			TimestampTz now, TimestampTz anchor)
+{
+	for (size_t i = 0; i < lengthof(cq_windows); i++)
+	{
+		TimestampTz start;
+		TimestampTz t;
+		int			count = 0;
+
+		if (now - cq_windows[i] <= first)
+			break;
+		start = cq_cron_next(cron, tz, now - cq_windows[i], anchor);
+		for (t = start; t != DT_NOEND && t <= now && count < CQ_MISSED_MAX;
+			 t = cq_cron_next(cron, tz, t, anchor))
+			count++;
+		if (count >= CQ_MISSED_MAX)
+			return start;
+	}
+	return first;
 }
 
 /*
@@ -469,7 +500,8 @@ cq_fire_schedules(int32 max_jobs)
 				TimestampTz *ring = palloc(sizeof(TimestampTz) * CQ_MISSED_MAX);
 				int64		count = 0;
 
-				for (t = first; t != DT_NOEND && t <= now;
+				for (t = cq_all_from(&cron, tz, first, now, anchor);
+					 t != DT_NOEND && t <= now;
 					 t = cq_cron_next(&cron, tz, t, anchor))
 					ring[count++ % CQ_MISSED_MAX] = t;
 				next = t;

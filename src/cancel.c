@@ -94,7 +94,7 @@ Datum
 claimq_cancel(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	ArrayType  *ids = cq_array_arg(fcinfo, 0, "job_ids", false);
+	ArrayType  *ids = cq_job_ids_arg(fcinfo, 0);
 	Datum	   *idv;
 	int			n;
 	HASHCTL		ctl;
@@ -104,11 +104,6 @@ claimq_cancel(PG_FUNCTION_ARGS)
 
 	deconstruct_array(ids, INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
 					  TYPALIGN_DOUBLE, &idv, NULL, &n);
-	if (n > CQ_MAX_BATCH)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("at most %d jobs can be cancelled in one call",
-						CQ_MAX_BATCH)));
 	InitMaterializedSRF(fcinfo, 0);
 	if (n == 0)
 		PG_RETURN_VOID();

@@ -243,8 +243,9 @@ typedef struct CqQueue
 /* common.c: argument checks; each raises the contract's SQLSTATE */
 extern void cq_arg_not_null(FunctionCallInfo fcinfo, int argno,
 							const char *argname);
-extern bool cq_valid_name(const char *name, int len);
-extern char *cq_queue_name_arg(FunctionCallInfo fcinfo, int argno);
+extern char *cq_name_arg(FunctionCallInfo fcinfo, int argno, const char *what);
+#define cq_queue_name_arg(fcinfo, argno) cq_name_arg(fcinfo, argno, "queue")
+extern ArrayType *cq_job_ids_arg(FunctionCallInfo fcinfo, int argno);
 extern TimestampTz cq_time_plus(TimestampTz t, const Interval *span);
 extern Interval *cq_interval_arg(FunctionCallInfo fcinfo, int argno,
 								 const char *argname, bool zero_ok,

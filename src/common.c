@@ -49,7 +49,7 @@ cq_arg_not_null(FunctionCallInfo fcinfo, int argno, const char *argname)
  * Whether name (len bytes) is 1 to 63 characters of ASCII letters,
  * digits, '_', '-' and '.': the rule for queue and schedule names.
  */
-bool
+static bool
 cq_valid_name(const char *name, int len)
 {
 	if (len < 1 || len > CQ_QUEUE_NAME_MAX)
@@ -66,15 +66,16 @@ cq_valid_name(const char *name, int len)
 }
 
 /*
- * Fetch a queue name argument and check it (cq_valid_name).
+ * Fetch the name of a queue or a schedule (what: "queue" or "schedule",
+ * also the argument's name) and check it (cq_valid_name).
  */
 char *
-cq_queue_name_arg(FunctionCallInfo fcinfo, int argno)
+cq_name_arg(FunctionCallInfo fcinfo, int argno, const char *what)
 {
 	text	   *arg;
 	char	   *name;
 
-	cq_arg_not_null(fcinfo, argno, "queue");
+	cq_arg_not_null(fcinfo, argno, what);
 	arg = PG_GETARG_TEXT_PP(argno);
 	name = VARDATA_ANY(arg);
 	if (!cq_valid_name(name, VARSIZE_ANY_EXHDR(arg)))
@@ -85,9 +86,9 @@ cq_queue_name_arg(FunctionCallInfo fcinfo, int argno)
 		shown = pg_mbcliplen(name, shown, Min(shown, CQ_QUEUE_NAME_MAX + 1));
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid queue name \"%.*s\"", shown, name),
-				 errdetail("A queue name is 1 to %d characters, each a letter, a digit, \"_\", \"-\" or \".\".",
-						   CQ_QUEUE_NAME_MAX)));
+				 errmsg("invalid %s name \"%.*s\"", what, shown, name),
+				 errdetail("A %s name is 1 to %d characters, each a letter, a digit, \"_\", \"-\" or \".\".",
+						   what, CQ_QUEUE_NAME_MAX)));
 	}
 	return text_to_cstring(arg);
 }
@@ -265,6 +266,23 @@ cq_check_schema_version(void)
 				 errmsg("extension \"claimq\" is at version %s, but its library needs version %s",
 						version, CQ_SCHEMA_VERSION),
 				 errhint("Run ALTER EXTENSION claimq UPDATE.")));
+}
+
+/*
+ * A job_ids argument of cancel, status and wait_for: no NULLs, at most
+ * CQ_MAX_BATCH ids.
+ */
+ArrayType *
+cq_job_ids_arg(FunctionCallInfo fcinfo, int argno)
+{
+	ArrayType  *ids = cq_array_arg(fcinfo, argno, "job_ids", false);
+
+	if (ArrayGetNItems(ARR_NDIM(ids), ARR_DIMS(ids)) > CQ_MAX_BATCH)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("at most %d job ids can be given in one call",
+						CQ_MAX_BATCH)));
+	return ids;
 }
 
 /*

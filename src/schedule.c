@@ -69,24 +69,6 @@ cq_missed_value(const char *missed)
 	return CQ_MISSED_ONCE;		/* keep compiler quiet */
 }
 
-/* A schedule name argument: the queue-name rule. */
-static char *
-cq_schedule_name_arg(FunctionCallInfo fcinfo, int argno)
-{
-	char	   *name;
-
-	cq_arg_not_null(fcinfo, argno, "schedule");
-	name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
-	if (!cq_valid_name(name, strlen(name)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid schedule name \"%.*s\"",
-						(int) Min(strlen(name), CQ_QUEUE_NAME_MAX + 1), name),
-				 errdetail("A schedule name is 1 to %d characters, each a letter, a digit, \"_\", \"-\" or \".\".",
-						   CQ_QUEUE_NAME_MAX)));
-	return name;
-}
-
 /*
  * The next occurrence after `after` of a schedule given by its cron text
  * and time zone (anchor: when they were set).  NULL if there is none.
@@ -113,7 +95,7 @@ claimq_create_schedule(PG_FUNCTION_ARGS)
 		INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
 	Datum		values[9];
 	char		nulls[9] = "         ";
-	char	   *name = cq_schedule_name_arg(fcinfo, 0);
+	char	   *name = cq_name_arg(fcinfo, 0, "schedule");
 	char	   *queue_name = cq_queue_name_arg(fcinfo, 1);
 	char	   *cron_text;
 	char	   *zone;
@@ -174,7 +156,7 @@ claimq_alter_schedule(PG_FUNCTION_ARGS)
 		INT4OID, TEXTOID, BOOLOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
 	Datum		values[10];
 	char		nulls[10] = "          ";
-	char	   *name = cq_schedule_name_arg(fcinfo, 0);
+	char	   *name = cq_name_arg(fcinfo, 0, "schedule");
 	TimestampTz now = GetCurrentTimestamp();
 	bool		isnull;
 	char	   *cron_text;
@@ -265,7 +247,7 @@ claimq_drop_schedule(PG_FUNCTION_ARGS)
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		values[1];
-	char	   *name = cq_schedule_name_arg(fcinfo, 0);
+	char	   *name = cq_name_arg(fcinfo, 0, "schedule");
 
 	SPI_connect();
 	cq_plan(&plan, "DELETE FROM claimq.schedule s WHERE s.name = $1",

@@ -31,22 +31,6 @@ PG_FUNCTION_INFO_V1(claimq_wait_for);
 #define CQ_STATUS_COLS		8
 
 /*
- * The ids argument of both functions: no NULLs, at most CQ_MAX_BATCH.
- */
-static ArrayType *
-cq_job_ids_arg(FunctionCallInfo fcinfo)
-{
-	ArrayType  *ids = cq_array_arg(fcinfo, 0, "job_ids", false);
-
-	if (ArrayGetNItems(ARR_NDIM(ids), ARR_DIMS(ids)) > CQ_MAX_BATCH)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("at most %d job ids can be given in one call",
-						CQ_MAX_BATCH)));
-	return ids;
-}
-
-/*
  * Look at the jobs, with a snapshot taken now; the rows are left in
  * SPI_tuptable, in input order.  Returns whether every job is finished.
  */
@@ -106,7 +90,7 @@ Datum
 claimq_status(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	ArrayType  *ids = cq_job_ids_arg(fcinfo);
+	ArrayType  *ids = cq_job_ids_arg(fcinfo, 0);
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
@@ -124,7 +108,7 @@ Datum
 claimq_wait_for(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	ArrayType  *ids = cq_job_ids_arg(fcinfo);
+	ArrayType  *ids = cq_job_ids_arg(fcinfo, 0);
 	TimestampTz deadline;
 	long		poll_ms = CQ_POLL_MIN_MS;
 	bool		waiting = false;

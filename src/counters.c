@@ -445,6 +445,56 @@ cq_latency_quantile(const uint64 *hist, uint64 n, double q)
 	return IntervalPGetDatum(span);
 }
 
+/* A copy of one queue's latency histograms, taken under the lock. */
+typedef struct CqLatencyCopy
+{
+	char		queue[NAMEDATALEN];
+	uint64		hist[CQ_NLATENCIES][CQ_LATENCY_BUCKETS];
+	uint64		n[CQ_NLATENCIES];	/* samples: the sum of hist[k] */
+	uint64		sum_us[CQ_NLATENCIES];
+} CqLatencyCopy;
+
+/*
+ * Copies of the latency histograms of the current database's named queues
+ * that have a sample, so that callers build their results without holding
+ * the lock.
+ */
+static List *
+cq_latency_copies(void)
+{
+	HASH_SEQ_STATUS status;
+	CqCounterEntry *entry;
+	List	   *copies = NIL;
+
+	LWLockAcquire(cq_counters_lock, LW_SHARED);
+	hash_seq_init(&status, cq_counters);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		CqLatencyCopy *copy;
+
+		if (entry->key.dboid != MyDatabaseId || entry->key.queue_id == 0 ||
+			entry->queue[0] == '\0')
+			continue;
+		copy = palloc0(sizeof(CqLatencyCopy));
+		memcpy(copy->queue, entry->queue, NAMEDATALEN);
+		for (int k = 0; k < CQ_NLATENCIES; k++)
+		{
+			for (int b = 0; b < CQ_LATENCY_BUCKETS; b++)
+			{
+				copy->hist[k][b] = pg_atomic_read_u64(&entry->latency[k][b]);
+				copy->n[k] += copy->hist[k][b];
+			}
+			copy->sum_us[k] = pg_atomic_read_u64(&entry->latency_sum_us[k]);
+		}
+		if (copy->n[CQ_LATENCY_WAIT] == 0 && copy->n[CQ_LATENCY_RUN] == 0)
+			pfree(copy);
+		else
+			copies = lappend(copies, copy);
+	}
+	LWLockRelease(cq_counters_lock);
+	return copies;
+}
+
 /*
  * queue_latency() returns table(queue, samples, wait_p50, wait_p90,
  * wait_p99, run_p50, run_p90, run_p99, wait_sum, run_samples, run_sum):
@@ -456,51 +506,36 @@ claimq_queue_latency(PG_FUNCTION_ARGS)
 {
 	static const double quantiles[3] = {0.5, 0.9, 0.99};
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	HASH_SEQ_STATUS status;
-	CqCounterEntry *entry;
+	ListCell   *lc;
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (!cq_shmem_ready)
 		return (Datum) 0;
 
-	LWLockAcquire(cq_counters_lock, LW_SHARED);
-	hash_seq_init(&status, cq_counters);
-	while ((entry = hash_seq_search(&status)) != NULL)
+	foreach(lc, cq_latency_copies())
 	{
+		CqLatencyCopy *copy = lfirst(lc);
 		Datum		values[11];
 		bool		nulls[11] = {0};
-		uint64		hist[CQ_NLATENCIES][CQ_LATENCY_BUCKETS];
-		uint64		n[CQ_NLATENCIES] = {0};
 
-		if (entry->key.dboid != MyDatabaseId || entry->key.queue_id == 0 ||
-			entry->queue[0] == '\0')
-			continue;
-		for (int k = 0; k < CQ_NLATENCIES; k++)
-			for (int b = 0; b < CQ_LATENCY_BUCKETS; b++)
-			{
-				hist[k][b] = pg_atomic_read_u64(&entry->latency[k][b]);
-				n[k] += hist[k][b];
-			}
-		if (n[CQ_LATENCY_WAIT] == 0 && n[CQ_LATENCY_RUN] == 0)
-			continue;
-		values[0] = CStringGetTextDatum(entry->queue);
-		values[1] = Int64GetDatum((int64) n[CQ_LATENCY_WAIT]);
+		values[0] = CStringGetTextDatum(copy->queue);
+		values[1] = Int64GetDatum((int64) copy->n[CQ_LATENCY_WAIT]);
 		for (int k = 0; k < CQ_NLATENCIES; k++)
 			for (int i = 0; i < 3; i++)
 			{
 				int			col = 2 + 3 * k + i;
 
-				if (n[k] == 0)
+				if (copy->n[k] == 0)
 					nulls[col] = true;
 				else
-					values[col] = cq_latency_quantile(hist[k], n[k], quantiles[i]);
+					values[col] = cq_latency_quantile(copy->hist[k], copy->n[k],
+													  quantiles[i]);
 			}
-		values[8] = Float8GetDatum((double) pg_atomic_read_u64(&entry->latency_sum_us[CQ_LATENCY_WAIT]) / 1e6);
-		values[9] = Int64GetDatum((int64) n[CQ_LATENCY_RUN]);
-		values[10] = Float8GetDatum((double) pg_atomic_read_u64(&entry->latency_sum_us[CQ_LATENCY_RUN]) / 1e6);
+		values[8] = Float8GetDatum((double) copy->sum_us[CQ_LATENCY_WAIT] / 1e6);
+		values[9] = Int64GetDatum((int64) copy->n[CQ_LATENCY_RUN]);
+		values[10] = Float8GetDatum((double) copy->sum_us[CQ_LATENCY_RUN] / 1e6);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
-	LWLockRelease(cq_counters_lock);
 	return (Datum) 0;
 }
 
@@ -514,39 +549,33 @@ Datum
 claimq_latency_histogram(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	HASH_SEQ_STATUS status;
-	CqCounterEntry *entry;
+	ListCell   *lc;
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (!cq_shmem_ready)
 		return (Datum) 0;
 
-	LWLockAcquire(cq_counters_lock, LW_SHARED);
-	hash_seq_init(&status, cq_counters);
-	while ((entry = hash_seq_search(&status)) != NULL)
+	foreach(lc, cq_latency_copies())
 	{
-		if (entry->key.dboid != MyDatabaseId || entry->key.queue_id == 0 ||
-			entry->queue[0] == '\0')
-			continue;
+		CqLatencyCopy *copy = lfirst(lc);
+
 		for (int k = 0; k < CQ_NLATENCIES; k++)
 			for (int b = 0; b < CQ_LATENCY_BUCKETS; b++)
 			{
-				uint64		n = pg_atomic_read_u64(&entry->latency[k][b]);
 				Datum		values[5];
 				bool		nulls[5] = {0};
 
-				if (n == 0)
+				if (copy->hist[k][b] == 0)
 					continue;
-				values[0] = CStringGetTextDatum(entry->queue);
+				values[0] = CStringGetTextDatum(copy->queue);
 				values[1] = CStringGetTextDatum(k == CQ_LATENCY_WAIT ? "wait" : "run");
 				values[2] = Int32GetDatum(b);
 				values[3] = Float8GetDatum(pow(CQ_LATENCY_RATIO, b) / 1e6);
-				values[4] = Int64GetDatum((int64) n);
+				values[4] = Int64GetDatum((int64) copy->hist[k][b]);
 				tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
 									 values, nulls);
 			}
 	}
-	LWLockRelease(cq_counters_lock);
 	return (Datum) 0;
 }
 

@@ -333,19 +333,10 @@ cq_cron_next_local(const CqCron *c, int64 *naive, int64 limit)
 	{
 		if (cq_naive(year, month, 1, 0, 0) > limit)
 			return false;
-		if (!((c->months >> month) & 1))
+		if (!((c->months >> month) & 1) ||
+			day > day_tab[isleap(year)][month - 1])
 		{
-			if (++month > 12)
-			{
-				month = 1;
-				year++;
-			}
-			day = 1;
-			hour = minute = 0;
-			continue;
-		}
-		if (day > day_tab[isleap(year)][month - 1])
-		{
+			/* Not this month, or past its last day: the next month. */
 			if (++month > 12)
 			{
 				month = 1;
@@ -367,13 +358,7 @@ cq_cron_next_local(const CqCron *c, int64 *naive, int64 limit)
 			hour = minute = 0;
 			continue;
 		}
-		if (!((c->hours >> hour) & 1))
-		{
-			hour++;
-			minute = 0;
-			continue;
-		}
-		if (minute > 59)
+		if (!((c->hours >> hour) & 1) || minute > 59)
 		{
 			hour++;
 			minute = 0;

@@ -720,80 +720,82 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-	nl constant text := E'\n';
-	out text := '';
-	counter text;
+	-- Each source is read once: queue_stats passes over the job table.
+	stats jsonb := (SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(s) ORDER BY s.queue), '[]')
+					  FROM claimq.queue_stats s);
+	counts jsonb := (SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(c) ORDER BY c.queue), '[]')
+					   FROM claimq.counters() c WHERE c.queue IS NOT NULL);
+	lats jsonb := (SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(l) ORDER BY l.queue), '[]')
+					 FROM claimq.queue_latency() l);
+	family constant text := E'# HELP %1$s %2$s\n# TYPE %1$s %3$s\n';
+	out text;
+	f record;
 BEGIN
-	-- Families with HELP and TYPE, then their samples; label values are
-	-- queue names, which contain nothing that needs escaping.
-	out := out OPERATOR(pg_catalog.||)
-		'# HELP claimq_jobs Jobs per queue and state (expired: claimed or running jobs past their lease).' OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
-		'# TYPE claimq_jobs gauge' OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
-		COALESCE((SELECT pg_catalog.string_agg(
-					pg_catalog.format('claimq_jobs{queue="%s",state="%s"} %s', s.queue, v.state, v.n),
-					nl ORDER BY s.queue, v.ord) OPERATOR(pg_catalog.||) nl
-				  FROM claimq.queue_stats s
-				  CROSS JOIN LATERAL (VALUES (1, 'ready', s.ready), (2, 'scheduled', s.scheduled),
-											 (3, 'claimed', s.claimed), (4, 'running', s.running),
-											 (5, 'expired', s.expired), (6, 'dead', s.dead),
-											 (7, 'done', s.done), (8, 'cancelled', s.cancelled)) AS v(ord, state, n)), '')
+	-- Families with HELP and TYPE, then their samples, one per line; label
+	-- values are queue names, which contain nothing that needs escaping.
+	out := pg_catalog.format(family, 'claimq_jobs',
+							 'Jobs per queue and state (expired: claimed or running jobs past their lease).',
+							 'gauge')
 		OPERATOR(pg_catalog.||)
-		'# HELP claimq_oldest_ready_age_seconds Age of the oldest ready job per queue (0 if none).' OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
-		'# TYPE claimq_oldest_ready_age_seconds gauge' OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
 		COALESCE((SELECT pg_catalog.string_agg(
-					pg_catalog.format('claimq_oldest_ready_age_seconds{queue="%s"} %s', s.queue,
-									  COALESCE(pg_catalog.date_part('epoch', s.oldest_ready_age), 0)),
-					nl ORDER BY s.queue) OPERATOR(pg_catalog.||) nl
-				  FROM claimq.queue_stats s), '')
-		OPERATOR(pg_catalog.||)
-		'# HELP claimq_oldest_claim_age_seconds Age of the oldest claim of a claimed or running job per queue (0 if none).' OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
-		'# TYPE claimq_oldest_claim_age_seconds gauge' OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
-		COALESCE((SELECT pg_catalog.string_agg(
-					pg_catalog.format('claimq_oldest_claim_age_seconds{queue="%s"} %s', s.queue,
-									  COALESCE(pg_catalog.date_part('epoch', s.oldest_claim_age), 0)),
-					nl ORDER BY s.queue) OPERATOR(pg_catalog.||) nl
-				  FROM claimq.queue_stats s), '');
-	FOREACH counter IN ARRAY '{claimed,started,completed,failed,released,reclaimed,dead,stale,cancelled,snoozed}'::text[] LOOP
+					pg_catalog.format(E'claimq_jobs{queue="%s",state="%s"} %s\n',
+									  e.x OPERATOR(pg_catalog.->>) 'queue', v.state,
+									  e.x OPERATOR(pg_catalog.->>) v.state),
+					'' ORDER BY e.n, v.n)
+				  FROM pg_catalog.jsonb_array_elements(stats) WITH ORDINALITY AS e(x, n)
+				  CROSS JOIN pg_catalog.unnest('{ready,scheduled,claimed,running,expired,dead,done,cancelled}'::text[])
+							 WITH ORDINALITY AS v(state, n)), '');
+	FOR f IN SELECT * FROM (VALUES
+		('oldest_ready_age', 'Age of the oldest ready job per queue (0 if none).'),
+		('oldest_claim_age', 'Age of the oldest claim of a claimed or running job per queue (0 if none).')) AS v(name, help)
+	LOOP
 		out := out OPERATOR(pg_catalog.||)
-			pg_catalog.format('# HELP claimq_%s_total Jobs %s per queue since server start or reset_counters().', counter,
-							  CASE counter WHEN 'stale' THEN 'refused as stale' ELSE counter END) OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
-			pg_catalog.format('# TYPE claimq_%s_total counter', counter) OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
+			pg_catalog.format(family, 'claimq_' OPERATOR(pg_catalog.||) f.name OPERATOR(pg_catalog.||) '_seconds', f.help, 'gauge')
+			OPERATOR(pg_catalog.||)
 			COALESCE((SELECT pg_catalog.string_agg(
-						pg_catalog.format('claimq_%s_total{queue="%s"} %s', counter, c.queue,
-										  (pg_catalog.to_jsonb(c) OPERATOR(pg_catalog.->>) counter)),
-						nl ORDER BY c.queue) OPERATOR(pg_catalog.||) nl
-					  FROM claimq.counters() c WHERE c.queue IS NOT NULL), '');
+						pg_catalog.format(E'claimq_%s_seconds{queue="%s"} %s\n', f.name,
+										  e.x OPERATOR(pg_catalog.->>) 'queue',
+										  COALESCE(pg_catalog.date_part('epoch',
+												(e.x OPERATOR(pg_catalog.->>) f.name)::interval), 0)),
+						'' ORDER BY e.n)
+					  FROM pg_catalog.jsonb_array_elements(stats) WITH ORDINALITY AS e(x, n)), '');
 	END LOOP;
-	out := out OPERATOR(pg_catalog.||)
-		'# HELP claimq_wait_seconds Time from a job becoming ready to its claim, per queue.' OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
-		'# TYPE claimq_wait_seconds summary' OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
-		COALESCE((SELECT pg_catalog.string_agg(
-					pg_catalog.format(E'claimq_wait_seconds{queue="%1$s",quantile="0.5"} %2$s\n'
-									  'claimq_wait_seconds{queue="%1$s",quantile="0.9"} %3$s\n'
-									  'claimq_wait_seconds{queue="%1$s",quantile="0.99"} %4$s\n'
-									  'claimq_wait_seconds_sum{queue="%1$s"} %5$s\n'
-									  'claimq_wait_seconds_count{queue="%1$s"} %6$s',
-									  l.queue, COALESCE(pg_catalog.date_part('epoch', l.wait_p50), 0),
-									  COALESCE(pg_catalog.date_part('epoch', l.wait_p90), 0),
-									  COALESCE(pg_catalog.date_part('epoch', l.wait_p99), 0),
-									  l.wait_sum, l.samples),
-					nl ORDER BY l.queue) OPERATOR(pg_catalog.||) nl
-				  FROM claimq.queue_latency() l), '')
-		OPERATOR(pg_catalog.||)
-		'# HELP claimq_run_seconds Time from a job''s start to its complete or fail, per queue.' OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
-		'# TYPE claimq_run_seconds summary' OPERATOR(pg_catalog.||) nl OPERATOR(pg_catalog.||)
-		COALESCE((SELECT pg_catalog.string_agg(
-					pg_catalog.format(E'claimq_run_seconds{queue="%1$s",quantile="0.5"} %2$s\n'
-									  'claimq_run_seconds{queue="%1$s",quantile="0.9"} %3$s\n'
-									  'claimq_run_seconds{queue="%1$s",quantile="0.99"} %4$s\n'
-									  'claimq_run_seconds_sum{queue="%1$s"} %5$s\n'
-									  'claimq_run_seconds_count{queue="%1$s"} %6$s',
-									  l.queue, COALESCE(pg_catalog.date_part('epoch', l.run_p50), 0),
-									  COALESCE(pg_catalog.date_part('epoch', l.run_p90), 0),
-									  COALESCE(pg_catalog.date_part('epoch', l.run_p99), 0),
-									  l.run_sum, l.run_samples),
-					nl ORDER BY l.queue) OPERATOR(pg_catalog.||) nl
-				  FROM claimq.queue_latency() l), '');
+	FOR f IN SELECT * FROM pg_catalog.unnest('{claimed,started,completed,failed,released,reclaimed,dead,stale,cancelled,snoozed}'::text[]) AS v(name)
+	LOOP
+		out := out OPERATOR(pg_catalog.||)
+			pg_catalog.format(family, 'claimq_' OPERATOR(pg_catalog.||) f.name OPERATOR(pg_catalog.||) '_total',
+							  pg_catalog.format('Jobs %s per queue since server start or reset_counters().',
+												CASE f.name WHEN 'stale' THEN 'refused as stale' ELSE f.name END),
+							  'counter')
+			OPERATOR(pg_catalog.||)
+			COALESCE((SELECT pg_catalog.string_agg(
+						pg_catalog.format(E'claimq_%s_total{queue="%s"} %s\n', f.name,
+										  e.x OPERATOR(pg_catalog.->>) 'queue', e.x OPERATOR(pg_catalog.->>) f.name),
+						'' ORDER BY e.n)
+					  FROM pg_catalog.jsonb_array_elements(counts) WITH ORDINALITY AS e(x, n)), '');
+	END LOOP;
+	FOR f IN SELECT * FROM (VALUES
+		('wait', 'Time from a job becoming ready to its claim, per queue.', 'samples'),
+		('run', 'Time from a job''s start to its complete or fail, per queue.', 'run_samples')) AS v(name, help, count)
+	LOOP
+		out := out OPERATOR(pg_catalog.||)
+			pg_catalog.format(family, 'claimq_' OPERATOR(pg_catalog.||) f.name OPERATOR(pg_catalog.||) '_seconds', f.help, 'summary')
+			OPERATOR(pg_catalog.||)
+			COALESCE((SELECT pg_catalog.string_agg(
+						pg_catalog.format(E'claimq_%1$s_seconds{queue="%2$s",quantile="0.5"} %3$s\n'
+										  'claimq_%1$s_seconds{queue="%2$s",quantile="0.9"} %4$s\n'
+										  'claimq_%1$s_seconds{queue="%2$s",quantile="0.99"} %5$s\n'
+										  'claimq_%1$s_seconds_sum{queue="%2$s"} %6$s\n'
+										  'claimq_%1$s_seconds_count{queue="%2$s"} %7$s\n',
+										  f.name, e.x OPERATOR(pg_catalog.->>) 'queue',
+										  COALESCE(pg_catalog.date_part('epoch', (e.x OPERATOR(pg_catalog.->>) (f.name OPERATOR(pg_catalog.||) '_p50'))::interval), 0),
+										  COALESCE(pg_catalog.date_part('epoch', (e.x OPERATOR(pg_catalog.->>) (f.name OPERATOR(pg_catalog.||) '_p90'))::interval), 0),
+										  COALESCE(pg_catalog.date_part('epoch', (e.x OPERATOR(pg_catalog.->>) (f.name OPERATOR(pg_catalog.||) '_p99'))::interval), 0),
+										  e.x OPERATOR(pg_catalog.->>) (f.name OPERATOR(pg_catalog.||) '_sum'),
+										  e.x OPERATOR(pg_catalog.->>) f.count),
+						'' ORDER BY e.n)
+					  FROM pg_catalog.jsonb_array_elements(lats) WITH ORDINALITY AS e(x, n)), '');
+	END LOOP;
 	RETURN out;
 END
 $$;

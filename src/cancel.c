@@ -36,7 +36,7 @@ PG_FUNCTION_INFO_V1(claimq_cancel);
 
 /*
  * Cancel the live jobs among ids ($1); $2 is the call's time.  Returns, for
- * each job cancelled, its id and queue.
+ * each job cancelled, its id, queue and group key.
  */
 static void
 cq_cancel_live(Datum ids)
@@ -52,7 +52,7 @@ cq_cancel_live(Datum ids)
 			"               ELSE j.token END"
 			" WHERE j.job_id = ANY ($1)"
 			"   AND j.state = ANY ('{pending,claimed,running}'::text[])"
-			" RETURNING j.job_id, j.queue_id",
+			" RETURNING j.job_id, j.queue_id, j.group_key",
 			2, argtypes);
 	values[0] = ids;
 	values[1] = TimestampTzGetDatum(GetCurrentTimestamp());
@@ -100,6 +100,7 @@ claimq_cancel(PG_FUNCTION_ARGS)
 	HASHCTL		ctl;
 	HTAB	   *jobs;
 	CqCountBatch counts = {0};
+	CqGroups	groups = {0};
 	uint64		ncancelled = 0;
 
 	deconstruct_array(ids, INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
@@ -133,14 +134,19 @@ claimq_cancel(PG_FUNCTION_ARGS)
 		{
 			bool		isnull;
 			int64		job_id = DatumGetInt64(cq_spi_value(row, 1, &isnull));
+			int32		queue_id = DatumGetInt32(cq_spi_value(row, 2, &isnull));
+			Datum		group_key = cq_spi_value(row, 3, &isnull);
 			CqCancelEntry *entry = hash_search(jobs, &job_id, HASH_FIND, NULL);
 
 			entry->outcome = "ok";
 			entry->state = "cancelled";
-			cq_count_add(&counts, DatumGetInt32(cq_spi_value(row, 2, &isnull)),
-						 CQ_CANCELLED, 1);
+			cq_count_add(&counts, queue_id, CQ_CANCELLED, 1);
+			if (!isnull)
+				cq_groups_note(&groups, queue_id, group_key);
 			ncancelled++;
 		}
+		/* A cancelled job frees its group's slot (flow.c). */
+		cq_groups_sync(&groups);
 
 		/*
 		 * Why the others were not cancelled, with a fresh snapshot: gone,

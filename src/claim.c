@@ -12,6 +12,8 @@
  * priorities that have pending jobs (a loose index scan, one probe each)
  * and reads only the ready range of each, under FOR UPDATE SKIP LOCKED.
  * The cost is O(batch + priorities in use), whatever else the table holds.
+ * Jobs that group limits hold back are not in the index at all, and the
+ * queue-wide limits cut max_jobs down before the statement runs (flow.c).
  *
  * The probes walk the index backwards, lowest priority first, so that
  * each lands on the newest entries of a priority: the oldest ones are
@@ -78,22 +80,31 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	uint64		claimed;
 	bool		isnull;
 	CqCountBatch counts = {0};
+	CqFlowTicket ticket;
+
+	max_jobs = cq_flow_allowance(queue, max_jobs, &ticket);
+	if (max_jobs == 0)
+	{
+		cq_flow_spend(queue, &ticket, 0);
+		return 0;
+	}
+	now = GetCurrentTimestamp();	/* the allowance may have waited */
 
 	cq_plan(&plan,
 			"WITH RECURSIVE prio(p) AS ("
 			"    SELECT pg_catalog.min(j.priority) FROM claimq.job j"
-			"     WHERE j.queue_id = $1 AND j.state = 'pending'"
+			"     WHERE j.queue_id = $1 AND j.state = 'pending' AND NOT j.held"
 			"  UNION ALL"
 			"    SELECT (SELECT pg_catalog.min(j.priority) FROM claimq.job j"
 			"             WHERE j.queue_id = $1 AND j.state = 'pending'"
-			"               AND j.priority > prio.p)"
+			"               AND NOT j.held AND j.priority > prio.p)"
 			"      FROM prio WHERE prio.p IS NOT NULL"
 			"), picked AS MATERIALIZED ("
 			"  SELECT c.ctid"
 			"    FROM (SELECT prio.p FROM prio WHERE prio.p IS NOT NULL"
 			"           ORDER BY prio.p DESC) prio CROSS JOIN LATERAL ("
 			"      SELECT j.ctid FROM claimq.job j"
-			"       WHERE j.queue_id = $1 AND j.state = 'pending'"
+			"       WHERE j.queue_id = $1 AND j.state = 'pending' AND NOT j.held"
 			"         AND j.priority = prio.p AND j.run_at <= $3"
 			"         AND (j.run_at, j.job_id) >= ($8, $9)"
 			"       ORDER BY j.run_at, j.job_id"
@@ -169,7 +180,10 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	}
 	cq_count_flush(&counts);
 	if (claimed == 0)
+	{
+		cq_flow_spend(queue, &ticket, 0);
 		return 0;
+	}
 	cq_tokens_durable();
 
 	/*
@@ -186,6 +200,7 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 		cq_floor_raise(&floor,
 					   DatumGetTimestampTz(cq_spi_value(claimed - 1, 8, &isnull)),
 					   DatumGetInt64(cq_spi_value(claimed - 1, 1, &isnull)));
+	cq_flow_spend(queue, &ticket, (int32) claimed);
 	return claimed;
 }
 

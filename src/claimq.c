@@ -110,10 +110,11 @@ cq_shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	RequestAddinShmemSpace(add_size(add_size(cq_reclaimer_shmem_size(),
-											 cq_counters_shmem_size()),
-									add_size(cq_wakeup_shmem_size(),
-											 cq_floor_shmem_size())));
+	RequestAddinShmemSpace(add_size(add_size(add_size(cq_reclaimer_shmem_size(),
+													  cq_counters_shmem_size()),
+											 add_size(cq_wakeup_shmem_size(),
+													  cq_floor_shmem_size())),
+									cq_flow_shmem_size()));
 	RequestNamedLWLockTranche("claimq", 1);
 }
 
@@ -131,6 +132,7 @@ cq_shmem_startup(void)
 	cq_counters_shmem_init(lock);
 	cq_wakeup_shmem_init();
 	cq_floor_shmem_init();
+	cq_flow_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 	cq_shmem_ready = true;
 }

@@ -7,6 +7,8 @@
  * layout table):
  *		enqueue.c	(new) -> pending
  *		claim.c		pending -> claimed | running
+ *		flow.c		flow control: held pending -> pending under group
+ *					limits; the queue-wide limits a claim obeys
  *		settle.c	claimed | running -> running, done, pending, dead
  *					(start, extend, complete, fail, release, snooze)
  *		cancel.c	pending | claimed | running -> cancelled
@@ -52,7 +54,7 @@
 #include "compat.h"
 
 /* The extension version (claimq.control) whose schema this library uses. */
-#define CQ_SCHEMA_VERSION	"0.4"
+#define CQ_SCHEMA_VERSION	"0.5"
 
 /* Limits from the API contract. */
 #define CQ_MAX_BATCH		10000	/* max_jobs per claim, elements per call */
@@ -226,7 +228,47 @@ typedef struct CqQueue
 	bool		notify;
 	Interval	lease;
 	Interval	run_lease;
+	int32		group_limit;	/* 0: none */
+	bool		group_fifo;
+	int32		max_in_flight;	/* 0: none */
+	int32		rate_limit;		/* 0: none */
+	Interval	rate_period;
 } CqQueue;
+
+/*
+ * Flow control (flow.c).  The groups whose jobs a statement changed, to be
+ * synced with the queue's group limits; and a claim's view of the rate
+ * limit's bucket.
+ */
+typedef struct CqGroups
+{
+	int			n;
+	int			size;
+	int32	   *queue_ids;
+	Datum	   *keys;			/* text */
+} CqGroups;
+
+typedef struct CqFlowTicket
+{
+	int			slot;			/* shared memory: the queue's slot, or -1 */
+	int32		reserved;		/* slots reserved by the claim */
+	int32		tokens;			/* tokens taken by the claim */
+	int32		allowed;
+	bool		row_bucket;		/* the fallback: the bucket in the row */
+	double		row_tokens;		/* left at "at", before the claim */
+	TimestampTz at;
+} CqFlowTicket;
+
+extern bool cq_queue_groups_limited(const CqQueue *queue);
+extern void cq_groups_note(CqGroups *groups, int32 queue_id, Datum key);
+extern void cq_groups_sync(CqGroups *groups);
+extern void cq_sync_groups(int32 queue_id, Datum keys);
+extern Size cq_flow_shmem_size(void);
+extern void cq_flow_shmem_init(void);
+extern int32 cq_flow_allowance(const CqQueue *queue, int32 max_jobs,
+							   CqFlowTicket *ticket);
+extern void cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket,
+						  int32 n);
 
 /*
  * Backoff before retry number n (n >= 1, an SQL expression over the

@@ -403,7 +403,10 @@ cq_lookup_queue(const char *name, CqQueue *queue)
 	bool		isnull;
 
 	cq_plan(&plan,
-			"SELECT q.queue_id, q.paused, q.notify, q.lease, q.run_lease"
+			"SELECT q.queue_id, q.paused, q.notify, q.lease, q.run_lease,"
+			"       COALESCE(q.group_limit, 0), q.group_fifo,"
+			"       COALESCE(q.max_in_flight, 0), COALESCE(q.rate_limit, 0),"
+			"       q.rate_period"
 			"  FROM claimq.queue q WHERE q.name = $1",
 			1, argtypes);
 	values[0] = CStringGetTextDatum(name);
@@ -417,6 +420,11 @@ cq_lookup_queue(const char *name, CqQueue *queue)
 	queue->notify = DatumGetBool(cq_spi_value(0, 3, &isnull));
 	queue->lease = *DatumGetIntervalP(cq_spi_value(0, 4, &isnull));
 	queue->run_lease = *DatumGetIntervalP(cq_spi_value(0, 5, &isnull));
+	queue->group_limit = DatumGetInt32(cq_spi_value(0, 6, &isnull));
+	queue->group_fifo = DatumGetBool(cq_spi_value(0, 7, &isnull));
+	queue->max_in_flight = DatumGetInt32(cq_spi_value(0, 8, &isnull));
+	queue->rate_limit = DatumGetInt32(cq_spi_value(0, 9, &isnull));
+	queue->rate_period = *DatumGetIntervalP(cq_spi_value(0, 10, &isnull));
 	return true;
 }
 

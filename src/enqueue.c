@@ -21,6 +21,9 @@
  * A job's id is this server's node number (claimq.node_id) in the high
  * bits plus the next value of claimq.job_id_seq.
  *
+ * On a queue with group limits, a job with a group key goes in held, after
+ * its group's lock is taken, and its group is synced afterwards (flow.c).
+ *
  * Every enqueue holds its queue's producer lock in share mode (claimq.h),
  * so a job cannot be inserted into a queue that drop_queue is deleting.
  *
@@ -190,23 +193,24 @@ cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null,
 			   Datum group_key, bool group_key_null)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[9] = {INT4OID, INT4OID, TIMESTAMPTZOID,
-		TIMESTAMPTZOID, TEXTOID, JSONBOID, INT8OID, INT4OID, TEXTOID};
-	Datum		values[9];
-	char		nulls[9] = "         ";
+	Oid			argtypes[10] = {INT4OID, INT4OID, TIMESTAMPTZOID,
+		TIMESTAMPTZOID, TEXTOID, JSONBOID, INT8OID, INT4OID, TEXTOID, BOOLOID};
+	Datum		values[10];
+	char		nulls[10] = "          ";
 	bool		isnull;
 
 	cq_plan(&plan,
 			"INSERT INTO claimq.job AS j"
 			" (job_id, queue_id, state, priority, run_at, enqueued_at,"
-			"  dedup_key, payload, max_attempts, group_key)"
+			"  dedup_key, payload, max_attempts, group_key, held)"
 			" VALUES ($7 + pg_catalog.nextval('claimq.job_id_seq'),"
-			"         $1, 'pending', $2, COALESCE($3, $4), $4, $5, $6, $8, $9)"
+			"         $1, 'pending', $2, COALESCE($3, $4), $4, $5, $6, $8, $9,"
+			"         $10 AND $9 IS NOT NULL)"
 			" ON CONFLICT (queue_id, dedup_key)"
 			"   WHERE dedup_key IS NOT NULL AND state = ANY (" CQ_LIVE_STATES ")"
 			" DO NOTHING"
 			" RETURNING j.job_id",
-			9, argtypes);
+			10, argtypes);
 	values[0] = Int32GetDatum(args->queue.queue_id);
 	values[1] = Int32GetDatum(args->priority);
 	values[2] = args->run_at;
@@ -220,6 +224,7 @@ cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null,
 	nulls[7] = args->max_attempts_null ? 'n' : ' ';
 	values[8] = group_key;
 	nulls[8] = group_key_null ? 'n' : ' ';
+	values[9] = BoolGetDatum(cq_queue_groups_limited(&args->queue));
 
 	for (int attempt = 0; attempt < CQ_DEDUP_RETRIES; attempt++)
 	{
@@ -266,6 +271,7 @@ claimq_enqueue(PG_FUNCTION_ARGS)
 	CqEnqueueArgs args;
 	int64		job_id;
 	bool		group_key_null = PG_NARGS() <= 7 || PG_ARGISNULL(7);
+	Datum		groups = (Datum) 0;
 
 	cq_enqueue_args(fcinfo, &args);
 	cq_arg_not_null(fcinfo, 1, "payload");
@@ -275,11 +281,20 @@ claimq_enqueue(PG_FUNCTION_ARGS)
 	cq_lock_producers(args.queue_name);
 	SPI_connect();
 	cq_require_queue(args.queue_name, &args.queue);
+	if (!group_key_null && cq_queue_groups_limited(&args.queue))
+	{
+		groups = PointerGetDatum(construct_array(&PG_GETARG_DATUM(7), 1,
+												 TEXTOID, -1, false,
+												 TYPALIGN_INT));
+		cq_sync_groups(args.queue.queue_id, groups);
+	}
 	job_id = cq_enqueue_one(&args, PG_GETARG_DATUM(1),
 							PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4),
 							PG_ARGISNULL(4),
 							group_key_null ? (Datum) 0 : PG_GETARG_DATUM(7),
 							group_key_null);
+	if (groups != (Datum) 0)
+		cq_sync_groups(args.queue.queue_id, groups);
 	SPI_finish();
 
 	cq_enqueue_notify(&args);
@@ -309,10 +324,11 @@ Datum
 claimq_enqueue_many(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[9] = {INT4OID, JSONBARRAYOID, TEXTARRAYOID, INT4OID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TEXTARRAYOID, INT4OID};
-	Datum		values[9];
-	char		nulls[9] = "         ";
+	Oid			argtypes[10] = {INT4OID, JSONBARRAYOID, TEXTARRAYOID, INT4OID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TEXTARRAYOID, INT4OID, BOOLOID};
+	Datum		values[10];
+	char		nulls[10] = "          ";
+	bool		sync;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	CqEnqueueArgs args;
 	ArrayType  *payloads;
@@ -359,6 +375,9 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 		SPI_finish();
 		return (Datum) 0;
 	}
+	sync = group_keys != NULL && cq_queue_groups_limited(&args.queue);
+	if (sync)
+		cq_sync_groups(args.queue.queue_id, PointerGetDatum(group_keys));
 
 	cq_plan(&plan,
 			"WITH input AS MATERIALIZED ("
@@ -371,9 +390,10 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 			"), ins AS ("
 			"  INSERT INTO claimq.job AS j"
 			"   (job_id, queue_id, state, priority, run_at, enqueued_at,"
-			"    dedup_key, payload, max_attempts, group_key)"
+			"    dedup_key, payload, max_attempts, group_key, held)"
 			"  SELECT i.job_id, $1, 'pending', $4, COALESCE($5, $6), $6,"
-			"         i.dedup_key, i.payload, $9, i.group_key"
+			"         i.dedup_key, i.payload, $9, i.group_key,"
+			"         $10 AND i.group_key IS NOT NULL"
 			"    FROM input i ORDER BY i.dedup_key COLLATE \"C\", i.ord"
 			"  ON CONFLICT (queue_id, dedup_key)"
 			"    WHERE dedup_key IS NOT NULL AND state = ANY (" CQ_LIVE_STATES ")"
@@ -384,7 +404,7 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 			"        i.dedup_key, i.payload, i.group_key"
 			"   FROM input i LEFT JOIN ins ON ins.job_id = i.job_id"
 			"  ORDER BY i.ord",
-			9, argtypes);
+			10, argtypes);
 	values[0] = Int32GetDatum(args.queue.queue_id);
 	values[1] = PointerGetDatum(payloads);
 	values[2] = keys ? PointerGetDatum(keys) : (Datum) 0;
@@ -398,6 +418,7 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 	nulls[7] = group_keys ? ' ' : 'n';
 	values[8] = args.max_attempts;
 	nulls[8] = args.max_attempts_null ? 'n' : ' ';
+	values[9] = BoolGetDatum(sync);
 	cq_execute(plan, values, nulls, SPI_OK_SELECT);
 
 	{
@@ -439,6 +460,8 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 		}
 		SPI_freetuptable(tuptable);
 	}
+	if (sync)
+		cq_sync_groups(args.queue.queue_id, PointerGetDatum(group_keys));
 	SPI_finish();
 
 	cq_enqueue_notify(&args);

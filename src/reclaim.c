@@ -49,6 +49,8 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 	Datum		values[3];
 	uint64		total = 0;
 	CqCountBatch counts = {0};
+	SPITupleTable *tuptable;
+	uint64		nrows;
 
 	cq_plan(&plan,
 			"WITH cand AS MATERIALIZED ("
@@ -72,7 +74,9 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 			"    FROM claimq.queue q"
 			"   WHERE j.job_id = ANY (ARRAY(SELECT c.job_id FROM cand c))"
 			"     AND j.expires_at < $3 AND q.queue_id = j.queue_id"
-			"  RETURNING q.queue_id, q.name, j.state, j.run_at"
+			"  RETURNING q.queue_id, q.name, j.state, j.run_at,"
+			"            CASE WHEN q.group_limit IS NOT NULL OR q.group_fifo"
+			"                 THEN j.group_key END AS group_key"
 			")"
 			/*
 			 * A released job keeps its run_at, which is before its claim and
@@ -84,7 +88,9 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 			"        pg_catalog.count(*) FILTER (WHERE u.state = 'pending'"
 			"                                      AND u.run_at >= $3),"
 			"        pg_catalog.count(*) FILTER (WHERE u.state = 'dead'),"
-			"        pg_catalog.min(u.run_at) FILTER (WHERE u.state = 'pending')"
+			"        pg_catalog.min(u.run_at) FILTER (WHERE u.state = 'pending'),"
+			"        pg_catalog.array_agg(DISTINCT u.group_key)"
+			"          FILTER (WHERE u.group_key IS NOT NULL)"
 			"   FROM upd u GROUP BY u.queue_id, u.name ORDER BY u.name",
 			3, argtypes);
 
@@ -92,18 +98,21 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 	values[1] = Int32GetDatum(max_jobs);
 	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
 	cq_execute(plan, values, NULL, SPI_OK_SELECT);
+	tuptable = SPI_tuptable;
+	nrows = SPI_processed;
 
-	for (uint64 row = 0; row < SPI_processed; row++)
+	for (uint64 row = 0; row < nrows; row++)
 	{
-		Datum		rowvalues[6];
-		bool		rownulls[6];
+		Datum		rowvalues[7];
+		bool		rownulls[7];
 		int64		n;
 
 		/*
 		 * queue_id, then the result row: queue, released, retried, dead;
-		 * then the earliest run_at made pending
+		 * then the earliest run_at made pending and the groups of jobs
+		 * reclaimed in a queue with group limits
 		 */
-		heap_deform_tuple(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
+		heap_deform_tuple(tuptable->vals[row], tuptable->tupdesc,
 						  rowvalues, rownulls);
 		n = DatumGetInt64(rowvalues[2]) + DatumGetInt64(rowvalues[3]) +
 			DatumGetInt64(rowvalues[4]);
@@ -118,6 +127,9 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 			cq_finished_on_commit();
 		if (result)
 			tuplestore_putvalues(result, desc, rowvalues + 1, rownulls + 1);
+		/* A job that died frees its group's slot (flow.c). */
+		if (!rownulls[6])
+			cq_sync_groups(DatumGetInt32(rowvalues[0]), rowvalues[6]);
 	}
 	cq_count_flush(&counts);
 	return total;

@@ -88,8 +88,9 @@ PG_FUNCTION_INFO_V1(claimq_release_worker);
 /*
  * Each statement changes the rows it may and returns, for each, the input
  * pair's number and the job's queue, followed by the operation's extra
- * result columns.  Pairs
- * it does not return are told apart afterwards (see cq_settle).
+ * result columns; a statement that moves jobs out of flight returns their
+ * group_key too, for the group limits (flow.c).  Pairs it does not return
+ * are told apart afterwards (see cq_settle).
  */
 typedef struct CqSettleOp
 {
@@ -147,14 +148,14 @@ static CqSettleOp cq_complete_op = {
 	"   USING input i"
 	"   WHERE" CQ_FENCE_SQL
 	"     AND NOT (SELECT k.any FROM keeping k)"
-	"  RETURNING i.ord, j.queue_id, j.started_at"
+	"  RETURNING i.ord, j.queue_id, j.started_at, j.group_key"
 	"), del_some AS ("
 	"  DELETE FROM claimq.job j"
 	"   USING input i, claimq.queue q"
 	"   WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	"     AND q.keep_done <= '0'::interval"
 	"     AND (SELECT k.any FROM keeping k)"
-	"  RETURNING i.ord, j.queue_id, j.started_at"
+	"  RETURNING i.ord, j.queue_id, j.started_at, j.group_key"
 	"), kept AS ("
 	"  UPDATE claimq.job j"
 	"     SET state = 'done', finished_at = $3, expires_at = NULL,"
@@ -163,7 +164,7 @@ static CqSettleOp cq_complete_op = {
 	"   WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	"     AND q.keep_done > '0'::interval"
 	"     AND (SELECT k.any FROM keeping k)"
-	"  RETURNING i.ord, j.queue_id, j.started_at"
+	"  RETURNING i.ord, j.queue_id, j.started_at, j.group_key"
 	")"
 	" SELECT * FROM del UNION ALL SELECT * FROM del_some"
 	" UNION ALL SELECT * FROM kept",
@@ -192,7 +193,8 @@ static CqSettleOp cq_fail_op = {
 	"  FROM input i, claimq.queue q"
 	" WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	" RETURNING i.ord, j.queue_id, j.state,"
-	"           CASE WHEN j.state = 'pending' THEN j.run_at END, j.started_at",
+	"           CASE WHEN j.state = 'pending' THEN j.run_at END, j.started_at,"
+	"           j.group_key",
 	3, {TEXTOID, INTERVALOID, BOOLOID}, 4, false, SPI_OK_UPDATE_RETURNING,
 	CQ_FAILED, NULL
 };
@@ -205,7 +207,7 @@ static CqSettleOp cq_release_op = {
 	"  FROM input i"
 	" WHERE j.job_id = i.job_id AND j.token = i.token"
 	"   AND j.state = 'claimed'"
-	" RETURNING i.ord, j.queue_id, j.run_at",
+	" RETURNING i.ord, j.queue_id, j.run_at, j.group_key",
 	0, {InvalidOid}, 2, true, SPI_OK_UPDATE_RETURNING, CQ_RELEASED, NULL
 };
 
@@ -221,7 +223,7 @@ static CqSettleOp cq_snooze_op = {
 	"                  - CASE WHEN j.state = 'running' THEN 1 ELSE 0 END, 0)"
 	"  FROM input i"
 	" WHERE" CQ_FENCE_SQL
-	" RETURNING i.ord, j.queue_id, j.run_at",
+	" RETURNING i.ord, j.queue_id, j.run_at, j.group_key",
 	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, CQ_SNOOZED, NULL
 };
 
@@ -326,6 +328,8 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 	int			nunsettled = 0;
 	HTAB	   *jobs = NULL;
 	CqCountBatch counts = {0};
+	CqGroups	groups = {0};
+	int			group_col;
 
 	for (int i = 0; i < op->nextra; i++)
 	{
@@ -341,6 +345,7 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 	settled = SPI_tuptable;
 	nsettled = SPI_processed;
 	SPI_tuptable = NULL;		/* keep it across the look-up below */
+	group_col = SPI_fnumber(settled->tupdesc, "group_key");
 
 	for (int i = 0; i < n; i++)
 		rowof[i] = -1;
@@ -355,6 +360,14 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 														   2, &isnull));
 
 		rowof[ord - 1] = (int) row;
+		if (group_col > 0)
+		{
+			Datum		key = SPI_getbinval(tuple, settled->tupdesc, group_col,
+											&isnull);
+
+			if (!isnull)
+				cq_groups_note(&groups, queue_id, key);
+		}
 		if (op->counter >= 0)
 			cq_count_add(&counts, queue_id, op->counter, 1);
 		if (op == &cq_release_op || op == &cq_snooze_op)
@@ -475,6 +488,7 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 		}
 	}
 	cq_count_flush(&counts);
+	cq_groups_sync(&groups);
 	SPI_freetuptable(settled);
 	return nsettled;
 }
@@ -712,20 +726,32 @@ claimq_release_worker(PG_FUNCTION_ARGS)
 	char	   *queue_name = cq_queue_name_arg(fcinfo, 0);
 	CqQueue		queue;
 	uint64		n;
+	bool		isnull;
+	Datum		groups;
 
 	cq_arg_not_null(fcinfo, 1, "worker");
 
 	SPI_connect();
 	cq_require_queue(queue_name, &queue);
 	cq_plan(&plan,
-			"UPDATE claimq.job j SET state = 'pending', expires_at = NULL"
-			" WHERE j.queue_id = $1 AND j.worker = $2 AND j.state = 'claimed'"
-			"   AND j.expires_at IS NOT NULL",
+			"WITH released AS ("
+			"  UPDATE claimq.job j SET state = 'pending', expires_at = NULL"
+			"   WHERE j.queue_id = $1 AND j.worker = $2 AND j.state = 'claimed'"
+			"     AND j.expires_at IS NOT NULL"
+			"  RETURNING j.group_key"
+			")"
+			" SELECT pg_catalog.count(*),"
+			"        pg_catalog.array_agg(DISTINCT r.group_key)"
+			"          FILTER (WHERE r.group_key IS NOT NULL)"
+			"   FROM released r",
 			2, argtypes);
 	values[0] = Int32GetDatum(queue.queue_id);
 	values[1] = PG_GETARG_DATUM(1);
-	cq_execute(plan, values, NULL, SPI_OK_UPDATE);
-	n = SPI_processed;
+	cq_execute(plan, values, NULL, SPI_OK_SELECT);
+	n = DatumGetInt64(cq_spi_value(0, 1, &isnull));
+	groups = cq_spi_value(0, 2, &isnull);
+	if (!isnull && cq_queue_groups_limited(&queue))
+		cq_sync_groups(queue.queue_id, groups);
 	SPI_finish();
 
 	cq_count(queue.queue_id, queue_name, CQ_RELEASED, n);

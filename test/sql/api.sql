@@ -7,16 +7,16 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(202);
+SELECT plan(203);
 
 CREATE TEMP TABLE api(sig text, args text, ndefaults int, result text);
 INSERT INTO api VALUES
-('claimq.create_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean)',
- 'queue text, lease interval, run_lease interval, max_attempts integer, retry_base interval, retry_max interval, keep_done interval, keep_dead interval, notify boolean',
- 8, 'void'),
-('claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean)',
- 'queue text, lease interval, run_lease interval, max_attempts integer, retry_base interval, retry_max interval, keep_done interval, keep_dead interval, notify boolean',
- 8, 'void'),
+('claimq.create_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval)',
+ 'queue text, lease interval, run_lease interval, max_attempts integer, retry_base interval, retry_max interval, keep_done interval, keep_dead interval, notify boolean, group_limit integer, group_fifo boolean, max_in_flight integer, rate_limit integer, rate_period interval',
+ 13, 'void'),
+('claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval)',
+ 'queue text, lease interval, run_lease interval, max_attempts integer, retry_base interval, retry_max interval, keep_done interval, keep_dead interval, notify boolean, group_limit integer, group_fifo boolean, max_in_flight integer, rate_limit integer, rate_period interval',
+ 13, 'void'),
 ('claimq.drop_queue(text,boolean)', 'queue text, force boolean', 1, 'void'),
 ('claimq.pause_queue(text)', 'queue text', 0, NULL),
 ('claimq.resume_queue(text)', 'queue text', 0, NULL),
@@ -101,9 +101,15 @@ SELECT is(pg_get_expr(p.proargdefaults, 0), d, s || ' defaults')
 	('claimq.reclaim(text,integer)', 'NULL::text, 10000'),
 	('claimq.retry_dead(text,bigint[])', 'NULL::bigint[]')) v(s, d)
   LEFT JOIN pg_proc p ON p.oid = to_regprocedure(v.s);
-SELECT is(pg_get_expr(p.proargdefaults, 0) ~ 'NULL::interval, NULL::interval, NULL::integer, NULL::interval, NULL::interval, NULL::interval, NULL::interval, NULL::boolean',
+SELECT is(pg_get_expr(p.proargdefaults, 0) ~ 'NULL::interval, NULL::interval, NULL::integer, NULL::interval, NULL::interval, NULL::interval, NULL::interval, NULL::boolean, NULL::integer, NULL::boolean, NULL::integer, NULL::integer, NULL::interval',
 	true, 'alter_queue: every option defaults to NULL')
-  FROM pg_proc p WHERE p.oid = to_regprocedure('claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean)');
+  FROM pg_proc p WHERE p.oid = to_regprocedure('claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval)');
+SELECT claimq.create_queue('api_defaults') IS NULL AS created \gset
+SELECT is((SELECT ARRAY[group_limit::text, group_fifo::text, max_in_flight::text, rate_limit::text,
+						(rate_period = '1 second')::text]
+			  FROM claimq.queue WHERE name = 'api_defaults'),
+	'{NULL,false,NULL,NULL,true}'::text[],
+	'create_queue: no limits by default, a rate_period of one second');
 SELECT is(pg_get_expr(p.proargdefaults, 0) ~ '^1, NULL::interval, NULL::text, false, ',
 	true, 'claim: max_jobs 1, lease NULL, worker NULL, start false')
   FROM pg_proc p WHERE p.oid = to_regprocedure('claimq.claim(text,integer,interval,text,boolean,interval)');

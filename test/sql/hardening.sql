@@ -94,11 +94,11 @@ SELECT is(ARRAY(SELECT name FROM hard_functions
 		'claimq.status(bigint[])',
 		'claimq.wait_for(bigint[],interval)']),
 	('regress_claimq_hard_admin', ARRAY[
-		'claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean)',
+		'claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval)',
 		'claimq.alter_schedule(text,text,text,jsonb,text,integer,text,boolean)',
 		'claimq.cancel(bigint[])',
 		'claimq.counters()',
-		'claimq.create_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean)',
+		'claimq.create_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval)',
 		'claimq.create_schedule(text,text,text,jsonb,text,integer,text)',
 		'claimq.drop_queue(text,boolean)',
 		'claimq.drop_schedule(text)',
@@ -130,7 +130,7 @@ SELECT is(ARRAY(SELECT rel.name || ':' || p
 	('regress_claimq_hard_nobody', '{}'::text[]),
 	('regress_claimq_hard_producer', '{}'),
 	('regress_claimq_hard_worker', '{}'),
-	('regress_claimq_hard_admin', '{claimq.counters:SELECT,claimq.jobs:SELECT,claimq.queue_latency:SELECT,claimq.queue_stats:SELECT,claimq.reclaimer_status:SELECT,claimq.schedules:SELECT}')) AS d(r, want)
+	('regress_claimq_hard_admin', '{claimq.counters:SELECT,claimq.group_stats:SELECT,claimq.jobs:SELECT,claimq.queue_latency:SELECT,claimq.queue_stats:SELECT,claimq.reclaimer_status:SELECT,claimq.schedules:SELECT}')) AS d(r, want)
  ORDER BY r COLLATE "C";
 SELECT ok(NOT has_schema_privilege(r, 'claimq', 'CREATE'),
 		  format('%s cannot create objects in schema claimq', r))

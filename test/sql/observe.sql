@@ -7,7 +7,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(25);
+SELECT plan(26);
 
 SELECT claimq.create_queue('ob');
 SELECT claimq.reset_counters();
@@ -74,6 +74,7 @@ SELECT lives_ok('SELECT * FROM claimq.queue_stats', 'observe reads queue_stats')
 SELECT lives_ok('SELECT * FROM claimq.counters', 'observe reads counters');
 SELECT lives_ok('SELECT * FROM claimq.queue_latency', 'observe reads queue_latency');
 SELECT lives_ok('SELECT * FROM claimq.schedules', 'observe reads schedules');
+SELECT lives_ok('SELECT * FROM claimq.group_stats', 'observe reads group_stats');
 SELECT lives_ok('SELECT * FROM claimq.reclaimer_status', 'observe reads reclaimer_status');
 SELECT lives_ok('SELECT claimq.metrics()', 'observe calls metrics()');
 SELECT throws_ok('SELECT * FROM claimq.jobs', '42501', NULL, 'observe cannot read jobs');

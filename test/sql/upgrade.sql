@@ -17,12 +17,12 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 BEGIN;
 DROP EXTENSION IF EXISTS claimq;
 CREATE EXTENSION claimq VERSION '0.1';
-SELECT plan(29);
+SELECT plan(32);
 
 SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.1',
 	'version 0.1 is installed');
 SELECT throws_ok($$SELECT claimq.enqueue('nowhere', '{}')$$, '55000',
-	'extension "claimq" is at version 0.1, but its library needs version 0.4',
+	'extension "claimq" is at version 0.1, but its library needs version 0.5',
 	'the library refuses to work on an older schema, with a clear error');
 
 -- Fill it: ready, scheduled, claimed, running, dead and done jobs, a paused
@@ -93,8 +93,8 @@ SELECT count(*) AS n FROM pg_init_privs i
 
 ALTER EXTENSION claimq UPDATE;
 
-SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.4',
-	'ALTER EXTENSION claimq UPDATE brings it to 0.4');
+SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.5',
+	'ALTER EXTENSION claimq UPDATE brings it to 0.5');
 SELECT bag_eq($$SELECT job_id, token, run_at, enqueued_at, expires_at, claimed_at, finished_at,
 					   queue_id, priority, attempts, state, worker, dedup_key, last_error, payload
 				  FROM claimq.job$$,
@@ -103,8 +103,16 @@ SELECT bag_eq($$SELECT job_id, token, run_at, enqueued_at, expires_at, claimed_a
 SELECT is((SELECT count(*) FROM claimq.job
 			WHERE max_attempts IS NULL AND group_key IS NULL AND result IS NULL),
 	8::bigint, 'the new columns start empty: each job follows its queue''s max_attempts');
-SELECT bag_eq('SELECT * FROM claimq.queue', 'SELECT * FROM queues_before',
+SELECT bag_eq($$SELECT queue_id, name, lease, run_lease, max_attempts, retry_base, retry_max,
+					   keep_done, keep_dead, notify, paused, created_at
+				  FROM claimq.queue$$,
+	'SELECT * FROM queues_before',
 	'every queue is kept');
+SELECT is((SELECT count(*) FROM claimq.queue
+			WHERE group_limit IS NULL AND NOT group_fifo AND max_in_flight IS NULL
+			  AND rate_limit IS NULL AND rate_period = '1 second'),
+	(SELECT count(*) FROM queues_before), 'every queue starts without limits');
+SELECT is((SELECT count(*) FROM claimq.job WHERE held), 0::bigint, 'no job is held');
 SELECT bag_eq('SELECT * FROM claimq.key_claim', 'SELECT * FROM keys_before',
 	'every key claim is kept');
 
@@ -157,14 +165,23 @@ SELECT ok(has_function_privilege('regress_claimq_up_admin', 'claimq.retry_dead(t
 		  AND has_table_privilege('regress_claimq_up_admin', 'claimq.counters', 'SELECT')
 		  AND has_function_privilege('regress_claimq_up_admin',
 				'claimq.create_schedule(text,text,text,jsonb,text,integer,text)', 'EXECUTE')
-		  AND has_table_privilege('regress_claimq_up_admin', 'claimq.schedules', 'SELECT'),
-	'the administrator keeps the recreated functions and views and gets cancel and schedules');
+		  AND has_table_privilege('regress_claimq_up_admin', 'claimq.schedules', 'SELECT')
+		  AND has_function_privilege('regress_claimq_up_admin',
+				'claimq.create_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval)', 'EXECUTE')
+		  AND has_function_privilege('regress_claimq_up_admin',
+				'claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval)', 'EXECUTE')
+		  AND has_table_privilege('regress_claimq_up_admin', 'claimq.group_stats', 'SELECT'),
+	'the administrator keeps the recreated functions and views and gets cancel, schedules and group_stats');
+SELECT ok(NOT has_table_privilege('regress_claimq_up_worker', 'claimq.group_stats', 'SELECT')
+		  AND NOT has_function_privilege('regress_claimq_up_worker',
+				'claimq.create_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval)', 'EXECUTE'),
+	'the worker gets neither');
 SELECT is((SELECT count(*) FROM pg_init_privs i WHERE i.initprivs::text ~ 'regress_claimq_up'),
 	(SELECT n FROM init_privs_before),
 	'no grant to a user is recorded as an initial privilege of the extension');
 SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
 				 WHERE p.pronamespace = 'claimq'::regnamespace
-				   AND (p.proname ~ '_0_3$' OR p.proname = 'upgrade_copy_grants')),
+				   AND (p.proname ~ '_0_[34]$' OR p.proname = 'upgrade_copy_grants')),
 	'{}'::text[], 'nothing of the update''s scaffolding is left');
 SELECT ok(NOT has_function_privilege('public', 'claimq.wait_for(bigint[],interval)', 'EXECUTE')
 		  AND NOT has_table_privilege('public', 'claimq.jobs', 'SELECT'),

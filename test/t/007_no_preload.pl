@@ -71,6 +71,39 @@ is($node->safe_psql('postgres', 'SELECT count(*) FROM claimq.counters'),
 is($node->safe_psql('postgres', 'SELECT claimq.prune()'),
 	'0', 'prune() works by hand');
 
+# Flow control without the preload: the queue-wide limits are kept in the
+# queue's row, and claims of such a queue take turns on it.
+$node->safe_psql(
+	'postgres', q{
+	SELECT claimq.create_queue('fq', max_in_flight => 3, rate_limit => 5,
+							   rate_period => '1 hour', group_fifo => true);
+	SELECT count(*) FROM claimq.enqueue_many('fq', array_fill('{}'::jsonb, ARRAY[8]),
+		group_keys => '{a,a,b,b,c,c,d,d}');
+});
+my $bg = $node->background_psql('postgres');
+$bg->query_safe('BEGIN');
+is($bg->query_safe("SELECT count(*) FROM claimq.claim('fq', 2)"),
+	'2', 'an open transaction claims the heads of two groups');
+my $waiter = $node->background_psql('postgres');
+$waiter->query_until(qr/started/, q{
+	\echo started
+	SELECT count(*) FROM claimq.claim('fq', 5);
+});
+poll_ok(
+	$node, 'postgres', q{
+	SELECT count(*) FROM pg_stat_activity
+	 WHERE wait_event_type = 'Lock' AND query ~ 'claimq.claim'},
+	'1', 10, 'another claim waits for it');
+$bg->query_safe('COMMIT');
+$bg->quit;
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM claimq.job WHERE state = 'claimed'}),
+	'3', 'then it takes one: max_in_flight 3, one head per group');
+$waiter->quit;
+is($node->safe_psql('postgres', q{
+	SELECT floor(rate_tokens) FROM claimq.queue WHERE name = 'fq'}),
+	'2', 'the bucket in the row: 5 less the 3 claimed');
+
 $node->stop;
 log_is_clean($node);
 

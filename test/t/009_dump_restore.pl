@@ -111,6 +111,15 @@ poll_ok(
 		   (SELECT count(*) FROM claimq.key_claim WHERE expires_at < clock_timestamp())},
 	'2|1', 10, 'setup: two claims and a key claim have expired');
 
+# A FIFO queue: one job of group g claimed, the other two held back.
+dbq('src', q{
+	SELECT claimq.create_queue('delta', group_fifo => true, max_in_flight => 5,
+							   lease => '1 hour');
+	SELECT count(*) FROM claimq.enqueue_many('delta', ARRAY['{"d": 1}', '{"d": 2}', '{"d": 3}']::jsonb[],
+											 group_keys => '{g,g,g}');
+	SELECT count(*) FROM claimq.claim('delta', 10, worker => 'w-delta');
+});
+
 my $states_sql = q{
 	SELECT string_agg(format('%s:%s:%s', q.name, j.state, j.n), ','
 					  ORDER BY q.name, j.state)
@@ -119,7 +128,7 @@ my $states_sql = q{
 	  JOIN claimq.queue q USING (queue_id)};
 is( dbq('src', $states_sql),
 	'alpha:claimed:2,alpha:dead:1,alpha:done:1,alpha:pending:5,alpha:running:2,'
-	  . 'beta:claimed:1,beta:pending:2',
+	  . 'beta:claimed:1,beta:pending:2,delta:claimed:1,delta:pending:2',
 	'source holds jobs in every state');
 
 # What has to come back the same.  Row texts, so every column counts.
@@ -130,6 +139,10 @@ my %compare = (
 		SELECT string_agg(t::text, E'\n' ORDER BY job_id) FROM claimq.job t},
 	'schedule rows' => q{
 		SELECT string_agg(t::text, E'\n' ORDER BY name) FROM claimq.schedule t},
+	'job_group rows' => q{
+		SELECT string_agg(t::text, E'\n' ORDER BY queue_id, group_key) FROM claimq.job_group t},
+	'held jobs' => q{
+		SELECT string_agg(job_id::text, ',' ORDER BY job_id) FROM claimq.job WHERE held},
 	'key_claim rows' => q{
 		SELECT string_agg(t::text, E'\n' ORDER BY scope, key) FROM claimq.key_claim t},
 	'sequence positions' => q{
@@ -169,8 +182,8 @@ is( dbq('dst', q{
 	SELECT e.extversion = a.default_version, cardinality(e.extconfig)
 	  FROM pg_extension e JOIN pg_available_extensions a ON a.name = e.extname
 	 WHERE e.extname = 'claimq'}),
-	't|7',
-	'the restored extension is at the current version with its seven dumped tables and sequences');
+	't|8',
+	'the restored extension is at the current version with its eight dumped tables and sequences');
 
 # Duties survive the dump; PUBLIC still gets nothing.
 is( dbq('dst', q{
@@ -179,7 +192,7 @@ is( dbq('dst', q{
 		   has_function_privilege('claimq_dump_worker',
 			'claimq.complete(bigint[], bigint[], jsonb[])', 'EXECUTE'),
 		   has_function_privilege('claimq_dump_worker',
-			'claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean)',
+			'claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)',
 			'EXECUTE'),
 		   has_function_privilege('claimq_dump_nobody',
 			'claimq.claim(text, integer, interval, text, boolean, interval)', 'EXECUTE'),
@@ -225,6 +238,15 @@ is( dbq('dst', qq{
 	  FROM claimq.complete(ARRAY[$j_cl, $j_run, $jb_cl], ARRAY[$t_cl, $t_run, $tb_cl])}),
 	'ok,ok,ok',
 	'restored claims complete with their tokens');
+
+# A restored FIFO group goes on in order.
+is( dbq('dst', q{
+	SELECT string_agg(c.outcome, ',') FROM claimq.job j,
+		   LATERAL claimq.complete(ARRAY[j.job_id], ARRAY[j.token]) c
+	 WHERE j.worker = 'w-delta'}),
+	'ok', 'the restored FIFO head completes');
+is(dbq('dst', q{SELECT string_agg(payload->>'d', ',') FROM claimq.claim('delta', 10)}),
+	'2', 'and the next job of its group, and only it, is claimed');
 is( dbq('dst', qq{
 	SELECT string_agg(format('%s:%s', job_id, state), ',' ORDER BY job_id)
 	  FROM claimq.job WHERE job_id IN ($j_cl, $j_run, $jb_cl)}),
@@ -259,7 +281,8 @@ is( dbq('dst', q{
 is( dbq('dst', q{
 	SELECT string_agg(c.outcome, ',')
 	  FROM (SELECT array_agg(job_id) AS ids, array_agg(token) AS tokens
-			  FROM claimq.job WHERE state = 'claimed') h,
+			  FROM claimq.job WHERE state = 'claimed'
+			   AND queue_id = (SELECT queue_id FROM claimq.queue WHERE name = 'alpha')) h,
 		   claimq.complete(h.ids, h.tokens) c}),
 	'ok,ok,ok,ok,ok',
 	'and completes them');

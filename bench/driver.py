@@ -30,7 +30,7 @@ METHODS = {
 # Server profiles (bench/run starts one server per profile): Debian's
 # defaults, and the tuned server the matrix has always used.
 PROFILES = ["default", "tuned"]
-PARTS = ["matrix", "backlog", "latency", "reclaim", "sustained"]
+PARTS = ["matrix", "backlog", "latency", "reclaim", "groups", "sustained"]
 
 # First guesses of jobs/s per batch size, used only to size the first pool
 # of a (variant, method, batch); every later pool is sized from measured rates.
@@ -123,7 +123,7 @@ def parse_args(argv):
     elif a.sustained:
         a.parts = ["sustained"]
     else:
-        a.parts = ["matrix", "backlog", "latency", "reclaim"]
+        a.parts = ["matrix", "backlog", "latency", "reclaim", "groups"]
     return a
 
 
@@ -733,6 +733,85 @@ def run_backlog():
 
 
 # ---------------------------------------------------------------------------
+# Flow control's cost.
+
+def run_groups():
+    """Claims of the jobs no limit holds back, on a queue whose 2,000
+    groups (200,000 jobs) are all blocked behind a running head, against
+    the same claims on a plain queue holding the same free jobs; then the
+    lease flow (claim, complete) on both, and on a queue with queue-wide
+    limits it never reaches.  The free jobs have no group key: on a queue
+    with group limits every job of a group beyond its limit waits, so the
+    free work of such a queue is its ungrouped jobs and the heads of its
+    free groups.  Each flow runs a fixed number of transactions, the
+    measured queues alternating (plain, limited, limited, plain)."""
+    free = 60000 if ARGS.mode == "quick" else 240000
+    clients, batch = 4, 10
+    txns = free // (3 * clients * batch)
+    set_sync(PART_SYNC)
+    DB.execute("TRUNCATE claimq.job")
+    DB.execute("DELETE FROM claimq.job_group")
+    for name, opts in (("flow1", ""), ("flow2", ", group_fifo => true"),
+                       ("flow3", ", max_in_flight => 100000, rate_limit => 1000000")):
+        if not q("SELECT 1 FROM claimq.queue WHERE name = %s", (name,)):
+            DB.execute("SELECT claimq.create_queue(%%s%s)" % opts, (name,))
+    t0 = time.time()
+    DB.execute("""
+        INSERT INTO claimq.job (queue_id, state, run_at, enqueued_at, expires_at,
+                                attempts, token, group_key, held, payload)
+        SELECT q.queue_id,
+               CASE WHEN i % 100 = 0 THEN 'running' ELSE 'pending' END,
+               clock_timestamp(), clock_timestamp(),
+               CASE WHEN i % 100 = 0 THEN now() + interval '1 day' END,
+               CASE WHEN i % 100 = 0 THEN 1 ELSE 0 END,
+               CASE WHEN i % 100 = 0 THEN i END,
+               'g' || (i / 100), i % 100 <> 0, bench.payload(i)
+          FROM claimq.queue q, generate_series(0, 199999) i
+         WHERE q.name = 'flow2'""")
+    DB.execute("INSERT INTO claimq.job_group (queue_id, group_key)"
+               " SELECT DISTINCT queue_id, group_key FROM claimq.job WHERE group_key IS NOT NULL")
+    blocked = q("SELECT count(*) FROM claimq.group_stats WHERE queue = 'flow2' AND blocked")
+    res = {}
+
+    def load_free():
+        DB.execute("DELETE FROM claimq.job WHERE group_key IS NULL")
+        for name in ("flow1", "flow2", "flow3"):
+            DB.execute("SELECT bench.load_claimq(%s, %s)", (name, free))
+        DB.execute("VACUUM (ANALYZE) claimq.job")
+
+    for flow, script, pairs in (("claim only", "flow_claim.sql", (1, 2, 2, 1)),
+                                ("lease", "flow_lease.sql", (1, 2, 3, 3, 2, 1))):
+        load_free()
+        for qn in pairs:
+            l0 = lsn()
+            r = pgbench_result(pgbench(script, clients, None, batch, extra=("-D", "q=%d" % qn),
+                                       transactions=txns // 2))
+            jobs = txns // 2 * clients * batch
+            cell = res.setdefault((flow, qn), {"seconds": 0.0, "jobs": 0, "wal": 0})
+            cell["seconds"] += r["seconds"]
+            cell["jobs"] += jobs
+            cell["wal"] += lsn() - l0
+    log("groups loaded and run in %.1fs" % (time.time() - t0))
+    say()
+    say("== flow control: %d clients, batch %d, synchronous_commit = %s; %s free jobs per"
+        " queue; flow2 also holds 200,000 jobs in %s groups blocked behind a running head"
+        % (clients, batch, sync_label(PART_SYNC), "{:,}".format(free), "{:,}".format(blocked)))
+    say()
+    say("| flow | queue | jobs/s | vs plain | WAL B/job |")
+    say("|---|---|---:|---:|---:|")
+    labels = {1: "flow1: plain", 2: "flow2: group_fifo, 2,000 blocked groups",
+              3: "flow3: max_in_flight and rate_limit, never reached"}
+    for (flow, qn), cell in sorted(res.items()):
+        rate = cell["jobs"] / cell["seconds"]
+        plain = res[(flow, 1)]["jobs"] / res[(flow, 1)]["seconds"]
+        say("| %s | %s | %s | %.2f× | %.0f |" % (flow, labels[qn], fmt_rate(rate), rate / plain,
+                                                cell["wal"] / cell["jobs"]))
+    RESULTS["extras"]["groups"] = {"%s/flow%d" % k: v["jobs"] / v["seconds"] for k, v in res.items()}
+    DB.execute("TRUNCATE claimq.job")
+    DB.execute("DELETE FROM claimq.job_group")
+
+
+# ---------------------------------------------------------------------------
 # Wake-up latency of claim(..., wait => '5 seconds').
 
 def run_latency():
@@ -1024,7 +1103,8 @@ def main():
     if "matrix" in ARGS.parts:
         run_matrix()
     for part, fn in (("backlog", run_backlog), ("latency", run_latency),
-                     ("reclaim", run_reclaim), ("sustained", run_sustained)):
+                     ("reclaim", run_reclaim), ("groups", run_groups),
+                     ("sustained", run_sustained)):
         if part in ARGS.parts:
             try:
                 retrying("the %s test" % part, fn)

@@ -92,6 +92,16 @@ CREATE INDEX job_ready_idx ON claimq.job
 	WHERE state OPERATOR(pg_catalog.=) 'pending' AND NOT held;
 
 /*
+ * The lease index leads with the queue, so that a claim of a queue with
+ * max_in_flight counts that queue's jobs in flight and no other's.  The
+ * reclaimer, which looks for expired leases of every queue, reads all of
+ * it, as many entries as jobs are claimed or running.
+ */
+DROP INDEX claimq.job_lease_idx;
+CREATE INDEX job_lease_idx ON claimq.job (queue_id, expires_at)
+	WHERE expires_at IS NOT NULL;
+
+/*
  * A group's live jobs, the free ones (in flight, or pending and not held)
  * first, in id order: the group's FIFO order and its slot count.  Only
  * jobs with a group key are in it.

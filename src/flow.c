@@ -263,6 +263,19 @@ cq_flow_shmem_init(void)
 static void
 cq_flow_xact_callback(XactEvent event, void *arg)
 {
+	/*
+	 * A prepared transaction's claims stay uncommitted after this backend
+	 * has moved on, and nothing would hold their slots meanwhile.
+	 */
+	if (event == XACT_EVENT_PRE_PREPARE)
+	{
+		for (int i = 0; i < cq_flow_nheld; i++)
+			if (cq_flow_held[i].reserved > 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot prepare a transaction that claimed jobs of a queue with max_in_flight")));
+		return;
+	}
 	if (event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT &&
 		event != XACT_EVENT_PARALLEL_COMMIT &&
 		event != XACT_EVENT_PARALLEL_ABORT)
@@ -428,10 +441,10 @@ cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 
 	/* Step 1: reserve, take tokens, note the others' reservations. */
 	others = slot->reserved - held->reserved;
-	slot->reserved += max_jobs;
-	held->reserved += max_jobs;
 	ticket->slot = slot - cq_flow->slots;
-	ticket->reserved = max_jobs;
+	ticket->reserved = queue->max_in_flight > 0 ? max_jobs : 0;
+	slot->reserved += ticket->reserved;
+	held->reserved += ticket->reserved;
 	ticket->allowed = max_jobs;
 	ticket->tokens = 0;
 	if (queue->rate_limit > 0)
@@ -560,8 +573,11 @@ cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket, int32 n)
 				held = &cq_flow_held[i];
 		Assert(held != NULL && n <= ticket->allowed);
 		SpinLockAcquire(&cq_flow->mutex);
-		slot->reserved -= ticket->reserved - n;
-		held->reserved -= ticket->reserved - n;
+		if (ticket->reserved > 0)
+		{
+			slot->reserved -= ticket->reserved - n;
+			held->reserved -= ticket->reserved - n;
+		}
 		if (queue->rate_limit > 0 && slot->bucket_valid)
 			slot->tokens += ticket->tokens - n;
 		SpinLockRelease(&cq_flow->mutex);

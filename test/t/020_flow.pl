@@ -19,7 +19,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = claimq_node('flow');
+my $node = claimq_node('flow', conf => "max_prepared_transactions = 2\n");
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION claimq');
 
@@ -196,6 +196,21 @@ poll_ok(
 	'0', 15, 'the reclaimer puts the abandoned claims back');
 is($node->safe_psql('postgres', "SELECT count(*) FROM claimq.claim('mq', 2)"),
 	'2', 'and their slots are free again');
+
+# A prepared transaction would hold claims no backend answers for.
+my ($ret, $out, $err) = $node->psql('postgres', q{
+	BEGIN;
+	SELECT count(*) FROM claimq.enqueue_many('mq', array_fill('{}'::jsonb, ARRAY[2]));
+	COMMIT;
+	SELECT claimq.alter_queue('mq', max_in_flight => 10);
+	BEGIN;
+	SELECT count(*) FROM claimq.claim('mq', 1);
+	PREPARE TRANSACTION 'held_claim';
+});
+like($err, qr/cannot prepare a transaction that claimed jobs of a queue with max_in_flight/,
+	'PREPARE TRANSACTION after a claim of a max_in_flight queue is refused');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_prepared_xacts'),
+	'0', 'nothing was prepared');
 
 $node->stop;
 log_is_clean($node);

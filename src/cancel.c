@@ -101,6 +101,7 @@ claimq_cancel(PG_FUNCTION_ARGS)
 	HTAB	   *jobs;
 	CqCountBatch counts = {0};
 	CqGroups	groups = {0};
+	int32		freed_queue = 0;
 	uint64		ncancelled = 0;
 
 	deconstruct_array(ids, INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
@@ -143,6 +144,9 @@ claimq_cancel(PG_FUNCTION_ARGS)
 			cq_count_add(&counts, queue_id, CQ_CANCELLED, 1);
 			if (!isnull)
 				cq_groups_note(&groups, queue_id, group_key);
+			if (queue_id != freed_queue)
+				cq_flow_freed(queue_id);
+			freed_queue = queue_id;
 			ncancelled++;
 		}
 		/* A cancelled job frees its group's slot (flow.c). */

@@ -167,6 +167,7 @@ extern void cq_ready_on_commit(int32 queue_id, TimestampTz run_at);
 extern void cq_finished_on_commit(void);
 extern void cq_claimed_in_xact(int32 queue_id, TimestampTz run_at);
 extern TimestampTz cq_xact_ready_run_at(int32 queue_id);
+extern void cq_freed_on_commit(int32 queue_id);
 
 /* Claim floors (floor.c) */
 typedef struct CqFloor
@@ -265,6 +266,7 @@ extern void cq_groups_sync(CqGroups *groups);
 extern void cq_sync_groups(int32 queue_id, Datum keys);
 extern Size cq_flow_shmem_size(void);
 extern void cq_flow_shmem_init(void);
+extern void cq_flow_freed(int32 queue_id);
 extern int32 cq_flow_allowance(const CqQueue *queue, int32 max_jobs,
 							   CqFlowTicket *ticket);
 extern void cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket,

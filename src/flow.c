@@ -219,6 +219,7 @@ typedef struct CqFlowSlot
 typedef struct CqFlowShared
 {
 	slock_t		mutex;
+	bool		any_used;		/* a slot was ever assigned */
 	CqFlowSlot	slots[CQ_FLOW_SLOTS];
 } CqFlowShared;
 
@@ -314,6 +315,7 @@ cq_flow_slot(Oid dboid, Oid relid, int32 queue_id)
 	}
 	if (victim == NULL)
 		return NULL;
+	cq_flow->any_used = true;
 	victim->used = true;
 	victim->dboid = dboid;
 	victim->relid = relid;
@@ -476,6 +478,38 @@ cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 											 queue->max_in_flight - in_flight - others));
 	}
 	return true;
+}
+
+/*
+ * Jobs of the queue left flight (settled, cancelled or reclaimed): if the
+ * queue has queue-wide limits, claims waiting on it are woken at commit.
+ * "Has" means a claim set up its slot; the slots are read without the
+ * lock, as a stale answer costs only a wake-up for nothing, or a waiting
+ * claim's look a second later.
+ */
+void
+cq_flow_freed(int32 queue_id)
+{
+	uint32		key[3];
+	uint32		home;
+
+	if (!cq_shmem_ready || !((volatile CqFlowShared *) cq_flow)->any_used)
+		return;
+	key[0] = MyDatabaseId;
+	key[1] = cq_job_relid();
+	key[2] = (uint32) queue_id;
+	home = hash_bytes((const unsigned char *) key, sizeof(key)) % CQ_FLOW_SLOTS;
+	for (int i = 0; i < CQ_FLOW_PROBES; i++)
+	{
+		volatile CqFlowSlot *slot = &cq_flow->slots[(home + i) % CQ_FLOW_SLOTS];
+
+		if (slot->used && slot->dboid == MyDatabaseId &&
+			slot->queue_id == queue_id)
+		{
+			cq_freed_on_commit(queue_id);
+			return;
+		}
+	}
 }
 
 /*

@@ -127,7 +127,8 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 			cq_finished_on_commit();
 		if (result)
 			tuplestore_putvalues(result, desc, rowvalues + 1, rownulls + 1);
-		/* A job that died frees its group's slot (flow.c). */
+		/* A job reclaimed frees a queue-wide slot; one that died, its group's. */
+		cq_flow_freed(DatumGetInt32(rowvalues[0]));
 		if (!rownulls[6])
 			cq_sync_groups(DatumGetInt32(rowvalues[0]), rowvalues[6]);
 	}

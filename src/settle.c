@@ -330,6 +330,7 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 	CqCountBatch counts = {0};
 	CqGroups	groups = {0};
 	int			group_col;
+	int32		freed_queue = 0;
 
 	for (int i = 0; i < op->nextra; i++)
 	{
@@ -367,6 +368,9 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 
 			if (!isnull)
 				cq_groups_note(&groups, queue_id, key);
+			if (queue_id != freed_queue)
+				cq_flow_freed(queue_id);
+			freed_queue = queue_id;
 		}
 		if (op->counter >= 0)
 			cq_count_add(&counts, queue_id, op->counter, 1);
@@ -756,6 +760,9 @@ claimq_release_worker(PG_FUNCTION_ARGS)
 
 	cq_count(queue.queue_id, queue_name, CQ_RELEASED, n);
 	if (n > 0)
+	{
 		cq_ready_on_commit(queue.queue_id, DT_NOBEGIN);
+		cq_flow_freed(queue.queue_id);
+	}
 	PG_RETURN_INT64((int64) n);
 }

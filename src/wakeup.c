@@ -81,6 +81,7 @@ typedef struct CqXactQueue
 {
 	int32		queue_id;
 	bool		ready;
+	bool		freed;			/* took jobs of a limited queue out of flight */
 	bool		claimed;
 	TimestampTz ready_run_at;
 	TimestampTz claimed_run_at;
@@ -275,7 +276,7 @@ cq_wake_waiters(void)
 		}
 		wake = cq_queues_many;
 		for (int q = 0; q < cq_nqueues && !wake; q++)
-			wake = (cq_xact_queues[q].ready &&
+			wake = ((cq_xact_queues[q].ready || cq_xact_queues[q].freed) &&
 					cq_xact_queues[q].queue_id == slot->queue_id);
 		if (wake)
 			SetLatch(slot->latch);
@@ -374,7 +375,7 @@ cq_xact_queue(int32 queue_id)
 	}
 	xq = &cq_xact_queues[cq_nqueues++];
 	xq->queue_id = queue_id;
-	xq->ready = xq->claimed = false;
+	xq->ready = xq->freed = xq->claimed = false;
 	xq->ready_run_at = xq->claimed_run_at = DT_NOEND;
 	return xq;
 }
@@ -402,6 +403,23 @@ cq_ready_on_commit(int32 queue_id, TimestampTz run_at)
 	xq->ready = true;
 	xq->ready_run_at = Min(xq->ready_run_at, run_at);
 	cq_floor_lower(MyDatabaseId, cq_xact_relid, queue_id, run_at);
+}
+
+/*
+ * Note that this transaction took jobs of a queue with queue-wide limits
+ * out of flight: claims waiting on the queue are woken when it commits
+ * (flow.c).
+ */
+void
+cq_freed_on_commit(int32 queue_id)
+{
+	CqXactQueue *xq;
+
+	if (!cq_shmem_ready)
+		return;
+	xq = cq_xact_queue(queue_id);
+	if (xq != NULL)
+		xq->freed = true;
 }
 
 /*

@@ -1,0 +1,202 @@
+// Tests of the npm package against a real server, through pgbouncer in
+// transaction mode (run by clients/test, which sets PGHOST, PGPORT,
+// PGDATABASE for the pooler, CLAIMQ_TEST_WORKER_ROLE, CLAIMQ_TEST_SOCKET_DIR
+// for the superuser and CLAIMQ_TEST_RESTART).
+'use strict';
+
+const test = require('node:test');
+const assert = require('node:assert');
+const { spawn, execSync } = require('node:child_process');
+const path = require('node:path');
+const { setTimeout: sleep } = require('node:timers/promises');
+const { Client, Worker, Fail, Snooze } = require('..');
+
+const WORKER_ROLE = process.env.CLAIMQ_TEST_WORKER_ROLE || 'cq_worker';
+const adminOptions = {
+  host: process.env.CLAIMQ_TEST_SOCKET_DIR, port: 5432, user: 'postgres',
+  database: process.env.PGDATABASE, max: 2,
+};
+
+const admin = () => new Client(adminOptions);
+const worker = () => new Client({ user: WORKER_ROLE, max: 2 });
+
+async function newQueue(name, options = {}) {
+  const a = admin();
+  try {
+    const rows = await a.query('SELECT 1 FROM claimq.queue WHERE name = $1', [name]);
+    if (rows.length) await a.dropQueue(name, true);
+    await a.createQueue(name, options);
+  } finally { await a.end(); }
+}
+
+async function states(queue) {
+  const a = admin();
+  try {
+    const rows = await a.query(
+      'SELECT j.state, count(*)::int AS n FROM claimq.job j JOIN claimq.queue q USING (queue_id)' +
+      ' WHERE q.name = $1 GROUP BY 1 ORDER BY 1', [queue]);
+    return Object.fromEntries(rows.map((r) => [r.state, r.n]));
+  } finally { await a.end(); }
+}
+
+async function waitUntil(what, ms = 60000) {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    if (await what()) return true;
+    await sleep(100);
+  }
+  return false;
+}
+
+// A worker in a child process: node child.js QUEUE MS.
+const CHILD = `
+  const { Worker } = require(${JSON.stringify(path.join(__dirname, '..'))});
+  const [queue, ms] = process.argv.slice(1);
+  const w = new Worker({ queue, concurrency: 8, leaseMs: 3000, pool: { user: ${JSON.stringify(WORKER_ROLE)} } },
+    async (job) => { await new Promise((r) => setTimeout(r, Number(ms))); return job.payload; });
+  w.run().then(() => console.log('exited cleanly'));
+`;
+const child = (queue, ms) => spawn(process.execPath, ['-e', CHILD, queue, String(ms)],
+  { stdio: 'ignore' });
+
+test('ids and tokens above 2^53 make the round trip exactly; outcomes', async () => {
+  await newQueue('js_client', { keep_done: '1 hour' });
+  const a = admin();
+  const w = worker();
+  try {
+    const jobId = await a.enqueue('js_client', { x: 1 });
+    assert.ok(BigInt(jobId) > 2n ** 53n, `id ${jobId} is above 2^53`);
+    const [job] = await w.claim('js_client', 5, { leaseMs: 30000 });
+    assert.strictEqual(job.id, jobId);
+    assert.strictEqual(typeof job.token, 'string');
+    assert.strictEqual((await w.start([job]))[0].outcome, 'ok');
+    const wrong = { id: BigInt(job.id), token: BigInt(job.token) + 1n };
+    assert.strictEqual((await w.complete([wrong]))[0].outcome, 'stale');
+    assert.strictEqual((await w.complete([job], [{ r: 2 }]))[0].outcome, 'ok');
+    assert.deepStrictEqual((await a.query('SELECT result FROM claimq.job WHERE job_id = $1',
+      [jobId]))[0].result, { r: 2 });
+  } finally { await a.end(); await w.end(); }
+});
+
+test('a worker with concurrency 8 drains the queue; results are kept', async () => {
+  await newQueue('js_drain', { keep_done: '1 hour' });
+  const a = admin();
+  await a.enqueueMany('js_drain', Array.from({ length: 600 }, (_, n) => ({ n })));
+  await a.end();
+  const w = new Worker({ queue: 'js_drain', concurrency: 8, pool: { user: WORKER_ROLE } },
+    async (job) => ({ twice: job.payload.n * 2 }));
+  const run = w.run();
+  assert.ok(await waitUntil(async () => (await states('js_drain')).done === 600, 60000));
+  w.stop();
+  await run;
+  const b = admin();
+  const [{ n }] = await b.query("SELECT count(*)::int AS n FROM claimq.job WHERE result->>'twice' = ((payload->>'n')::int * 2)::text");
+  await b.end();
+  assert.strictEqual(n, 600);
+});
+
+test('cancel reaches the running handler; the job is never completed', async () => {
+  await newQueue('js_cancel', { lease: '10 seconds' });
+  const a = admin();
+  const jobId = await a.enqueue('js_cancel', {});
+  let reason = null;
+  const w = new Worker({ queue: 'js_cancel', concurrency: 2, leaseMs: 10000, heartbeatMs: 300,
+    pool: { user: WORKER_ROLE } }, async (job, { signal }) => {
+    await new Promise((resolve) => signal.addEventListener('abort', resolve));
+    reason = signal.reason;
+    throw new Error('stopped');
+  });
+  const run = w.run();
+  assert.ok(await waitUntil(async () => (await states('js_cancel')).running === 1, 10000));
+  assert.strictEqual((await a.cancel([jobId]))[0].outcome, 'ok');
+  assert.ok(await waitUntil(async () => reason !== null, 10000), 'the handler was told');
+  assert.strictEqual(reason, 'cancelled');
+  w.stop();
+  await run;
+  await a.end();
+  assert.deepStrictEqual(await states('js_cancel'), { cancelled: 1 });
+});
+
+test('a lease lost to a stall: the handler is told, its complete refused', async () => {
+  // One attempt: the reclaimer makes the job dead, so nothing runs it again.
+  await newQueue('js_stall', { lease: '1 second', run_lease: '1 second', max_attempts: 1 });
+  let told = null;
+  let held = null;
+  const w = new Worker({ queue: 'js_stall', concurrency: 1, leaseMs: 1000, heartbeatMs: 3000, 
+    pool: { user: WORKER_ROLE } }, async (job, { signal }) => {
+    held = job;
+    await new Promise((resolve) => signal.addEventListener('abort', resolve));
+    told = signal.reason;
+    return 'late';
+  });
+  const a = admin();
+  await a.enqueue('js_stall', {});
+  await a.end();
+  const run = w.run();
+  assert.ok(await waitUntil(async () => told !== null, 20000), 'the handler was told');
+  assert.strictEqual(told, 'stale');
+  w.stop();
+  await run;
+  const c = worker();
+  assert.strictEqual((await c.complete([held]))[0].outcome, 'stale', 'its complete is refused');
+  await c.end();
+  assert.deepStrictEqual(await states('js_stall'), { dead: 1 });
+});
+
+test('Fail and Snooze', async () => {
+  await newQueue('js_fs', { keep_done: '1 hour' });
+  const a = admin();
+  const [dead, snoozed, retried] = await a.enqueueMany('js_fs', [{ k: 'dead' }, { k: 'snooze' }, { k: 'retry' }]);
+  let snoozes = 0;
+  const w = new Worker({ queue: 'js_fs', concurrency: 3, pool: { user: WORKER_ROLE } }, async (job) => {
+    const { k } = job.payload;
+    if (k === 'dead') throw new Fail('no use', { permanent: true });
+    if (k === 'snooze' && snoozes++ === 0) throw new Snooze(200);
+    if (k === 'retry' && job.attempts === 0) throw new Fail('again', { retryIn: 0 });
+    return k;
+  });
+  const run = w.run();
+  assert.ok(await waitUntil(async () => JSON.stringify(await states('js_fs')) === '{"dead":1,"done":2}', 20000));
+  w.stop();
+  await run;
+  const rows = await a.query('SELECT job_id, attempts FROM claimq.job WHERE job_id = ANY($1::bigint[])',
+    [[dead, snoozed, retried]]);
+  await a.end();
+  const attempts = Object.fromEntries(rows.map((r) => [r.job_id, r.attempts]));
+  assert.strictEqual(attempts[snoozed], 1, 'the snooze used no attempt');
+  assert.strictEqual(attempts[retried], 2, 'the failure with retryIn was retried');
+});
+
+test('SIGTERM: running jobs are finished, the rest released, exit 0', async () => {
+  await newQueue('js_term', { keep_done: '1 hour', lease: '30 seconds' });
+  const a = admin();
+  await a.enqueueMany('js_term', Array.from({ length: 40 }, (_, n) => ({ n })));
+  await a.end();
+  const p = child('js_term', 1500);
+  const exited = new Promise((resolve) => p.on('exit', (code) => resolve(code)));
+  assert.ok(await waitUntil(async () => (await states('js_term')).running === 8, 20000));
+  p.kill('SIGTERM');
+  assert.strictEqual(await exited, 0);
+  const s = await states('js_term');
+  assert.strictEqual((s.claimed || 0) + (s.running || 0), 0, JSON.stringify(s));
+  assert.ok(s.done >= 8, JSON.stringify(s));
+});
+
+test('a server restart mid-run: the worker goes on', { skip: !process.env.CLAIMQ_TEST_RESTART }, async () => {
+  await newQueue('js_restart', { keep_done: '1 hour', lease: '3 seconds' });
+  const a = admin();
+  await a.enqueueMany('js_restart', Array.from({ length: 1000 }, (_, n) => ({ n })));
+  await a.end();
+  const p = child('js_restart', 5);
+  const exited = new Promise((resolve) => p.on('exit', (code) => resolve(code)));
+  try {
+    assert.ok(await waitUntil(async () => ((await states('js_restart')).done || 0) >= 100, 30000));
+    execSync(process.env.CLAIMQ_TEST_RESTART, { stdio: 'ignore' });
+    assert.ok(await waitUntil(async () => JSON.stringify(await states('js_restart')) === '{"done":1000}', 90000),
+      'every job ends done');
+    assert.strictEqual(p.exitCode, null, 'the worker kept running');
+  } finally {
+    p.kill('SIGTERM');
+    assert.strictEqual(await exited, 0);
+  }
+});

@@ -1,0 +1,268 @@
+"""claimq's SQL functions as Python methods, one per function.
+
+Every method is one statement on the client's connection (autocommit unless
+the caller opened a transaction), so a client works through pgbouncer in
+transaction mode.  Job ids and tokens are Python ints, exact at any size;
+intervals are given as seconds (int or float) or datetime.timedelta.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+Seconds = Union[int, float, _dt.timedelta]
+
+
+class Outcome(str, enum.Enum):
+    """What a call about a claimed job did (the contract's `outcome`)."""
+
+    OK = "ok"
+    STALE = "stale"          # held by another claim, or not claimed
+    STARTED = "started"      # release refused: the job is running
+    MISSING = "missing"      # no such job
+    CANCELLED = "cancelled"  # the job was cancelled: stop working on it
+    FINISHED = "finished"    # cancel: the job had already finished
+
+
+@dataclass
+class Job:
+    """A claimed job: what `claim` returned for it."""
+
+    id: int
+    token: int
+    payload: Any
+    attempts: int
+    priority: int
+    enqueued_at: _dt.datetime
+    expires_at: _dt.datetime
+    # Set by a Worker: why the job must stop ("cancelled", "stale"), if it must.
+    stop_reason: Optional[str] = field(default=None, compare=False)
+
+
+Pair = Union[Job, Tuple[int, int]]
+
+
+def _interval(value: Optional[Seconds]) -> Optional[_dt.timedelta]:
+    if value is None or isinstance(value, _dt.timedelta):
+        return value
+    return _dt.timedelta(seconds=float(value))
+
+
+def _pairs(jobs: Iterable[Pair]) -> Tuple[List[int], List[int]]:
+    ids: List[int] = []
+    tokens: List[int] = []
+    for j in jobs:
+        if isinstance(j, Job):
+            ids.append(j.id)
+            tokens.append(j.token)
+        else:
+            ids.append(int(j[0]))
+            tokens.append(int(j[1]))
+    return ids, tokens
+
+
+class Client:
+    """One connection to a database with claimq, and a method per function.
+
+    `conninfo` is a libpq connection string or URL ("" takes the PG*
+    environment variables); or pass an open psycopg `connection`.
+    """
+
+    def __init__(self, conninfo: str = "", *, connection: Optional[psycopg.Connection] = None,
+                 application_name: Optional[str] = None):
+        if connection is None:
+            kwargs: Dict[str, Any] = {}
+            if application_name:
+                kwargs["application_name"] = application_name
+            # No server-side prepared statements: a transaction-mode pooler
+            # cannot keep them for us.
+            connection = psycopg.connect(conninfo, autocommit=True, prepare_threshold=None,
+                                         **kwargs)
+        self.conn = connection
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- one statement ---------------------------------------------------
+
+    def call(self, function: str, *args: Any, **named: Any) -> List[tuple]:
+        """SELECT * FROM claimq.<function>(args..., name => value...): rows.
+
+        Named arguments left as None are left out (the function's default).
+        """
+        parts = ["%s"] * len(args)
+        params: List[Any] = list(args)
+        for name, value in named.items():
+            if value is None:
+                continue
+            if not name.isidentifier():
+                raise ValueError(f"bad argument name {name!r}")
+            parts.append(f"{name} => %s")
+            params.append(value)
+        if not function.isidentifier():
+            raise ValueError(f"bad function name {function!r}")
+        sql = f"SELECT * FROM claimq.{function}({', '.join(parts)})"
+        return self.conn.execute(sql, params).fetchall()  # type: ignore[arg-type]
+
+    # -- producing ---------------------------------------------------------
+
+    def enqueue(self, queue: str, payload: Any, *, run_at: Optional[_dt.datetime] = None,
+                priority: int = 0, dedup_key: Optional[str] = None,
+                max_attempts: Optional[int] = None, on_duplicate: str = "keep",
+                group_key: Optional[str] = None) -> int:
+        row = self.conn.execute(
+            "SELECT claimq.enqueue(%s, %s, run_at => %s, priority => %s, dedup_key => %s,"
+            " max_attempts => %s, on_duplicate => %s, group_key => %s)",
+            (queue, Jsonb(payload), run_at, priority, dedup_key, max_attempts,
+             on_duplicate, group_key)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def enqueue_many(self, queue: str, payloads: Sequence[Any], *,
+                     run_at: Optional[_dt.datetime] = None, priority: int = 0,
+                     dedup_keys: Optional[Sequence[Optional[str]]] = None,
+                     max_attempts: Optional[int] = None, on_duplicate: str = "keep",
+                     group_keys: Optional[Sequence[Optional[str]]] = None) -> List[int]:
+        rows = self.conn.execute(
+            "SELECT * FROM claimq.enqueue_many(%s, %s::jsonb[], run_at => %s, priority => %s,"
+            " dedup_keys => %s::text[], max_attempts => %s, on_duplicate => %s,"
+            " group_keys => %s::text[])",
+            (queue, [Jsonb(p) for p in payloads], run_at, priority,
+             list(dedup_keys) if dedup_keys is not None else None, max_attempts,
+             on_duplicate, list(group_keys) if group_keys is not None else None)).fetchall()
+        return [int(r[0]) for r in rows]
+
+    def cancel(self, job_ids: Sequence[int]) -> List[Tuple[int, Outcome, Optional[str]]]:
+        rows = self.conn.execute("SELECT * FROM claimq.cancel(%s::bigint[])",
+                                 (list(job_ids),)).fetchall()
+        return [(int(r[0]), Outcome(r[1]), r[2]) for r in rows]
+
+    def status(self, job_ids: Sequence[int]) -> List[Dict[str, Any]]:
+        cur = self.conn.execute("SELECT * FROM claimq.status(%s::bigint[])", (list(job_ids),))
+        cols = [c.name for c in cur.description or ()]
+        return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+    def wait_for(self, job_ids: Sequence[int], timeout: Seconds) -> List[Dict[str, Any]]:
+        cur = self.conn.execute("SELECT * FROM claimq.wait_for(%s::bigint[], %s)",
+                                (list(job_ids), _interval(timeout)))
+        cols = [c.name for c in cur.description or ()]
+        return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+    # -- working -----------------------------------------------------------
+
+    def claim(self, queue: str, max_jobs: int = 1, *, lease: Optional[Seconds] = None,
+              worker: Optional[str] = None, start: bool = False,
+              wait: Seconds = 0) -> List[Job]:
+        rows = self.conn.execute(
+            "SELECT job_id, token, payload, attempts, priority, enqueued_at, expires_at"
+            "  FROM claimq.claim(%s, %s, lease => %s, worker => %s, start => %s, wait => %s)",
+            (queue, max_jobs, _interval(lease), worker, start, _interval(wait))).fetchall()
+        return [Job(int(r[0]), int(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows]
+
+    def _settle(self, sql: str, jobs: Iterable[Pair], *extra: Any) -> List[tuple]:
+        ids, tokens = _pairs(jobs)
+        return self.conn.execute(sql, (ids, tokens, *extra)).fetchall()
+
+    def start(self, jobs: Iterable[Pair], lease: Optional[Seconds] = None
+              ) -> List[Tuple[int, Outcome, Optional[_dt.datetime]]]:
+        rows = self._settle("SELECT * FROM claimq.start(%s::bigint[], %s::bigint[], %s)",
+                            jobs, _interval(lease))
+        return [(int(r[0]), Outcome(r[1]), r[2]) for r in rows]
+
+    def extend(self, jobs: Iterable[Pair], lease: Optional[Seconds] = None
+               ) -> List[Tuple[int, Outcome, Optional[_dt.datetime]]]:
+        rows = self._settle("SELECT * FROM claimq.extend(%s::bigint[], %s::bigint[], %s)",
+                            jobs, _interval(lease))
+        return [(int(r[0]), Outcome(r[1]), r[2]) for r in rows]
+
+    def complete(self, jobs: Iterable[Pair], results: Optional[Sequence[Any]] = None
+                 ) -> List[Tuple[int, Outcome]]:
+        rows = self._settle(
+            "SELECT * FROM claimq.complete(%s::bigint[], %s::bigint[], %s::jsonb[])", jobs,
+            [Jsonb(r) if r is not None else None for r in results] if results is not None
+            else None)
+        return [(int(r[0]), Outcome(r[1])) for r in rows]
+
+    def fail(self, jobs: Iterable[Pair], error: Optional[str] = None, *,
+             retry_in: Optional[Seconds] = None, permanent: bool = False
+             ) -> List[Tuple[int, Outcome, Optional[str], Optional[_dt.datetime]]]:
+        rows = self._settle(
+            "SELECT * FROM claimq.fail(%s::bigint[], %s::bigint[], %s, %s, %s)", jobs,
+            error, _interval(retry_in), permanent)
+        return [(int(r[0]), Outcome(r[1]), r[2], r[3]) for r in rows]
+
+    def release(self, jobs: Iterable[Pair]) -> List[Tuple[int, Outcome]]:
+        rows = self._settle("SELECT * FROM claimq.release(%s::bigint[], %s::bigint[])", jobs)
+        return [(int(r[0]), Outcome(r[1])) for r in rows]
+
+    def snooze(self, jobs: Iterable[Pair], delay: Seconds
+               ) -> List[Tuple[int, Outcome, Optional[_dt.datetime]]]:
+        rows = self._settle("SELECT * FROM claimq.snooze(%s::bigint[], %s::bigint[], %s)",
+                            jobs, _interval(delay))
+        return [(int(r[0]), Outcome(r[1]), r[2]) for r in rows]
+
+    def release_worker(self, queue: str, worker: str) -> int:
+        return int(self.call("release_worker", queue, worker)[0][0])
+
+    # -- dedup key claims ----------------------------------------------------
+
+    def claim_keys(self, scope: str, keys: Sequence[str], ttl: Seconds) -> Dict[str, int]:
+        rows = self.conn.execute("SELECT * FROM claimq.claim_keys(%s, %s::text[], %s)",
+                                 (scope, list(keys), _interval(ttl))).fetchall()
+        return {r[0]: int(r[1]) for r in rows}
+
+    def release_keys(self, scope: str, keys: Sequence[str], tokens: Sequence[int]
+                     ) -> List[Tuple[str, Outcome]]:
+        rows = self.conn.execute(
+            "SELECT * FROM claimq.release_keys(%s, %s::text[], %s::bigint[])",
+            (scope, list(keys), list(tokens))).fetchall()
+        return [(r[0], Outcome(r[1])) for r in rows]
+
+    # -- administration and observing -----------------------------------------
+
+    def create_queue(self, queue: str, **options: Any) -> None:
+        self.call("create_queue", queue, **{k: _interval(v) if isinstance(v, _dt.timedelta)
+                                            else v for k, v in options.items()})
+
+    def alter_queue(self, queue: str, **options: Any) -> None:
+        self.call("alter_queue", queue, **options)
+
+    def drop_queue(self, queue: str, force: bool = False) -> None:
+        self.call("drop_queue", queue, force=force)
+
+    def pause_queue(self, queue: str) -> None:
+        self.call("pause_queue", queue)
+
+    def resume_queue(self, queue: str) -> None:
+        self.call("resume_queue", queue)
+
+    def purge_queue(self, queue: str) -> int:
+        return int(self.call("purge_queue", queue)[0][0])
+
+    def reclaim(self, queue: Optional[str] = None, max_jobs: int = 10000) -> List[tuple]:
+        return self.call("reclaim", queue, max_jobs)
+
+    def retry_dead(self, queue: str, job_ids: Optional[Sequence[int]] = None) -> int:
+        return int(self.conn.execute("SELECT claimq.retry_dead(%s, %s::bigint[])",
+                                     (queue, list(job_ids) if job_ids is not None else None)
+                                     ).fetchall()[0][0])
+
+    def queue_stats(self) -> List[Dict[str, Any]]:
+        cur = self.conn.execute("SELECT * FROM claimq.queue_stats")
+        cols = [c.name for c in cur.description or ()]
+        return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+    def metrics(self) -> str:
+        return str(self.call("metrics")[0][0])

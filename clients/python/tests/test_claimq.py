@@ -1,0 +1,286 @@
+"""Tests of the Python library against a real server, through pgbouncer in
+transaction mode (run by clients/test, which sets the environment):
+
+    PGHOST, PGPORT, PGDATABASE   the pooler
+    CLAIMQ_TEST_WORKER_ROLE      the role with the work duty
+    CLAIMQ_TEST_ADMIN            a superuser connection string (the server's socket)
+    CLAIMQ_TEST_RESTART          a command that restarts the server
+"""
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import unittest
+
+import claimq
+
+WORKER = "user=" + os.environ.get("CLAIMQ_TEST_WORKER_ROLE", "cq_worker")
+ADMIN = os.environ.get("CLAIMQ_TEST_ADMIN", "")
+RESTART = os.environ.get("CLAIMQ_TEST_RESTART")
+
+# The workers' own log lines (a lease lost, a job stopped) are expected here.
+logging.getLogger("claimq").setLevel(logging.ERROR)
+
+
+def admin():
+    return claimq.Client(ADMIN)
+
+
+def new_queue(name, **options):
+    with admin() as a:
+        if a.conn.execute("SELECT 1 FROM claimq.queue WHERE name = %s", (name,)).fetchone():
+            a.drop_queue(name, force=True)
+        a.create_queue(name, **options)
+
+
+def states(queue):
+    with admin() as a:
+        rows = a.conn.execute(
+            "SELECT j.state, count(*) FROM claimq.job j JOIN claimq.queue q USING (queue_id)"
+            " WHERE q.name = %s GROUP BY 1", (queue,)).fetchall()
+    return {s: n for s, n in rows}
+
+
+def wait_until(what, seconds=60.0):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if what():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+# A worker in its own process, for killing and signalling.  The handler
+# sleeps `ms` milliseconds and returns the payload's n.
+WORKER_SCRIPT = textwrap.dedent("""
+    import logging, sys, time
+    import claimq
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    queue, concurrency, lease, ms = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+    def handle(job):
+        time.sleep(ms / 1000)
+        return {"n": job.payload.get("n")}
+    claimq.Worker(sys.argv[5], queue, handle, concurrency=concurrency, lease=lease).run()
+    print("exited cleanly", flush=True)
+""")
+
+
+def spawn(queue, concurrency=8, lease=2.0, ms=2.0, log=None):
+    return subprocess.Popen([sys.executable, "-c", WORKER_SCRIPT, queue, str(concurrency),
+                             str(lease), str(ms), WORKER],
+                            stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+
+class ClientTest(unittest.TestCase):
+    def test_round_trip_of_ids_tokens_and_outcomes(self):
+        new_queue("py_client", keep_done="1 hour")
+        with claimq.Client(WORKER) as w, admin() as a:
+            job_id = a.enqueue("py_client", {"x": 1})
+            self.assertGreater(job_id, 2 ** 53, "ids above 2^53 come back exact")
+            [job] = w.claim("py_client", 5, lease=30)
+            self.assertEqual(job.id, job_id)
+            self.assertIsInstance(job.token, int)
+            self.assertEqual(w.start([job])[0][1], claimq.Outcome.OK)
+            self.assertEqual(w.complete([(job.id, job.token + 1)])[0][1], claimq.Outcome.STALE)
+            self.assertEqual(w.complete([job], [{"r": 2}])[0][1], claimq.Outcome.OK)
+            self.assertEqual(w.status([job_id])[0]["state"], "done")
+            self.assertEqual(a.conn.execute("SELECT result FROM claimq.job WHERE job_id = %s",
+                                            (job_id,)).fetchone()[0], {"r": 2})
+
+    def test_the_worker_role_cannot_enqueue(self):
+        new_queue("py_denied")
+        with claimq.Client(WORKER) as w:
+            with self.assertRaises(Exception):
+                w.enqueue("py_denied", {})
+
+
+class WorkerTest(unittest.TestCase):
+    def test_drain_with_concurrency_8_and_a_killed_worker(self):
+        new_queue("py_drain", keep_done="1 hour", lease="2 seconds")
+        with admin() as a:
+            a.enqueue_many("py_drain", [{"n": i} for i in range(3000)])
+        victim = spawn("py_drain", ms=5)
+        survivor = spawn("py_drain", ms=5)
+        try:
+            self.assertTrue(wait_until(lambda: states("py_drain").get("done", 0) >= 300, 30),
+                            "the workers got going")
+            victim.kill()
+            victim.wait()
+            self.assertTrue(wait_until(lambda: states("py_drain") == {"done": 3000}, 90),
+                            "every job ends done after one worker was killed: %r"
+                            % states("py_drain"))
+        finally:
+            survivor.send_signal(signal.SIGTERM)
+            self.assertEqual(survivor.wait(30), 0, "the survivor exits 0 on SIGTERM")
+
+    def test_sigterm_finishes_running_jobs_and_releases_the_rest(self):
+        new_queue("py_term", keep_done="1 hour", lease="30 seconds")
+        with admin() as a:
+            a.enqueue_many("py_term", [{"n": i} for i in range(40)])
+        p = spawn("py_term", concurrency=4, lease=30, ms=1500)
+        self.assertTrue(wait_until(lambda: states("py_term").get("running", 0) == 4, 20),
+                        "four jobs are running")
+        p.send_signal(signal.SIGTERM)
+        self.assertEqual(p.wait(20), 0, "the worker exits 0")
+        s = states("py_term")
+        self.assertEqual(s.get("claimed", 0) + s.get("running", 0), 0,
+                         "nothing is left claimed or running: %r" % s)
+        self.assertGreaterEqual(s.get("done", 0), 4, "the running jobs were finished: %r" % s)
+        with admin() as a:
+            self.assertEqual(a.conn.execute(
+                "SELECT count(*) FROM claimq.job WHERE state = 'pending' AND attempts > 0"
+                "   AND queue_id = (SELECT queue_id FROM claimq.queue WHERE name = 'py_term')"
+            ).fetchone()[0], 0, "no job went back with an attempt used")
+
+    @unittest.skipUnless(RESTART, "no restart command")
+    def test_server_restart_mid_run(self):
+        new_queue("py_restart", keep_done="1 hour", lease="3 seconds")
+        with admin() as a:
+            a.enqueue_many("py_restart", [{"n": i} for i in range(1500)])
+        p = spawn("py_restart", ms=5)
+        try:
+            self.assertTrue(wait_until(lambda: states("py_restart").get("done", 0) >= 200, 30))
+            subprocess.run(RESTART, shell=True, check=True, stdout=subprocess.DEVNULL)
+            self.assertTrue(wait_until(lambda: states("py_restart") == {"done": 1500}, 90),
+                            "the worker reconnects and drains the queue: %r"
+                            % states("py_restart"))
+            self.assertIsNone(p.poll(), "the worker kept running")
+        finally:
+            p.send_signal(signal.SIGTERM)
+            self.assertEqual(p.wait(30), 0)
+
+    def test_cancel_reaches_the_running_handler(self):
+        new_queue("py_cancel", lease="10 seconds")
+        with admin() as a:
+            job_id = a.enqueue("py_cancel", {})
+        told = threading.Event()
+
+        def handle(job):
+            while True:
+                try:
+                    claimq.check_stop(job)
+                except claimq.JobStopped:
+                    told.set()
+                    raise
+                time.sleep(0.05)
+
+        w = claimq.Worker(WORKER, "py_cancel", handle, concurrency=2, lease=10, heartbeat=0.3)
+        t = threading.Thread(target=w.run)
+        t.start()
+        try:
+            self.assertTrue(wait_until(lambda: states("py_cancel").get("running") == 1, 10))
+            with admin() as a:
+                self.assertEqual(a.cancel([job_id])[0][1], claimq.Outcome.OK)
+            self.assertTrue(told.wait(10), "the handler was told")
+        finally:
+            w.stop()
+            t.join(20)
+        self.assertEqual(states("py_cancel"), {"cancelled": 1}, "and it was never completed")
+
+    def test_a_lease_lost_to_a_stall_is_told_and_its_complete_refused(self):
+        # The heartbeat comes only after the lease ran out and the reclaimer
+        # took the job back: a stalled process.
+        # One attempt: the reclaimer makes the job dead, so nothing runs it again.
+        new_queue("py_stall", lease="1 second", run_lease="1 second", max_attempts=1)
+        with admin() as a:
+            job_id = a.enqueue("py_stall", {})
+        held = {}
+        told = threading.Event()
+
+        def handle(job):
+            held["job"] = job
+            if wait_until(lambda: job.stop_reason is not None, 15):
+                told.set()
+            return "late"
+
+        w = claimq.Worker(WORKER, "py_stall", handle, concurrency=1, lease=1, heartbeat=3)
+        t = threading.Thread(target=w.run)
+        t.start()
+        try:
+            self.assertTrue(told.wait(20), "the handler was told its lease was lost")
+            self.assertEqual(held["job"].stop_reason, "stale")
+        finally:
+            w.stop()
+            t.join(20)
+        with claimq.Client(WORKER) as c:
+            self.assertEqual(c.complete([held["job"]])[0][1], claimq.Outcome.STALE,
+                             "its complete is refused")
+        self.assertEqual(states("py_stall"), {"dead": 1})
+        self.assertEqual(held["job"].id, job_id)
+
+    def test_fail_and_snooze(self):
+        new_queue("py_fs", keep_done="1 hour")
+        with admin() as a:
+            dead, snoozed, retried = a.enqueue_many("py_fs", [{"k": "dead"}, {"k": "snooze"},
+                                                               {"k": "retry"}])
+        seen = {"snooze": 0}
+
+        def handle(job):
+            k = job.payload["k"]
+            if k == "dead":
+                raise claimq.Fail("no use", permanent=True)
+            if k == "snooze" and seen["snooze"] == 0:
+                seen["snooze"] += 1
+                raise claimq.Snooze(0.2)
+            if k == "retry" and job.attempts == 0:
+                raise claimq.Fail("again", retry_in=0)
+            return k
+
+        w = claimq.Worker(WORKER, "py_fs", handle, concurrency=3)
+        t = threading.Thread(target=w.run)
+        t.start()
+        try:
+            self.assertTrue(wait_until(lambda: states("py_fs") == {"dead": 1, "done": 2}, 20),
+                            repr(states("py_fs")))
+        finally:
+            w.stop()
+            t.join(20)
+        with admin() as a:
+            rows = dict(a.conn.execute(
+                "SELECT job_id, attempts FROM claimq.job WHERE job_id = ANY(%s)",
+                ([dead, snoozed, retried],)).fetchall())
+        self.assertEqual(rows[snoozed], 1, "the snooze used no attempt")
+        self.assertEqual(rows[retried], 2, "the failure with retry_in was retried")
+
+
+class AsyncWorkerTest(unittest.TestCase):
+    def test_drain_and_cancel(self):
+        new_queue("py_async", keep_done="1 hour", lease="10 seconds")
+        with admin() as a:
+            ids = a.enqueue_many("py_async", [{"n": i, "slow": i == 0} for i in range(300)])
+
+        async def handle(job):
+            if job.payload["slow"]:
+                await asyncio.sleep(60)
+            await asyncio.sleep(0.001)
+            return job.payload["n"]
+
+        async def main():
+            w = claimq.AsyncWorker(WORKER, "py_async", handle, concurrency=8, lease=10,
+                                   heartbeat=0.3)
+            task = asyncio.create_task(w.run())
+            loop = asyncio.get_running_loop()
+            ok = await loop.run_in_executor(
+                None, lambda: wait_until(lambda: states("py_async").get("done") == 299, 30))
+            with admin() as a:
+                a.cancel([ids[0]])
+            cancelled = await loop.run_in_executor(
+                None, lambda: wait_until(lambda: ids[0] not in w.held, 10))
+            w.stop()
+            await asyncio.wait_for(task, 20)
+            return ok, cancelled
+
+        ok, cancelled = asyncio.run(main())
+        self.assertTrue(ok, repr(states("py_async")))
+        self.assertTrue(cancelled, "the cancelled job's task was stopped")
+        self.assertEqual(states("py_async"), {"done": 299, "cancelled": 1})
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -3,8 +3,8 @@
  * claimq.h
  *		Declarations shared by the files of the claimq extension.
  *
- * The tree is split by state transition (in the order of the README's
- * layout table):
+ * The tree is split by state transition (in the order of the layout table
+ * in CONTRIBUTING.md):
  *		enqueue.c	(new) -> pending
  *		claim.c		pending -> claimed | running
  *		flow.c		flow control: held pending -> pending under group

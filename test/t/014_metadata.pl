@@ -66,13 +66,13 @@ ok(-f "$top/sql/claimq--$default.sql" || glob("$top/sql/claimq--*--$default.sql"
 	"a script installs or updates to $default");
 
 # The file map in claimq.h lists every C file, in the order of the
-# README's layout table.
+# layout table in CONTRIBUTING.md.
 my @c_files = sort map { m{([^/]+\.c)$} ? $1 : () } glob("$top/src/*.c");
-my @readme_order = slurp("$top/README.md") =~ /^\| `src\/([a-z_]+\.c)`/mg;
+my @readme_order = slurp("$top/CONTRIBUTING.md") =~ /^\| `src\/([a-z_]+\.c)`/mg;
 my @header_order = slurp("$top/src/claimq.h") =~ /^ \*\t\t([a-z_]+\.c)\t/mg;
 is(join(' ', sort @readme_order), join(' ', @c_files),
-	"the README's layout table names every C file once");
+	"the layout table of CONTRIBUTING.md names every C file once");
 is(join(' ', @header_order), join(' ', @readme_order),
-	"claimq.h's file map lists them in the README's order");
+	"claimq.h's file map lists them in that table's order");
 
 done_testing();

@@ -80,6 +80,8 @@ export interface WorkerOptions {
   pool?: PoolConfig;
   client?: Client;
   log?: (line: string) => void;
+  /** Runs in the completion's transaction, on client: committed if and only if the completion takes effect. */
+  onComplete?: (job: Job, result: unknown, client: import('pg').PoolClient) => Promise<void> | void;
 }
 
 /** The signal is aborted when the job is cancelled or its lease lost (reason: the outcome). */

@@ -12,9 +12,10 @@
 // that turns them into numbers.
 //
 // Every call is one statement on a pool of pg connections, so the library
-// works through pgbouncer in transaction mode.  The worker claims as many
-// jobs as it has free handler slots (at most `batch` per call), starts each,
-// and runs the handler; a heartbeat extends the leases of every job it holds
+// works through pgbouncer in transaction mode.  The worker claims when a
+// handler would otherwise be idle, up to `batch` jobs (more than
+// `concurrency` wait their turn, their leases kept alive), starts each, and
+// runs the handler; a heartbeat extends the leases of every job it holds
 // in one call, every third of a lease.  The handler's return value is the
 // job's result; a thrown error fails the job with its message; a Fail says
 // when to retry or that the job is dead; a Snooze puts the job back for a
@@ -196,6 +197,9 @@ class Worker {
     this.handler = handler;
     this.concurrency = options.concurrency ?? 4;
     this.batch = options.batch ?? this.concurrency;
+    // Jobs held at most: a batch larger than the handlers waits its turn.
+    this.prefetch = Math.max(this.batch, this.concurrency);
+    this.onComplete = options.onComplete ?? null;
     this.leaseMs = options.leaseMs ?? 30000;
     this.heartbeatMs = options.heartbeatMs ?? this.leaseMs / 3;
     this.name = options.name ?? `js-${os.hostname()}-${process.pid}`;
@@ -240,18 +244,26 @@ class Worker {
     process.on('SIGTERM', stop);
     process.on('SIGINT', stop);
     const running = new Set();
+    const waiting = [];          // claimed, not yet started
+    const pump = () => {
+      while (running.size < this.concurrency && waiting.length > 0 && !this.stopping) {
+        const job = waiting.shift();
+        const p = this.runJob(job).finally(() => { running.delete(p); pump(); });
+        running.add(p);
+      }
+    };
     const beat = this.heartbeatMs > 0 ? this.beat() : Promise.resolve();
     let idle = this.idleMs;
     try {
       while (!this.stopping) {
-        const free = Math.min(this.batch, this.concurrency - running.size);
-        if (free <= 0) {
+        const room = this.prefetch - this.held.size;
+        if (this.held.size >= this.concurrency || room <= 0) {
           await Promise.race([...running, sleep(200)]);
           continue;
         }
         let jobs = [];
         try {
-          jobs = await this.client.claim(this.queue, free,
+          jobs = await this.client.claim(this.queue, room,
             { leaseMs: this.leaseMs, worker: this.name });
         } catch (err) {
           this.log(`claim failed: ${err.message}`);
@@ -262,14 +274,25 @@ class Worker {
           continue;
         }
         idle = this.idleMs;
+        this.log(`claimed ${jobs.length} jobs`);
         for (const job of jobs) {
           this.held.set(job.id, { job, abort: new AbortController(), started: false });
-          const p = this.runJob(job).finally(() => running.delete(p));
-          running.add(p);
+          waiting.push(job);
         }
+        pump();
       }
     } finally {
       await Promise.allSettled([...running]);
+      const rest = waiting.splice(0).filter((j) => this.held.has(j.id));
+      if (rest.length > 0) {
+        try {
+          const rows = await this.db((c) => c.release(rest));
+          this.log(`released ${rows.filter((r) => r.outcome === 'ok').length} jobs it never started`);
+        } catch (err) {
+          this.log(`could not release ${rest.length} jobs: ${err.message}`);
+        }
+        for (const j of rest) this.held.delete(j.id);
+      }
       this.stopping = true;
       this.wake.abort();
       await beat;
@@ -305,11 +328,8 @@ class Worker {
 
   async runJob(job) {
     const h = this.held.get(job.id);
+    if (!h) return;              // lost or cancelled while it waited its turn
     try {
-      if (this.stopping) {
-        await this.db((c) => c.release([job]));
-        return;
-      }
       h.started = true;
       const [{ outcome }] = await this.db((c) => c.start([job], this.leaseMs));
       if (outcome !== 'ok') {
@@ -324,18 +344,47 @@ class Worker {
     }
   }
 
+  refused(job, call, outcome) {
+    this.log(outcome === 'stale'
+      ? `job ${job.id}: stale at ${call}, someone else owns it now`
+      : `job ${job.id}: ${outcome} at ${call}`);
+  }
+
+  // onComplete(job, result, client) and complete() in one transaction.
+  async completeInTransaction(job, result) {
+    const client = await this.client.pool.connect();
+    let ok = false;
+    try {
+      await client.query('BEGIN');
+      await this.onComplete(job, result, client);
+      const { rows } = await client.query(
+        'SELECT outcome FROM claimq.complete($1::bigint[], $2::bigint[], $3::jsonb[])',
+        [[id(job.id)], [id(job.token)], [result === undefined ? null : JSON.stringify(result)]]);
+      const outcome = rows.length ? rows[0].outcome : 'missing';
+      ok = outcome === 'ok';
+      await client.query(ok ? 'COMMIT' : 'ROLLBACK');
+      return outcome;
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => {});
+      throw err;
+    } finally {
+      client.release();
+    }
+  }
+
   async handle(job, signal) {
     let result;
     try {
       result = await this.handler(job, { signal });
     } catch (err) {
       if (signal.aborted) {
-        this.log(`job ${job.id}: handler stopped (${signal.reason}), not completed`);
+        this.stopped(job, signal.reason);
         return;
       }
       if (err instanceof Snooze) {
         const [{ outcome }] = await this.db((c) => c.snooze([job], err.ms));
-        this.log(`job ${job.id}: snoozed (${outcome})`);
+        if (outcome === 'ok') this.log(`job ${job.id}: snoozed for ${(err.ms / 1000).toFixed(1)} s`);
+        else this.refused(job, 'snooze', outcome);
         return;
       }
       const message = err instanceof Fail ? err.message : `${err.name}: ${err.message}`;
@@ -343,14 +392,29 @@ class Worker {
         retryIn: err instanceof Fail ? err.retryIn : null,
         permanent: err instanceof Fail ? err.permanent : false,
       }));
-      if (outcome === 'ok') this.failed += 1;
-      this.log(`job ${job.id}: failed (${outcome}): ${message}`);
+      if (outcome === 'ok') {
+        this.failed += 1;
+        this.log(`job ${job.id}: failed: ${message}`);
+      } else {
+        this.refused(job, 'fail', outcome);
+      }
       return;
     }
-    if (signal.aborted) return;
-    const [{ outcome }] = await this.db((c) => c.complete([job], [result ?? null]));
+    if (signal.aborted) {
+      this.stopped(job, signal.reason);
+      return;
+    }
+    const outcome = this.onComplete
+      ? await this.completeInTransaction(job, result)
+      : (await this.db((c) => c.complete([job], [result ?? null])))[0].outcome;
     if (outcome === 'ok') this.completed += 1;
-    else this.log(`job ${job.id}: ${outcome} at complete`);
+    else this.refused(job, 'complete', outcome);
+  }
+
+  stopped(job, reason) {
+    this.log(reason === 'cancelled'
+      ? `job ${job.id}: cancelled while running, handler stopped, not completed`
+      : `job ${job.id}: lease lost while running (${reason}), dropped`);
   }
 }
 

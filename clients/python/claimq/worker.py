@@ -5,9 +5,10 @@
 
     claimq.Worker("dbname=app", "emails", handle, concurrency=8).run()
 
-The worker claims as many jobs as it has free handler slots (at most
-`batch` per call), starts each one and runs the handler in a thread (the
-AsyncWorker: in a task).  A heartbeat extends the leases of every job it
+The worker claims when a handler would otherwise be idle, up to `batch`
+jobs (more than `concurrency` wait their turn, their leases kept alive),
+starts each one and runs the handler in a thread (the AsyncWorker: in a
+task).  A heartbeat extends the leases of every job it
 holds in one call, every third of a lease.  The handler's return value is
 the job's result; an exception fails the job with its text; `Fail` says
 when to retry or that the job is dead; `Snooze` puts the job back for a
@@ -40,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Set
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from .client import Client, Job, Outcome
 
@@ -76,6 +78,25 @@ def check_stop(job: Job) -> None:
         raise JobStopped(job.stop_reason)
 
 
+def sleep(job: Job, seconds: float) -> None:
+    """Sleep up to `seconds`, raising JobStopped as soon as the job must stop."""
+    end = time.monotonic() + seconds
+    while True:
+        check_stop(job)
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.05))
+
+
+class _Refused(Exception):
+    """complete() inside the handler's transaction was refused: roll back."""
+
+    def __init__(self, outcome: Outcome):
+        super().__init__(outcome.value)
+        self.outcome = outcome
+
+
 def _default_name() -> str:
     return f"py-{socket.gethostname()}-{os.getpid()}"
 
@@ -86,7 +107,8 @@ class _Base:
     def __init__(self, conninfo: str, queue: str, handler: Callable[..., Any], *,
                  concurrency: int = 4, batch: Optional[int] = None, lease: float = 30.0,
                  heartbeat: Optional[float] = None, name: Optional[str] = None,
-                 idle: float = 0.1, max_idle: float = 2.0, max_backoff: float = 5.0):
+                 idle: float = 0.1, max_idle: float = 2.0, max_backoff: float = 5.0,
+                 on_complete: Optional[Callable[..., Any]] = None):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.conninfo = conninfo
@@ -94,6 +116,9 @@ class _Base:
         self.handler = handler
         self.concurrency = concurrency
         self.batch = batch or concurrency
+        # Jobs held at most: a batch larger than the handlers waits its turn.
+        self.prefetch = max(self.batch, self.concurrency)
+        self.on_complete = on_complete
         self.lease = float(lease)
         self.heartbeat = self.lease / 3 if heartbeat is None else float(heartbeat)
         self.name = name or _default_name()
@@ -104,6 +129,18 @@ class _Base:
         self.started: Set[int] = set()
         self.completed = 0
         self.failed = 0
+
+    def _log_stopped(self, job: Job) -> None:
+        if job.stop_reason == Outcome.CANCELLED.value:
+            log.info("job %s: cancelled while running, handler stopped, not completed", job.id)
+        else:
+            log.info("job %s: lease lost while running (%s), dropped", job.id, job.stop_reason)
+
+    def _log_refused(self, job: Job, call: str, outcome: Outcome) -> None:
+        if outcome is Outcome.STALE:
+            log.info("job %s: stale at %s, someone else owns it now", job.id, call)
+        else:
+            log.info("job %s: %s at %s", job.id, outcome.value, call)
 
     def _stop_job(self, job_id: int, outcome: Outcome) -> None:
         job = self.held.pop(job_id, None)
@@ -121,7 +158,10 @@ class Worker(_Base):
     """A worker that runs a plain function in `concurrency` threads.
 
     `handler(job)` gets a `Job` and returns the job's result (any value
-    JSON can hold, or None).
+    JSON can hold, or None).  With `on_complete(job, result, conn)`, the
+    job is completed in a transaction on `conn` in which on_complete runs
+    first: what it writes is committed if and only if the completion takes
+    effect (a worker whose lease ran out writes nothing).
     """
 
     def __init__(self, conninfo: str, queue: str, handler: Callable[[Job], Any], **kw: Any):
@@ -130,7 +170,9 @@ class Worker(_Base):
         self.db_lock = threading.Lock()      # one statement at a time
         self.client: Optional[Client] = None
         self.stopping = threading.Event()
-        self.slots = threading.Semaphore(self.concurrency)
+        self.freed = threading.Event()       # a job left this worker
+        self.local = threading.local()       # handler threads' connections
+        self.thread_conns: List[psycopg.Connection] = []
 
     # -- the connection, kept alive ------------------------------------------
 
@@ -173,34 +215,37 @@ class Worker(_Base):
         idle = self.idle
         try:
             while not self.stopping.is_set():
-                # Wait for a free slot, then claim as many as are free.
-                if not self.slots.acquire(timeout=0.2):
+                # Claim while a handler would otherwise have nothing to do.
+                with self.lock:
+                    room = self.prefetch - len(self.held)
+                    busy = len(self.held) >= self.concurrency
+                if busy or room <= 0:
+                    self.freed.wait(0.2)
+                    self.freed.clear()
                     continue
-                free = 1
-                while free < self.batch and self.slots.acquire(blocking=False):
-                    free += 1
                 try:
-                    jobs = self._db(lambda c: c.claim(self.queue, free, lease=self.lease,
+                    jobs = self._db(lambda c: c.claim(self.queue, room, lease=self.lease,
                                                       worker=self.name), give_up=self.stopping)
                 except ConnectionError:
                     jobs = []
-                for _ in range(free - len(jobs)):
-                    self.slots.release()
                 if not jobs:
                     self.stopping.wait(idle)
                     idle = min(idle * 2, self.max_idle)
                     continue
                 idle = self.idle
+                log.info("claimed %d jobs", len(jobs))
                 with self.lock:
                     for job in jobs:
                         self.held[job.id] = job
                 for job in jobs:
                     pool.submit(self._run_job, job)
         finally:
-            pool.shutdown(wait=True)
+            pool.shutdown(wait=True, cancel_futures=True)
             self._release_unstarted()
             self.stopping.set()
             beat.join()
+            for conn in self.thread_conns:
+                conn.close()
             if self.client is not None:
                 self.client.close()
                 self.client = None
@@ -213,6 +258,9 @@ class Worker(_Base):
                 rows = self._db(lambda c: c.release(rest))
                 log.info("released %d jobs it never started",
                          sum(1 for r in rows if r[1] is Outcome.OK))
+                with self.lock:
+                    for j in rest:
+                        self.held.pop(j.id, None)
             except Exception as e:  # noqa: BLE001
                 log.warning("could not release %d jobs: %s", len(rest), e)
 
@@ -257,35 +305,70 @@ class Worker(_Base):
             with self.lock:
                 self.held.pop(job.id, None)
                 self.started.discard(job.id)
-            self.slots.release()
+            self.freed.set()
+
+    def _thread_conn(self) -> psycopg.Connection:
+        conn = getattr(self.local, "conn", None)
+        if conn is None or conn.closed:
+            conn = psycopg.connect(self.conninfo, autocommit=True, prepare_threshold=None,
+                                   application_name=self.name)
+            self.local.conn = conn
+            with self.lock:
+                self.thread_conns.append(conn)
+        return conn
+
+    def _complete_in_transaction(self, job: Job, result: Any) -> None:
+        """on_complete(job, result, conn) and complete() in one transaction."""
+        conn = self._thread_conn()
+        try:
+            with conn.transaction():
+                assert self.on_complete is not None
+                self.on_complete(job, result, conn)
+                row = conn.execute(
+                    "SELECT outcome FROM claimq.complete(%s::bigint[], %s::bigint[],"
+                    " %s::jsonb[])", ([job.id], [job.token],
+                                      [Jsonb(result) if result is not None else None])
+                ).fetchone()
+                outcome = Outcome(row[0]) if row else Outcome.MISSING
+                if outcome is not Outcome.OK:
+                    raise _Refused(outcome)
+        except psycopg.OperationalError:
+            conn.close()        # the job comes back when its lease runs out
+            raise
 
     def _handle(self, job: Job) -> None:
         try:
             result = self.handler(job)
+            check_stop(job)
+            if self.on_complete is not None:
+                self._complete_in_transaction(job, result)
+            else:
+                out = self._db(lambda c: c.complete([job], [result]))[0][1]
+                if out is not Outcome.OK:
+                    raise _Refused(out)
+            self.completed += 1
+            log.debug("job %s: completed", job.id)
         except JobStopped:
-            log.info("job %s: handler stopped (%s), not completed", job.id, job.stop_reason)
-            return
+            self._log_stopped(job)
+        except _Refused as r:
+            self._log_refused(job, "complete", r.outcome)
         except Snooze as s:
             out = self._db(lambda c: c.snooze([job], s.seconds))[0][1]
-            log.info("job %s: snoozed for %.1f s (%s)", job.id, s.seconds, out.value)
-            return
+            if out is Outcome.OK:
+                log.info("job %s: snoozed for %.1f s", job.id, s.seconds)
+            else:
+                self._log_refused(job, "snooze", out)
         except Exception as e:  # noqa: BLE001
             msg = str(e) if isinstance(e, Fail) else f"{type(e).__name__}: {e}"
             retry_in = e.retry_in if isinstance(e, Fail) else None
             permanent = e.permanent if isinstance(e, Fail) else False
             out = self._db(lambda c: c.fail([job], msg[:2000], retry_in=retry_in,
                                             permanent=permanent))[0][1]
-            self.failed += out is Outcome.OK
-            log.info("job %s: failed (%s): %s", job.id, out.value, msg)
-            return
-        if job.stop_reason is not None:
-            log.info("job %s: finished, but it was %s: not completed", job.id, job.stop_reason)
-            return
-        out = self._db(lambda c: c.complete([job], [result]))[0][1]
-        if out is Outcome.OK:
-            self.completed += 1
-        else:
-            log.info("job %s: %s at complete", job.id, out.value)
+            if out is Outcome.OK:
+                self.failed += 1
+                log.info("job %s: failed: %s", job.id, msg)
+            else:
+                self._log_refused(job, "fail", out)
 
 
 class AsyncWorker(_Base):
@@ -423,7 +506,7 @@ class AsyncWorker(_Base):
                 return
             await self._handle(job)
         except asyncio.CancelledError:
-            log.info("job %s: handler stopped (%s), not completed", job.id, job.stop_reason)
+            self._log_stopped(job)
         except Exception:  # noqa: BLE001
             log.exception("job %s: the worker failed to settle it", job.id)
         finally:
@@ -436,7 +519,7 @@ class AsyncWorker(_Base):
         try:
             result = await self.handler(job)
         except JobStopped:
-            log.info("job %s: handler stopped (%s), not completed", job.id, job.stop_reason)
+            self._log_stopped(job)
             return
         except Snooze as s:
             out = await self._settle(
@@ -451,10 +534,14 @@ class AsyncWorker(_Base):
                 "SELECT * FROM claimq.fail(%s::bigint[], %s::bigint[], %s, %s, %s)", job,
                 msg[:2000], _dt.timedelta(seconds=retry_in) if retry_in is not None else None,
                 bool(getattr(e, "permanent", False)))
-            self.failed += out is Outcome.OK
-            log.info("job %s: failed (%s): %s", job.id, out.value, msg)
+            if out is Outcome.OK:
+                self.failed += 1
+                log.info("job %s: failed: %s", job.id, msg)
+            else:
+                self._log_refused(job, "fail", out)
             return
         if job.stop_reason is not None:
+            self._log_stopped(job)
             return
         out = await self._settle(
             "SELECT * FROM claimq.complete(%s::bigint[], %s::bigint[], %s::jsonb[])", job,
@@ -462,4 +549,4 @@ class AsyncWorker(_Base):
         if out is Outcome.OK:
             self.completed += 1
         else:
-            log.info("job %s: %s at complete", job.id, out.value)
+            self._log_refused(job, "complete", out)

@@ -167,6 +167,25 @@ test('Fail and Snooze', async () => {
   assert.strictEqual(attempts[retried], 2, 'the failure with retryIn was retried');
 });
 
+test('a drain of thousands with concurrency 8, one worker killed mid-run: nothing lost', async () => {
+  await newQueue('js_kill', { keep_done: '1 hour', lease: '2 seconds' });
+  const a = admin();
+  await a.enqueueMany('js_kill', Array.from({ length: 3000 }, (_, n) => ({ n })));
+  await a.end();
+  const victim = child('js_kill', 5);
+  const survivor = child('js_kill', 5);
+  const survivorExit = new Promise((resolve) => survivor.on('exit', (code) => resolve(code)));
+  try {
+    assert.ok(await waitUntil(async () => ((await states('js_kill')).done || 0) >= 300, 30000));
+    victim.kill('SIGKILL');
+    assert.ok(await waitUntil(async () => JSON.stringify(await states('js_kill')) === '{"done":3000}', 90000),
+      `every job ends done: ${JSON.stringify(await states('js_kill'))}`);
+  } finally {
+    survivor.kill('SIGTERM');
+    assert.strictEqual(await survivorExit, 0, 'the survivor exits 0 on SIGTERM');
+  }
+});
+
 test('SIGTERM: running jobs are finished, the rest released, exit 0', async () => {
   await newQueue('js_term', { keep_done: '1 hour', lease: '30 seconds' });
   const a = admin();

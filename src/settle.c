@@ -85,22 +85,40 @@ PG_FUNCTION_INFO_V1(claimq_release_worker);
 	" j.job_id = i.job_id AND j.token = i.token" \
 	" AND j.state = ANY ('{claimed,running}'::text[]) "
 
+/* The arguments a settle function takes after its pairs. */
+typedef enum CqSettleArgs
+{
+	CQ_ARGS_NONE,				/* release */
+	CQ_ARGS_LEASE,				/* start, extend: lease */
+	CQ_ARGS_RESULTS,			/* complete: results */
+	CQ_ARGS_FAIL,				/* fail: error, retry_in, permanent */
+	CQ_ARGS_DELAY				/* snooze: delay */
+} CqSettleArgs;
+
 /*
  * Each statement changes the rows it may and returns, for each, the input
  * pair's number and the job's queue, followed by the operation's extra
  * result columns; a statement that moves jobs out of flight returns their
  * group_key too, for the group limits (flow.c).  Pairs it does not return
- * are told apart afterwards (see cq_settle).
+ * are told apart afterwards (see cq_settle).  What else a settled pair
+ * means (a job made pending or dead, finished, a run measured) the fields
+ * after the counter say.
  */
 typedef struct CqSettleOp
 {
 	const char *sql;
+	CqSettleArgs args;			/* the call's arguments after the pairs */
 	int			nextra;			/* parameters after $1..$3 */
 	Oid			extratypes[3];
 	int			ncols;			/* result columns: job_id, outcome, ... */
 	bool		report_started; /* a running job under the token is "started" */
 	int			spi_ok;			/* the statement's SPI result code */
 	int			counter;		/* CqCounter of a settled pair, or -1 */
+	int			ready_col;		/* column: run_at of a job made pending; NULL:
+								 * the job is dead; 0 if none */
+	int			started_col;	/* column: started_at, for the run latency; 0
+								 * if none */
+	bool		finishes;		/* a settled job is done or deleted */
 	SPIPlanPtr	plan;
 } CqSettleOp;
 
@@ -116,7 +134,9 @@ static CqSettleOp cq_start_op = {
 	"  FROM input i, claimq.queue q"
 	" WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	" RETURNING i.ord, j.queue_id, j.expires_at",
-	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, CQ_STARTED, NULL
+	CQ_ARGS_LEASE,
+	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, CQ_STARTED,
+	0, 0, false, NULL
 };
 
 static CqSettleOp cq_extend_op = {
@@ -127,7 +147,9 @@ static CqSettleOp cq_extend_op = {
 	"  FROM input i, claimq.queue q"
 	" WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	" RETURNING i.ord, j.queue_id, j.expires_at",
-	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, -1, NULL
+	CQ_ARGS_LEASE,
+	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, -1,
+	0, 0, false, NULL
 };
 
 /*
@@ -168,7 +190,9 @@ static CqSettleOp cq_complete_op = {
 	")"
 	" SELECT * FROM del UNION ALL SELECT * FROM del_some"
 	" UNION ALL SELECT * FROM kept",
-	1, {JSONBARRAYOID}, 2, false, SPI_OK_SELECT, CQ_COMPLETED, NULL
+	CQ_ARGS_RESULTS,
+	1, {JSONBARRAYOID}, 2, false, SPI_OK_SELECT, CQ_COMPLETED,
+	0, 3, true, NULL
 };
 
 /*
@@ -195,8 +219,10 @@ static CqSettleOp cq_fail_op = {
 	" RETURNING i.ord, j.queue_id, j.state,"
 	"           CASE WHEN j.state = 'pending' THEN j.run_at END, j.started_at,"
 	"           j.group_key",
+	CQ_ARGS_FAIL,
 	3, {TEXTOID, INTERVALOID, BOOLOID}, 4, false, SPI_OK_UPDATE_RETURNING,
-	CQ_FAILED, NULL
+	CQ_FAILED,
+	4, 5, false, NULL
 };
 
 /* Release touches claimed jobs only; a running one reports "started". */
@@ -208,7 +234,9 @@ static CqSettleOp cq_release_op = {
 	" WHERE j.job_id = i.job_id AND j.token = i.token"
 	"   AND j.state = 'claimed'"
 	" RETURNING i.ord, j.queue_id, j.run_at, j.group_key",
-	0, {InvalidOid}, 2, true, SPI_OK_UPDATE_RETURNING, CQ_RELEASED, NULL
+	CQ_ARGS_NONE,
+	0, {InvalidOid}, 2, true, SPI_OK_UPDATE_RETURNING, CQ_RELEASED,
+	3, 0, false, NULL
 };
 
 /*
@@ -224,7 +252,9 @@ static CqSettleOp cq_snooze_op = {
 	"  FROM input i"
 	" WHERE" CQ_FENCE_SQL
 	" RETURNING i.ord, j.queue_id, j.run_at, j.group_key",
-	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, CQ_SNOOZED, NULL
+	CQ_ARGS_DELAY,
+	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, CQ_SNOOZED,
+	3, 0, false, NULL
 };
 
 typedef struct CqPair
@@ -374,29 +404,23 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 		}
 		if (op->counter >= 0)
 			cq_count_add(&counts, queue_id, op->counter, 1);
-		if (op == &cq_release_op || op == &cq_snooze_op)
-			cq_ready_on_commit(queue_id,
-							   DatumGetTimestampTz(SPI_getbinval(tuple,
-																 settled->tupdesc,
-																 3, &isnull)));
-		if (op == &cq_complete_op || op == &cq_fail_op)
+		if (op->started_col > 0)
 		{
 			/* A started job's run: from start to complete or fail. */
 			Datum		started_at = SPI_getbinval(tuple, settled->tupdesc,
-												   op == &cq_complete_op ? 3 : 5,
-												   &isnull);
+												   op->started_col, &isnull);
 
 			if (!isnull)
 				cq_latency_add(&counts, queue_id, CQ_LATENCY_RUN,
 							   DatumGetTimestampTz(values[2]) -
 							   DatumGetTimestampTz(started_at));
 		}
-		if (op == &cq_complete_op)
+		if (op->finishes)
 			cq_finished_on_commit();
-		if (op == &cq_fail_op)
+		if (op->ready_col > 0)
 		{
-			Datum		retry_at = SPI_getbinval(tuple, settled->tupdesc,
-												 4, &isnull);
+			Datum		ready_at = SPI_getbinval(tuple, settled->tupdesc,
+												 op->ready_col, &isnull);
 
 			if (isnull)
 			{
@@ -404,7 +428,7 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 				cq_finished_on_commit();
 			}
 			else
-				cq_ready_on_commit(queue_id, DatumGetTimestampTz(retry_at));
+				cq_ready_on_commit(queue_id, DatumGetTimestampTz(ready_at));
 		}
 	}
 	for (int i = 0; i < n; i++)
@@ -504,14 +528,14 @@ static void
 cq_settle_extra(FunctionCallInfo fcinfo, CqSettleOp *op, int argno,
 				Datum *extra, char *extranulls)
 {
-	if (op == &cq_start_op || op == &cq_extend_op)
+	if (op->args == CQ_ARGS_LEASE)
 	{
 		Interval   *lease = cq_lease_arg(fcinfo, argno, "lease", false);
 
 		extra[0] = lease ? IntervalPGetDatum(lease) : (Datum) 0;
 		extranulls[0] = lease ? ' ' : 'n';
 	}
-	else if (op == &cq_fail_op)
+	else if (op->args == CQ_ARGS_FAIL)
 	{
 		extra[0] = PG_ARGISNULL(argno) ? (Datum) 0 : PG_GETARG_DATUM(argno);
 		extranulls[0] = PG_ARGISNULL(argno) ? 'n' : ' ';
@@ -526,14 +550,14 @@ cq_settle_extra(FunctionCallInfo fcinfo, CqSettleOp *op, int argno,
 		extra[2] = PG_GETARG_DATUM(argno + 2);
 		extranulls[2] = ' ';
 	}
-	else if (op == &cq_snooze_op)
+	else if (op->args == CQ_ARGS_DELAY)
 	{
 		cq_arg_not_null(fcinfo, argno, "delay");
 		extra[0] = IntervalPGetDatum(cq_lease_arg(fcinfo, argno, "delay",
 												  true));
 		extranulls[0] = ' ';
 	}
-	else if (op == &cq_complete_op)
+	else if (op->args == CQ_ARGS_RESULTS)
 	{
 		/* results: set by the caller, which knows the form */
 		extra[0] = (Datum) 0;
@@ -604,7 +628,7 @@ cq_settle_many(FunctionCallInfo fcinfo, CqSettleOp *op)
 				 errmsg("at most %d jobs can be settled in one call",
 						CQ_MAX_BATCH)));
 	cq_settle_extra(fcinfo, op, 2, extra, extranulls);
-	if (op == &cq_complete_op)
+	if (op->args == CQ_ARGS_RESULTS)
 		cq_complete_results(fcinfo, 2, n, false, extra, extranulls);
 
 	InitMaterializedSRF(fcinfo, 0);
@@ -633,7 +657,7 @@ cq_settle_one(FunctionCallInfo fcinfo, CqSettleOp *op)
 	cq_arg_not_null(fcinfo, 0, "job_id");
 	cq_arg_not_null(fcinfo, 1, "token");
 	cq_settle_extra(fcinfo, op, 2, extra, extranulls);
-	if (op == &cq_complete_op)
+	if (op->args == CQ_ARGS_RESULTS)
 		cq_complete_results(fcinfo, 2, 1, true, extra, extranulls);
 	id = PG_GETARG_DATUM(0);
 	token = PG_GETARG_DATUM(1);

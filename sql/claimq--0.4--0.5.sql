@@ -630,7 +630,8 @@ DECLARE
 	keys text[] := '{"claimq.claim_keys(text, text[], interval)",'
 				   '"claimq.release_keys(text, text[], bigint[])"}';
 	look text[] := '{"claimq.status(bigint[])",'
-				   '"claimq.wait_for(bigint[], interval)"}';
+				   '"claimq.wait_for(bigint[], interval)",'
+				   '"claimq.node_of(bigint)"}';
 	observe text[] := '{"claimq.counters()",'
 					  '"claimq.queue_latency()",'
 					  '"claimq.reclaimer_status()",'
@@ -726,5 +727,14 @@ COMMENT ON FUNCTION claimq.set_duty(regrole, text, boolean) IS
 'private: grant or revoke the privileges that make up a duty';
 
 REVOKE ALL ON FUNCTION claimq.set_duty(regrole, text, boolean) FROM PUBLIC;
+
+/*
+ * node_of, which reads the node number out of a job id (for a router), was
+ * in no duty: it joins status and wait_for in produce, work and
+ * administer, and the roles that hold status get it.
+ */
+SELECT claimq.upgrade_copy_grants('claimq.status(bigint[])'::regprocedure,
+								  'claimq.node_of(bigint)'::regprocedure,
+								  'pg_catalog.pg_proc');
 
 DROP FUNCTION claimq.upgrade_copy_grants(oid, oid, regclass);

@@ -8,7 +8,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(63);
+SELECT plan(64);
 
 -- The functions and relations that belong to the extension.
 CREATE TEMP VIEW ext_functions AS
@@ -26,6 +26,18 @@ SELECT c.oid, c.oid::regclass::text AS name, c.relkind, c.relacl
 
 SELECT cmp_ok((SELECT count(*) FROM ext_functions), '>=', 25::bigint,
 	'the extension has its functions');
+
+-- Every function is in a duty, or is marked private and in none; only the
+-- two that hand duties out (the superuser's) are neither.
+SELECT is(ARRAY(
+	SELECT f.name FROM ext_functions f
+	 WHERE EXISTS (SELECT 1 FROM unnest('{produce,work,administer,observe}'::text[]) d,
+						 unnest(claimq.duty_functions(d)) x
+				   WHERE x::regprocedure = f.oid)
+		 = (coalesce(obj_description(f.oid, 'pg_proc'), '') LIKE 'private:%')
+	 ORDER BY 1),
+	'{"claimq.grant_duty(regrole,text)","claimq.revoke_duty(regrole,text)"}'::text[],
+	'every function is in a duty or marked private, never both (grant_duty and revoke_duty aside)');
 SELECT is(ARRAY(SELECT name FROM ext_relations WHERE relkind IN ('r', 'v', 'S') ORDER BY name)
 		  @> ARRAY['claimq.job', 'claimq.job_id_seq', 'claimq.jobs', 'claimq.queue',
 				   'claimq.queue_id_seq', 'claimq.queue_stats', 'claimq.token_seq'],

@@ -17,7 +17,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 BEGIN;
 DROP EXTENSION IF EXISTS claimq;
 CREATE EXTENSION claimq VERSION '0.1';
-SELECT plan(32);
+SELECT plan(33);
 
 SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.1',
 	'version 0.1 is installed');
@@ -172,6 +172,9 @@ SELECT ok(has_function_privilege('regress_claimq_up_admin', 'claimq.retry_dead(t
 				'claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval)', 'EXECUTE')
 		  AND has_table_privilege('regress_claimq_up_admin', 'claimq.group_stats', 'SELECT'),
 	'the administrator keeps the recreated functions and views and gets cancel, schedules and group_stats');
+SELECT ok(has_function_privilege('regress_claimq_up_producer', 'claimq.node_of(bigint)', 'EXECUTE')
+		  AND has_function_privilege('regress_claimq_up_worker', 'claimq.node_of(bigint)', 'EXECUTE'),
+	'the producer and the worker get node_of');
 SELECT ok(NOT has_table_privilege('regress_claimq_up_worker', 'claimq.group_stats', 'SELECT')
 		  AND NOT has_function_privilege('regress_claimq_up_worker',
 				'claimq.create_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval)', 'EXECUTE'),

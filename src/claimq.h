@@ -252,6 +252,7 @@ typedef struct CqGroups
 typedef struct CqFlowTicket
 {
 	int			slot;			/* shared memory: the queue's slot, or -1 */
+	uint64		generation;		/* the slot's, when the claim took it */
 	int32		reserved;		/* slots reserved by the claim */
 	int32		tokens;			/* tokens taken by the claim */
 	int32		allowed;
@@ -267,6 +268,7 @@ extern void cq_sync_groups(int32 queue_id, Datum keys);
 extern Size cq_flow_shmem_size(void);
 extern void cq_flow_shmem_init(void);
 extern void cq_flow_freed(int32 queue_id);
+extern uint64 cq_flow_upkeep(void);
 extern int32 cq_flow_allowance(const CqQueue *queue, int32 max_jobs,
 							   CqFlowTicket *ticket);
 extern void cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket,

@@ -38,8 +38,9 @@
  *
  *	1. reserves max_jobs slots and takes up to max_jobs tokens, and notes
  *	   what the other transactions in progress had reserved (r);
- *	2. then counts the queue's jobs in flight with a new snapshot (c),
- *	   which sees every claim whose transaction had ended by step 1;
+ *	2. then counts the queue's jobs in flight with the latest snapshot (c),
+ *	   which sees every claim whose transaction had ended by step 1, under
+ *	   any isolation level;
  *	3. claims at most max_in_flight - c - r jobs, and no more than the
  *	   tokens it took;
  *	4. gives back at once the slots and tokens it did not use.
@@ -56,11 +57,16 @@
  * again after a restart, a failover or the loss of its slot starts empty
  * rather than full, so that no restart lets a burst through.
  *
- * Queue-wide limits, the fallback: without the preload, under REPEATABLE
- * READ or SERIALIZABLE (step 2 needs a new snapshot), or when every slot
- * is reserved, a claim locks the queue's row until its transaction ends,
- * counts the jobs in flight and refills the bucket kept in the row.
- * Claims of one such queue then take turns.
+ * Every claim of the server takes this path, so that no claim escapes the
+ * reservations of another; one that finds no slot (all of its key's are
+ * reserved, or its transaction already claims from CQ_FLOW_HELD such
+ * queues) takes nothing that time.
+ *
+ * Queue-wide limits without the preload: a claim updates the queue's row
+ * and so holds it until its transaction ends, counts the jobs in flight
+ * and refills the bucket kept in the row.  Claims of one such queue then
+ * take turns; under REPEATABLE READ one that missed the previous holder's
+ * commit fails to serialize.
  *
  *-------------------------------------------------------------------------
  */
@@ -209,7 +215,9 @@ typedef struct CqFlowSlot
 	Oid			relid;
 	int32		queue_id;
 	int64		reserved;		/* by transactions in progress */
+	uint64		generation;		/* changes when the slot changes hands */
 	bool		bucket_valid;
+	bool		marked;			/* the queue row records the bucket's use */
 	int32		rate_limit;		/* the bucket was made for these */
 	int64		period;			/* microseconds */
 	double		tokens;			/* left at "at" */
@@ -220,6 +228,7 @@ typedef struct CqFlowShared
 {
 	slock_t		mutex;
 	bool		any_used;		/* a slot was ever assigned */
+	uint64		next_generation;
 	CqFlowSlot	slots[CQ_FLOW_SLOTS];
 } CqFlowShared;
 
@@ -321,6 +330,7 @@ cq_flow_slot(Oid dboid, Oid relid, int32 queue_id)
 	victim->relid = relid;
 	victim->queue_id = queue_id;
 	victim->reserved = 0;
+	victim->generation = ++cq_flow->next_generation;
 	victim->bucket_valid = false;
 	return victim;
 }
@@ -341,34 +351,28 @@ cq_flow_held_entry(int slot, int32 queue_id)
 }
 
 /*
- * Where a bucket set up in shared memory starts: full on its first use
- * ever (the queue's row has no bucket), which the row then records;
- * empty otherwise.  Sets *full.  The caller has connected SPI.
+ * Where a bucket set up in shared memory starts: full if the queue's row
+ * has no record of a bucket (its first use, or a new rate), empty
+ * otherwise (after a restart, a failover, a restore or the loss of its
+ * slot), so that no restart lets a burst through.  The record is written
+ * by the reclaimer (cq_flow_upkeep), in a transaction of its own, since the
+ * claim that sets the bucket up may roll back.  Sets *full.  The caller
+ * has connected SPI.
  */
 static void
-cq_flow_bucket_start(const CqQueue *queue, TimestampTz now, bool *full)
+cq_flow_bucket_start(const CqQueue *queue, bool *full)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[2] = {INT4OID, TIMESTAMPTZOID};
-	Datum		values[2];
+	Oid			argtypes[1] = {INT4OID};
+	Datum		values[1];
 	bool		isnull;
 
-	/* A row another transaction is changing is left alone: not first. */
 	cq_plan(&plan,
-			"WITH r AS ("
-			"  SELECT q.queue_id, q.rate_at FROM claimq.queue q"
-			"   WHERE q.queue_id = $1 FOR NO KEY UPDATE SKIP LOCKED"
-			"), marked AS ("
-			"  UPDATE claimq.queue q SET rate_tokens = 0, rate_at = $2"
-			"    FROM r WHERE q.queue_id = r.queue_id AND r.rate_at IS NULL"
-			"  RETURNING q.queue_id"
-			")"
-			" SELECT pg_catalog.count(*) FROM marked",
-			2, argtypes);
+			"SELECT q.rate_at IS NULL FROM claimq.queue q WHERE q.queue_id = $1",
+			1, argtypes);
 	values[0] = Int32GetDatum(queue->queue_id);
-	values[1] = TimestampTzGetDatum(now);
-	cq_execute(plan, values, NULL, SPI_OK_SELECT);
-	*full = DatumGetInt64(cq_spi_value(0, 1, &isnull)) == 1;
+	cq_execute_latest(plan, values, NULL, SPI_OK_SELECT);
+	*full = SPI_processed == 1 && DatumGetBool(cq_spi_value(0, 1, &isnull));
 }
 
 /* The bucket refilled to now; the caller holds the mutex. */
@@ -430,6 +434,7 @@ cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 		{
 			/* A new bucket for the queue's current rate. */
 			slot->bucket_valid = true;
+			slot->marked = !full;
 			slot->rate_limit = queue->rate_limit;
 			slot->period = period;
 			slot->tokens = full ? queue->rate_limit : 0;
@@ -437,13 +442,14 @@ cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 			break;
 		}
 		SpinLockRelease(&cq_flow->mutex);
-		cq_flow_bucket_start(queue, now, &full);
+		cq_flow_bucket_start(queue, &full);
 		started = true;
 	}
 
 	/* Step 1: reserve, take tokens, note the others' reservations. */
 	others = slot->reserved - held->reserved;
 	ticket->slot = slot - cq_flow->slots;
+	ticket->generation = slot->generation;
 	ticket->reserved = queue->max_in_flight > 0 ? max_jobs : 0;
 	slot->reserved += ticket->reserved;
 	held->reserved += ticket->reserved;
@@ -472,7 +478,8 @@ cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 				" WHERE j.expires_at IS NOT NULL AND j.queue_id = $1",
 				1, argtypes);
 		values[0] = Int32GetDatum(queue->queue_id);
-		cq_execute(plan, values, NULL, SPI_OK_SELECT);
+		/* The latest snapshot, whatever the isolation level. */
+		cq_execute_latest(plan, values, NULL, SPI_OK_SELECT);
 		in_flight = DatumGetInt64(cq_spi_value(0, 1, &isnull));
 		ticket->allowed = (int32) Max(0, Min((int64) ticket->allowed,
 											 queue->max_in_flight - in_flight - others));
@@ -531,9 +538,18 @@ cq_flow_allowance(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 	ticket->row_bucket = false;
 	if (queue->max_in_flight <= 0 && queue->rate_limit <= 0)
 		return max_jobs;
-	if (cq_shmem_ready && !IsolationUsesXactSnapshot() &&
-		cq_flow_shared(queue, max_jobs, ticket))
-		return ticket->allowed;
+	if (cq_shmem_ready)
+	{
+		/*
+		 * One path per server: a claim that fell back to the queue's row
+		 * would not see the shared reservations, nor they its claims.  With
+		 * no slot to be had (all of the key's reserved, or this transaction
+		 * claims from too many limited queues) the claim takes nothing now.
+		 */
+		if (cq_flow_shared(queue, max_jobs, ticket))
+			return ticket->allowed;
+		return 0;
+	}
 
 	/*
 	 * The fallback.  Take turns on the queue's row first; what follows runs
@@ -612,7 +628,8 @@ cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket, int32 n)
 			slot->reserved -= ticket->reserved - n;
 			held->reserved -= ticket->reserved - n;
 		}
-		if (queue->rate_limit > 0 && slot->bucket_valid)
+		if (queue->rate_limit > 0 && slot->bucket_valid &&
+			slot->generation == ticket->generation)
 			slot->tokens += ticket->tokens - n;
 		SpinLockRelease(&cq_flow->mutex);
 		ticket->slot = -1;
@@ -628,4 +645,98 @@ cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket, int32 n)
 	values[1] = Float8GetDatum(ticket->row_tokens - n);
 	values[2] = TimestampTzGetDatum(ticket->at);
 	cq_execute(plan, values, NULL, SPI_OK_UPDATE);
+}
+
+/*
+ * The reclaimer's share of flow control, once a pass, in a transaction of
+ * its own:
+ *
+ *	- record in their queues' rows the buckets set up in shared memory for
+ *	  this database (see cq_flow_bucket_start);
+ *	- sync the groups that have held jobs but fewer free jobs than their
+ *	  limit.  Every call that changes a group syncs it, so such a group is
+ *	  one whose sync had to skip a row another transaction held, or one
+ *	  changed under REPEATABLE READ from a snapshot older than the group's
+ *	  last change; without this it could wait for ever.
+ *
+ * Returns the number of groups synced.  The caller has connected SPI.
+ */
+uint64
+cq_flow_upkeep(void)
+{
+	static SPIPlanPtr mark_plan = NULL;
+	static SPIPlanPtr stuck_plan = NULL;
+	Oid			argtypes[2] = {INT4ARRAYOID, TIMESTAMPTZOID};
+	Datum		values[2];
+	Datum	   *ids;
+	uint64		marked[CQ_FLOW_SLOTS];
+	int			n = 0;
+	Oid			relid = cq_job_relid();
+	uint64		synced = 0;
+	SPITupleTable *stuck;
+	uint64		nstuck;
+
+	if (cq_shmem_ready && cq_flow->any_used)
+	{
+		ids = palloc(CQ_FLOW_SLOTS * sizeof(Datum));
+		SpinLockAcquire(&cq_flow->mutex);
+		for (int i = 0; i < CQ_FLOW_SLOTS; i++)
+		{
+			CqFlowSlot *slot = &cq_flow->slots[i];
+
+			if (slot->used && slot->dboid == MyDatabaseId && slot->relid == relid &&
+				slot->bucket_valid && !slot->marked)
+			{
+				ids[n] = Int32GetDatum(slot->queue_id);
+				marked[n++] = slot->generation;
+			}
+		}
+		SpinLockRelease(&cq_flow->mutex);
+		if (n > 0)
+		{
+			cq_plan(&mark_plan,
+					"UPDATE claimq.queue q SET rate_tokens = 0, rate_at = $2"
+					" WHERE q.queue_id = ANY ($1) AND q.rate_at IS NULL",
+					2, argtypes);
+			values[0] = PointerGetDatum(construct_array(ids, n, INT4OID, sizeof(int32),
+														true, TYPALIGN_INT));
+			values[1] = TimestampTzGetDatum(GetCurrentTimestamp());
+			cq_execute(mark_plan, values, NULL, SPI_OK_UPDATE);
+			SpinLockAcquire(&cq_flow->mutex);
+			for (int i = 0; i < CQ_FLOW_SLOTS; i++)
+				for (int k = 0; k < n; k++)
+					if (cq_flow->slots[i].generation == marked[k])
+						cq_flow->slots[i].marked = true;
+			SpinLockRelease(&cq_flow->mutex);
+		}
+	}
+
+	cq_plan(&stuck_plan,
+			"SELECT g.queue_id, pg_catalog.array_agg(g.group_key)"
+			"  FROM claimq.job_group g JOIN claimq.queue q ON q.queue_id = g.queue_id"
+			" WHERE (q.group_limit IS NOT NULL OR q.group_fifo)"
+			"   AND EXISTS (SELECT 1 FROM claimq.job j"
+			"                WHERE j.queue_id = g.queue_id AND j.group_key = g.group_key"
+			"                  AND j.held AND j.state = 'pending')"
+			"   AND (SELECT pg_catalog.count(*) FROM claimq.job j"
+			"         WHERE j.queue_id = g.queue_id AND j.group_key = g.group_key"
+			"           AND NOT j.held"
+			"           AND j.state = ANY ('{pending,claimed,running}'::text[]))"
+			"       < CASE WHEN q.group_fifo THEN 1 ELSE q.group_limit END"
+			" GROUP BY g.queue_id",
+			0, NULL);
+	cq_execute(stuck_plan, NULL, NULL, SPI_OK_SELECT);
+	stuck = SPI_tuptable;
+	nstuck = SPI_processed;
+	for (uint64 row = 0; row < nstuck; row++)
+	{
+		bool		isnull;
+		Datum		keys = SPI_getbinval(stuck->vals[row], stuck->tupdesc, 2, &isnull);
+
+		cq_sync_groups(DatumGetInt32(SPI_getbinval(stuck->vals[row], stuck->tupdesc,
+												   1, &isnull)), keys);
+		synced += ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(keys)),
+								 ARR_DIMS(DatumGetArrayTypeP(keys)));
+	}
+	return synced;
 }

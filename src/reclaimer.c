@@ -482,7 +482,8 @@ typedef enum CqPassStep
 {
 	CQ_STEP_RECLAIM,
 	CQ_STEP_PRUNE,
-	CQ_STEP_FIRE
+	CQ_STEP_FIRE,
+	CQ_STEP_FLOW
 } CqPassStep;
 
 /* Jobs a pass's call of fire_schedules enqueues at most (its default). */
@@ -509,6 +510,8 @@ cq_pass_step(CqPassStep step)
 						   "claimq: reclaiming expired claims" :
 						   step == CQ_STEP_FIRE ?
 						   "claimq: firing schedules" :
+						   step == CQ_STEP_FLOW ?
+						   "claimq: keeping flow control" :
 						   "claimq: pruning finished jobs and expired keys");
 
 	owner = cq_extension_owner();
@@ -542,6 +545,8 @@ cq_pass_step(CqPassStep step)
 												NULL, NULL);
 		else if (step == CQ_STEP_FIRE)
 			result = (int64) cq_fire_schedules(CQ_FIRE_BATCH);
+		else if (step == CQ_STEP_FLOW)
+			result = (int64) cq_flow_upkeep();
 		else
 			result = (int64) (cq_prune_finished(cq_reclaim_batch) +
 							  cq_sweep_keys(cq_reclaim_batch));
@@ -581,6 +586,7 @@ cq_pass(void)
 		if (cq_pass_step(CQ_STEP_FIRE) < CQ_FIRE_BATCH)
 			break;
 	(void) cq_pass_step(CQ_STEP_PRUNE);
+	(void) cq_pass_step(CQ_STEP_FLOW);
 	return total;
 }
 

@@ -35,6 +35,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "utils/builtins.h"
@@ -251,6 +252,39 @@ cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null,
 	return 0;					/* keep compiler quiet */
 }
 
+/*
+ * Look the queue up for an enqueue.  Under REPEATABLE READ the lookup sees
+ * the transaction's snapshot; if the queue's group limits have changed
+ * since, the job would go in held or free by the old ones, which nothing
+ * would put right: fail to serialize instead.
+ */
+static void
+cq_enqueue_queue(CqEnqueueArgs *args)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {INT4OID};
+	Datum		values[1];
+	bool		isnull;
+
+	cq_require_queue(args->queue_name, &args->queue);
+	if (!IsolationUsesXactSnapshot())
+		return;
+	cq_plan(&plan,
+			"SELECT COALESCE(q.group_limit, 0), q.group_fifo"
+			"  FROM claimq.queue q WHERE q.queue_id = $1",
+			1, argtypes);
+	values[0] = Int32GetDatum(args->queue.queue_id);
+	cq_execute_latest(plan, values, NULL, SPI_OK_SELECT);
+	if (SPI_processed != 1 ||
+		DatumGetInt32(cq_spi_value(0, 1, &isnull)) != args->queue.group_limit ||
+		DatumGetBool(cq_spi_value(0, 2, &isnull)) != args->queue.group_fifo)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access due to a concurrent change of queue \"%s\"",
+						args->queue_name),
+				 errhint("Retry the transaction.")));
+}
+
 static void
 cq_enqueue_notify(CqEnqueueArgs *args)
 {
@@ -280,7 +314,7 @@ claimq_enqueue(PG_FUNCTION_ARGS)
 
 	cq_lock_producers(args.queue_name);
 	SPI_connect();
-	cq_require_queue(args.queue_name, &args.queue);
+	cq_enqueue_queue(&args);
 	if (!group_key_null && cq_queue_groups_limited(&args.queue))
 	{
 		groups = PointerGetDatum(construct_array(&PG_GETARG_DATUM(7), 1,
@@ -369,7 +403,7 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 
 	cq_lock_producers(args.queue_name);
 	SPI_connect();
-	cq_require_queue(args.queue_name, &args.queue);
+	cq_enqueue_queue(&args);
 	if (npayloads == 0)
 	{
 		SPI_finish();

@@ -221,6 +221,9 @@ claimq_claim(PG_FUNCTION_ARGS)
 	TimestampTz deadline;
 	bool		can_wait;
 	long		poll_ms = CQ_POLL_MIN_MS;
+	volatile bool in_subxact = false;
+	MemoryContext oldcontext;
+	ResourceOwner oldowner;
 
 	queue_name = cq_queue_name_arg(fcinfo, 0);
 	max_jobs = cq_int_arg(fcinfo, 1, "max_jobs", 1, CQ_MAX_BATCH);
@@ -233,20 +236,22 @@ claimq_claim(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	can_wait = deadline > GetCurrentTimestamp();
+	oldcontext = CurrentMemoryContext;
+	oldowner = CurrentResourceOwner;
 
 	PG_TRY();
 	{
 		bool		waiting = false;
-		MemoryContext oldcontext = CurrentMemoryContext;
-		ResourceOwner oldowner = CurrentResourceOwner;
 
 		for (;;)
 		{
 			CqQueue		queue;
 			uint64		claimed = 0;
+
 			if (can_wait)
 			{
 				BeginInternalSubTransaction(NULL);
+				in_subxact = true;
 				MemoryContextSwitchTo(oldcontext);
 			}
 			SPI_connect();
@@ -265,6 +270,7 @@ claimq_claim(PG_FUNCTION_ARGS)
 					ReleaseCurrentSubTransaction();
 				else
 					RollbackAndReleaseCurrentSubTransaction();
+				in_subxact = false;
 				MemoryContextSwitchTo(oldcontext);
 				CurrentResourceOwner = oldowner;
 			}
@@ -284,10 +290,29 @@ claimq_claim(PG_FUNCTION_ARGS)
 			cq_wait_sleep(waiting, CQ_WAKE_RECHECK_MS, &poll_ms, deadline);
 		}
 	}
-	PG_FINALLY();
+	PG_CATCH();
 	{
 		cq_wait_end();
+		if (in_subxact)
+		{
+			/*
+			 * Roll back the try's own subtransaction before the error goes
+			 * on, so that whoever catches it (a PL/pgSQL exception block)
+			 * rolls back its own, not ours.
+			 */
+			ErrorData  *edata;
+
+			MemoryContextSwitchTo(oldcontext);
+			edata = CopyErrorData();
+			FlushErrorState();
+			RollbackAndReleaseCurrentSubTransaction();
+			MemoryContextSwitchTo(oldcontext);
+			CurrentResourceOwner = oldowner;
+			ReThrowError(edata);
+		}
+		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	cq_wait_end();
 	return (Datum) 0;
 }

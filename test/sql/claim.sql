@@ -7,7 +7,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(68);
+SELECT plan(70);
 
 SELECT lives_ok($$SELECT claimq.create_queue('clm', lease => '30 seconds',
 	run_lease => '5 minutes')$$, 'create queue clm');
@@ -218,6 +218,25 @@ SELECT ok(clock_timestamp() - :'t0'::timestamptz < '30 seconds',
 	'without waiting for the wait to pass');
 SELECT is_empty($$SELECT * FROM claimq.claim('clm_wait', wait => '0')$$,
 	'wait => 0 does not wait');
+
+-- An error inside a waiting claim's try (here: no such queue) undoes what
+-- the caller's own subtransaction did, and only that: the claim's own
+-- subtransaction is rolled back before the error goes on.
+CREATE TEMP TABLE clm_block (x integer);
+DO $$
+BEGIN
+	BEGIN
+		INSERT INTO clm_block VALUES (1);
+		PERFORM * FROM claimq.claim('clm_no_such_queue', wait => '1 second');
+	EXCEPTION WHEN undefined_object THEN
+		INSERT INTO clm_block VALUES (2);
+	END;
+END
+$$;
+SELECT results_eq('SELECT x FROM clm_block'::text, 'VALUES (2)'::text,
+	'the exception block''s insert is rolled back, the handler''s kept');
+SELECT lives_ok('SELECT count(*) FROM claimq.claim(''clm_wait'', 1)',
+	'and the transaction goes on');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -14,6 +14,8 @@
  */
 #include "postgres.h"
 
+#include "common/hashfn.h"
+
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
@@ -389,6 +391,19 @@ Oid
 cq_job_relid(void)
 {
 	return get_relname_relid("job", get_namespace_oid("claimq", false));
+}
+
+/*
+ * A hash of a queue's key in shared memory: its database, the OID of
+ * claimq.job (one installation of the extension from the next) and its id.
+ * The claim floors and the queue limits place their slots by it.
+ */
+uint32
+cq_queue_key_hash(Oid dboid, Oid relid, int32 queue_id)
+{
+	uint32		key[3] = {dboid, relid, (uint32) queue_id};
+
+	return hash_bytes((const unsigned char *) key, sizeof(key));
 }
 
 /*

@@ -55,7 +55,6 @@
  */
 #include "postgres.h"
 
-#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
@@ -117,9 +116,7 @@ cq_floor_shmem_init(void)
 static uint32
 cq_floor_home(Oid dboid, Oid relid, int32 queue_id)
 {
-	uint32		key[3] = {dboid, relid, (uint32) queue_id};
-
-	return hash_bytes((const unsigned char *) key, sizeof(key)) % CQ_FLOOR_SLOTS;
+	return cq_queue_key_hash(dboid, relid, queue_id) % CQ_FLOOR_SLOTS;
 }
 
 /*

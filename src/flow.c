@@ -76,7 +76,6 @@
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
-#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
@@ -202,6 +201,11 @@ cq_groups_sync(CqGroups *groups)
 	groups->n = 0;
 }
 
+/* The queue's jobs in flight ($1): every claimed or running job has a lease. */
+#define CQ_IN_FLIGHT_SQL \
+	"(SELECT pg_catalog.count(*) FROM claimq.job j" \
+	"  WHERE j.expires_at IS NOT NULL AND j.queue_id = $1)"
+
 /*
  * The queue-wide limits' shared memory (see the file header).
  */
@@ -300,16 +304,15 @@ cq_flow_xact_callback(XactEvent event, void *arg)
 }
 
 /*
- * The queue's slot, assigned if missing; a slot nobody holds reservations
- * on is taken over (its bucket is lost).  NULL if all the key's slots are
- * reserved.  Called with the mutex held.
+ * The queue's slot, or NULL.  With create, a missing slot is assigned: one
+ * nobody holds reservations on is taken over (its bucket is lost), and
+ * NULL means all the key's slots are reserved.  Called with the mutex held
+ * (or, for a look without create whose answer may be stale, without).
  */
 static CqFlowSlot *
-cq_flow_slot(Oid dboid, Oid relid, int32 queue_id)
+cq_flow_slot(Oid dboid, Oid relid, int32 queue_id, bool create)
 {
-	uint32		key[3] = {dboid, relid, (uint32) queue_id};
-	uint32		home = hash_bytes((const unsigned char *) key, sizeof(key)) %
-		CQ_FLOW_SLOTS;
+	uint32		home = cq_queue_key_hash(dboid, relid, queue_id) % CQ_FLOW_SLOTS;
 	CqFlowSlot *victim = NULL;
 
 	for (int i = 0; i < CQ_FLOW_PROBES; i++)
@@ -322,7 +325,7 @@ cq_flow_slot(Oid dboid, Oid relid, int32 queue_id)
 		if (slot->reserved == 0 && (victim == NULL || !slot->used))
 			victim = slot;
 	}
-	if (victim == NULL)
+	if (!create || victim == NULL)
 		return NULL;
 	cq_flow->any_used = true;
 	victim->used = true;
@@ -414,7 +417,7 @@ cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 	for (;;)
 	{
 		SpinLockAcquire(&cq_flow->mutex);
-		slot = cq_flow_slot(MyDatabaseId, relid, queue->queue_id);
+		slot = cq_flow_slot(MyDatabaseId, relid, queue->queue_id, true);
 		if (slot == NULL)
 		{
 			SpinLockRelease(&cq_flow->mutex);
@@ -473,10 +476,7 @@ cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 		bool		isnull;
 		int64		in_flight;
 
-		cq_plan(&plan,
-				"SELECT pg_catalog.count(*) FROM claimq.job j"
-				" WHERE j.expires_at IS NOT NULL AND j.queue_id = $1",
-				1, argtypes);
+		cq_plan(&plan, "SELECT " CQ_IN_FLIGHT_SQL, 1, argtypes);
 		values[0] = Int32GetDatum(queue->queue_id);
 		/* The latest snapshot, whatever the isolation level. */
 		cq_execute_latest(plan, values, NULL, SPI_OK_SELECT);
@@ -497,26 +497,10 @@ cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 void
 cq_flow_freed(int32 queue_id)
 {
-	uint32		key[3];
-	uint32		home;
-
 	if (!cq_shmem_ready || !((volatile CqFlowShared *) cq_flow)->any_used)
 		return;
-	key[0] = MyDatabaseId;
-	key[1] = cq_job_relid();
-	key[2] = (uint32) queue_id;
-	home = hash_bytes((const unsigned char *) key, sizeof(key)) % CQ_FLOW_SLOTS;
-	for (int i = 0; i < CQ_FLOW_PROBES; i++)
-	{
-		volatile CqFlowSlot *slot = &cq_flow->slots[(home + i) % CQ_FLOW_SLOTS];
-
-		if (slot->used && slot->dboid == MyDatabaseId &&
-			slot->queue_id == queue_id)
-		{
-			cq_freed_on_commit(queue_id);
-			return;
-		}
-	}
+	if (cq_flow_slot(MyDatabaseId, cq_job_relid(), queue_id, false) != NULL)
+		cq_freed_on_commit(queue_id);
 }
 
 /*
@@ -565,12 +549,11 @@ cq_flow_allowance(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 	cq_execute(lock_plan, values, NULL, SPI_OK_UPDATE);
 
 	/*
-	 * The jobs in flight (every claimed or running job has a lease), and
-	 * the bucket refilled to now: full when new, never above the limit.
+	 * The jobs in flight, and the bucket refilled to now: full when new,
+	 * never above the limit.
 	 */
 	cq_plan(&count_plan,
-			"SELECT (SELECT pg_catalog.count(*) FROM claimq.job j"
-			"         WHERE j.expires_at IS NOT NULL AND j.queue_id = $1),"
+			"SELECT " CQ_IN_FLIGHT_SQL ","
 			"       LEAST(q.rate_limit::float8,"
 			"             COALESCE(q.rate_tokens"
 			"                      + pg_catalog.date_part('epoch', $2 - q.rate_at)"

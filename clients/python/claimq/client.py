@@ -233,8 +233,7 @@ class Client:
     # -- administration and observing -----------------------------------------
 
     def create_queue(self, queue: str, **options: Any) -> None:
-        self.call("create_queue", queue, **{k: _interval(v) if isinstance(v, _dt.timedelta)
-                                            else v for k, v in options.items()})
+        self.call("create_queue", queue, **options)
 
     def alter_queue(self, queue: str, **options: Any) -> None:
         self.call("alter_queue", queue, **options)

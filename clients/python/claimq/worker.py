@@ -38,7 +38,7 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Set
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -141,6 +141,23 @@ class _Base:
             log.info("job %s: stale at %s, someone else owns it now", job.id, call)
         else:
             log.info("job %s: %s at %s", job.id, outcome.value, call)
+
+    @staticmethod
+    def _failure(e: BaseException) -> Tuple[str, Optional[float], bool]:
+        """What fail() is told of a handler's exception: the message (the
+        exception's text, with its type unless it is a Fail), retry_in and
+        permanent."""
+        if isinstance(e, Fail):
+            return str(e)[:2000], e.retry_in, e.permanent
+        return f"{type(e).__name__}: {e}"[:2000], None, False
+
+    def _log_settled(self, job: Job, call: str, outcome: Outcome, what: str) -> None:
+        if outcome is Outcome.OK:
+            if call == "fail":
+                self.failed += 1
+            log.info("job %s: %s", job.id, what)
+        else:
+            self._log_refused(job, call, outcome)
 
     def _stop_job(self, job_id: int, outcome: Outcome) -> None:
         job = self.held.pop(job_id, None)
@@ -354,21 +371,12 @@ class Worker(_Base):
             self._log_refused(job, "complete", r.outcome)
         except Snooze as s:
             out = self._db(lambda c: c.snooze([job], s.seconds))[0][1]
-            if out is Outcome.OK:
-                log.info("job %s: snoozed for %.1f s", job.id, s.seconds)
-            else:
-                self._log_refused(job, "snooze", out)
+            self._log_settled(job, "snooze", out, f"snoozed for {s.seconds:.1f} s")
         except Exception as e:  # noqa: BLE001
-            msg = str(e) if isinstance(e, Fail) else f"{type(e).__name__}: {e}"
-            retry_in = e.retry_in if isinstance(e, Fail) else None
-            permanent = e.permanent if isinstance(e, Fail) else False
-            out = self._db(lambda c: c.fail([job], msg[:2000], retry_in=retry_in,
+            msg, retry_in, permanent = self._failure(e)
+            out = self._db(lambda c: c.fail([job], msg, retry_in=retry_in,
                                             permanent=permanent))[0][1]
-            if out is Outcome.OK:
-                self.failed += 1
-                log.info("job %s: failed: %s", job.id, msg)
-            else:
-                self._log_refused(job, "fail", out)
+            self._log_settled(job, "fail", out, f"failed: {msg}")
 
 
 class AsyncWorker(_Base):
@@ -525,20 +533,15 @@ class AsyncWorker(_Base):
             out = await self._settle(
                 "SELECT * FROM claimq.snooze(%s::bigint[], %s::bigint[], %s)", job,
                 _dt.timedelta(seconds=s.seconds))
-            log.info("job %s: snoozed for %.1f s (%s)", job.id, s.seconds, out.value)
+            self._log_settled(job, "snooze", out, f"snoozed for {s.seconds:.1f} s")
             return
         except Exception as e:  # noqa: BLE001
-            msg = str(e) if isinstance(e, Fail) else f"{type(e).__name__}: {e}"
-            retry_in = getattr(e, "retry_in", None)
+            msg, retry_in, permanent = self._failure(e)
             out = await self._settle(
                 "SELECT * FROM claimq.fail(%s::bigint[], %s::bigint[], %s, %s, %s)", job,
-                msg[:2000], _dt.timedelta(seconds=retry_in) if retry_in is not None else None,
-                bool(getattr(e, "permanent", False)))
-            if out is Outcome.OK:
-                self.failed += 1
-                log.info("job %s: failed: %s", job.id, msg)
-            else:
-                self._log_refused(job, "fail", out)
+                msg, _dt.timedelta(seconds=retry_in) if retry_in is not None else None,
+                permanent)
+            self._log_settled(job, "fail", out, f"failed: {msg}")
             return
         if job.stop_reason is not None:
             self._log_stopped(job)

@@ -341,6 +341,8 @@ extern void cq_execute(SPIPlanPtr plan, Datum *values, const char *nulls,
 					   int expected);
 extern void cq_execute_latest(SPIPlanPtr plan, Datum *values,
 							  const char *nulls, int expected);
+extern void cq_execute_in(SPIPlanPtr plan, Datum *values, const char *nulls,
+						  int expected, Snapshot snapshot);
 extern bool cq_lookup_queue(const char *name, CqQueue *queue);
 extern void cq_require_queue(const char *name, CqQueue *queue);
 extern Datum cq_spi_value(int row, int col, bool *isnull);

@@ -368,7 +368,15 @@ void
 cq_execute_latest(SPIPlanPtr plan, Datum *values, const char *nulls,
 				  int expected)
 {
-	PushActiveSnapshot(GetLatestSnapshot());
+	cq_execute_in(plan, values, nulls, expected, GetLatestSnapshot());
+}
+
+/* Run a kept, read-only plan in the given snapshot. */
+void
+cq_execute_in(SPIPlanPtr plan, Datum *values, const char *nulls,
+			  int expected, Snapshot snapshot)
+{
+	PushActiveSnapshot(snapshot);
 	cq_execute_plan(plan, values, nulls, expected, true);
 	PopActiveSnapshot();
 }

@@ -114,22 +114,25 @@ cq_shmem_request(void)
 													  cq_counters_shmem_size()),
 											 add_size(cq_wakeup_shmem_size(),
 													  cq_floor_shmem_size())),
-									cq_flow_shmem_size()));
-	RequestNamedLWLockTranche("claimq", 1);
+									add_size(cq_flow_shmem_size(),
+											 cq_census_shmem_size())));
+	/* The reclaimer's and counters' lock, the census's lock and gate. */
+	RequestNamedLWLockTranche("claimq", 3);
 }
 
 static void
 cq_shmem_startup(void)
 {
-	LWLock	   *lock;
+	LWLockPadded *locks;
 
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	lock = &(GetNamedLWLockTranche("claimq"))->lock;
-	cq_reclaimer_shmem_init(lock);
-	cq_counters_shmem_init(lock);
+	locks = GetNamedLWLockTranche("claimq");
+	cq_reclaimer_shmem_init(&locks[0].lock);
+	cq_counters_shmem_init(&locks[0].lock);
+	cq_census_shmem_init(&locks[1].lock, &locks[2].lock);
 	cq_wakeup_shmem_init();
 	cq_floor_shmem_init();
 	cq_flow_shmem_init();

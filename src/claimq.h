@@ -19,12 +19,14 @@
  *		prune.c		done | dead | cancelled past retention -> deleted
  *		keys.c		dedup key claims: claim, release, sweep
  *		reclaimer.c	the background worker that runs reclaim.c, schedule.c,
- *					prune.c and the key sweep on a timer
+ *					prune.c, the key sweep and census.c's recount on a
+ *					timer
  *		wakeup.c	what a transaction did to the pending jobs: wake-ups of
  *					waiting claims and wait_for, floors lowered
  *		floor.c		claim floors in shared memory
  *		token.c		fencing tokens, never handed out twice
  *		counters.c	shared per-queue counters and latency histograms
+ *		census.c	jobs per queue and state, counted as they commit
  *		common.c	argument checks, SPI helpers, the queue look-up (a leaf:
  *					it calls no other claimq file)
  *		claimq.c	the root: _PG_init, settings, shared memory (nothing
@@ -54,7 +56,7 @@
 #include "compat.h"
 
 /* The extension version (claimq.control) whose schema this library uses. */
-#define CQ_SCHEMA_VERSION	"0.5"
+#define CQ_SCHEMA_VERSION	"0.6"
 
 /* Limits from the API contract. */
 #define CQ_MAX_BATCH		10000	/* max_jobs per claim, elements per call */
@@ -139,6 +141,11 @@ extern void cq_count_add(CqCountBatch *batch, int32 queue_id,
 extern void cq_count_flush(CqCountBatch *batch);
 extern void cq_latency_add(CqCountBatch *batch, int32 queue_id,
 						   CqLatencyKind kind, int64 usecs);
+
+/* Jobs per queue and state, kept as changes commit (census.c) */
+extern Size cq_census_shmem_size(void);
+extern void cq_census_shmem_init(LWLock *lock, LWLock *gate);
+extern bool cq_census_recount(void);
 
 /* The background reclaimer (reclaimer.c) */
 extern Size cq_reclaimer_shmem_size(void);

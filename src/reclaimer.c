@@ -483,7 +483,8 @@ typedef enum CqPassStep
 	CQ_STEP_RECLAIM,
 	CQ_STEP_PRUNE,
 	CQ_STEP_FIRE,
-	CQ_STEP_FLOW
+	CQ_STEP_FLOW,
+	CQ_STEP_CENSUS
 } CqPassStep;
 
 /* Jobs a pass's call of fire_schedules enqueues at most (its default). */
@@ -512,6 +513,8 @@ cq_pass_step(CqPassStep step)
 						   "claimq: firing schedules" :
 						   step == CQ_STEP_FLOW ?
 						   "claimq: keeping flow control" :
+						   step == CQ_STEP_CENSUS ?
+						   "claimq: counting jobs per queue and state" :
 						   "claimq: pruning finished jobs and expired keys");
 
 	owner = cq_extension_owner();
@@ -547,6 +550,8 @@ cq_pass_step(CqPassStep step)
 			result = (int64) cq_fire_schedules(CQ_FIRE_BATCH);
 		else if (step == CQ_STEP_FLOW)
 			result = (int64) cq_flow_upkeep();
+		else if (step == CQ_STEP_CENSUS)
+			result = cq_census_recount() ? 1 : 0;
 		else
 			result = (int64) (cq_prune_finished(cq_reclaim_batch) +
 							  cq_sweep_keys(cq_reclaim_batch));
@@ -587,6 +592,7 @@ cq_pass(void)
 			break;
 	(void) cq_pass_step(CQ_STEP_PRUNE);
 	(void) cq_pass_step(CQ_STEP_FLOW);
+	(void) cq_pass_step(CQ_STEP_CENSUS);
 	return total;
 }
 

@@ -17,12 +17,12 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 BEGIN;
 DROP EXTENSION IF EXISTS claimq;
 CREATE EXTENSION claimq VERSION '0.1';
-SELECT plan(33);
+SELECT plan(36);
 
 SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.1',
 	'version 0.1 is installed');
 SELECT throws_ok($$SELECT claimq.enqueue('nowhere', '{}')$$, '55000',
-	'extension "claimq" is at version 0.1, but its library needs version 0.5',
+	'extension "claimq" is at version 0.1, but its library needs version 0.6',
 	'the library refuses to work on an older schema, with a clear error');
 
 -- Fill it: ready, scheduled, claimed, running, dead and done jobs, a paused
@@ -87,14 +87,19 @@ CREATE ROLE regress_claimq_up_admin;
 SELECT claimq.grant_duty('regress_claimq_up_producer', 'produce');
 SELECT claimq.grant_duty('regress_claimq_up_worker', 'work');
 SELECT claimq.grant_duty('regress_claimq_up_admin', 'administer');
+
+-- Through 0.5, where observe exists, to 0.6, which creates metrics() anew.
+ALTER EXTENSION claimq UPDATE TO '0.5';
+CREATE ROLE regress_claimq_up_observer;
+SELECT claimq.grant_duty('regress_claimq_up_observer', 'observe');
 CREATE TEMP TABLE init_privs_before AS
 SELECT count(*) AS n FROM pg_init_privs i
  WHERE i.initprivs::text ~ 'regress_claimq_up';
 
 ALTER EXTENSION claimq UPDATE;
 
-SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.5',
-	'ALTER EXTENSION claimq UPDATE brings it to 0.5');
+SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.6',
+	'ALTER EXTENSION claimq UPDATE brings it to 0.6');
 SELECT bag_eq($$SELECT job_id, token, run_at, enqueued_at, expires_at, claimed_at, finished_at,
 					   queue_id, priority, attempts, state, worker, dedup_key, last_error, payload
 				  FROM claimq.job$$,
@@ -182,9 +187,19 @@ SELECT ok(NOT has_table_privilege('regress_claimq_up_worker', 'claimq.group_stat
 SELECT is((SELECT count(*) FROM pg_init_privs i WHERE i.initprivs::text ~ 'regress_claimq_up'),
 	(SELECT n FROM init_privs_before),
 	'no grant to a user is recorded as an initial privilege of the extension');
+SELECT ok(has_function_privilege('regress_claimq_up_observer', 'claimq.metrics()', 'EXECUTE')
+		  AND has_function_privilege('regress_claimq_up_admin', 'claimq.metrics()', 'EXECUTE')
+		  AND NOT has_function_privilege('regress_claimq_up_worker', 'claimq.metrics()', 'EXECUTE'),
+	'the new metrics() keeps the grants of the old one');
+SELECT is(ARRAY(SELECT tgname::text FROM pg_trigger
+				 WHERE tgrelid = 'claimq.job'::regclass ORDER BY tgname),
+	'{job_census_rows,job_census_state,job_census_truncate}',
+	'the census''s triggers are on the job table');
+SELECT throws_ok('SELECT claimq.census_recount()', '25001', NULL,
+	'a recount in a transaction that wrote is refused (it would count its own rows)');
 SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
 				 WHERE p.pronamespace = 'claimq'::regnamespace
-				   AND (p.proname ~ '_0_[34]$' OR p.proname = 'upgrade_copy_grants')),
+				   AND (p.proname ~ '_0_[345]$' OR p.proname = 'upgrade_copy_grants')),
 	'{}'::text[], 'nothing of the update''s scaffolding is left');
 SELECT ok(NOT has_function_privilege('public', 'claimq.wait_for(bigint[],interval)', 'EXECUTE')
 		  AND NOT has_table_privilege('public', 'claimq.jobs', 'SELECT'),

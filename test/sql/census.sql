@@ -1,0 +1,212 @@
+-- The census: jobs per queue and state, kept as changes commit, so that
+-- metrics() reads counts instead of passing over the job table.  Every
+-- statement here commits on its own (the census holds committed changes
+-- only); the extensions are dropped at the end, as the other tests, which
+-- roll theirs back, expect.
+\pset format unaligned
+\pset tuples_only on
+\pset footer off
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS pgtap;
+CREATE EXTENSION IF NOT EXISTS claimq;
+SELECT plan(38);
+
+-- Where the census and the job table disagree (no row: they agree).
+CREATE TEMP VIEW census_wrong AS
+WITH c AS (SELECT * FROM claimq.census() WHERE queue_id <> 0),
+	 a AS (SELECT queue_id,
+				  count(*) FILTER (WHERE state = 'pending') AS pending,
+				  count(*) FILTER (WHERE state = 'claimed') AS claimed,
+				  count(*) FILTER (WHERE state = 'running') AS running,
+				  count(*) FILTER (WHERE state = 'done') AS done,
+				  count(*) FILTER (WHERE state = 'dead') AS dead,
+				  count(*) FILTER (WHERE state = 'cancelled') AS cancelled
+			 FROM claimq.job GROUP BY queue_id)
+SELECT queue_id, to_jsonb(c) AS census, to_jsonb(a) AS counted
+  FROM c FULL JOIN a USING (queue_id)
+ WHERE (COALESCE(c.pending, 0), COALESCE(c.claimed, 0), COALESCE(c.running, 0),
+		COALESCE(c.done, 0), COALESCE(c.dead, 0), COALESCE(c.cancelled, 0))
+	   IS DISTINCT FROM
+	   (COALESCE(a.pending, 0), COALESCE(a.claimed, 0), COALESCE(a.running, 0),
+		COALESCE(a.done, 0), COALESCE(a.dead, 0), COALESCE(a.cancelled, 0));
+CREATE TEMP VIEW census_valid AS
+SELECT EXISTS (SELECT 1 FROM claimq.census() WHERE queue_id = 0) AS valid;
+
+SELECT claimq.create_queue('cs', keep_done => '1 day', max_attempts => 2,
+						   retry_base => '1 hour');
+SELECT claimq.create_queue('cs2');
+SELECT count(*) FROM claimq.enqueue_many('cs', array_fill('{}'::jsonb, ARRAY[20]));
+
+-- A new server knows nothing until the reclaimer (here: the call) counts.
+SELECT ok(claimq.census_recount(), 'a recount makes the census valid');
+SELECT ok((SELECT valid FROM census_valid), 'census() says so');
+SELECT results_eq($$SELECT pending, claimed FROM claimq.census()
+					 WHERE queue_id = (SELECT queue_id FROM claimq.queue WHERE name = 'cs')$$,
+	$$VALUES (20::bigint, 0::bigint)$$, 'the recount found the 20 pending jobs');
+
+-- Every transition, each committed on its own.
+SELECT count(*) FROM claimq.enqueue_many('cs', array_fill('{}'::jsonb, ARRAY[5]),
+										 run_at => now() + interval '1 hour');
+SELECT results_eq($$SELECT pending FROM claimq.census()
+					 WHERE queue_id = (SELECT queue_id FROM claimq.queue WHERE name = 'cs')$$,
+	$$VALUES (25::bigint)$$, 'enqueue: counted as it commits');
+SELECT claimq.enqueue('cs', '{}', dedup_key => 'k');
+SELECT claimq.enqueue('cs', '{}', dedup_key => 'k');
+SELECT is((SELECT count(*) FROM census_wrong), 0::bigint,
+	'an enqueue that its dedup key turns away counts nothing');
+CREATE TEMP TABLE c1 AS SELECT job_id, token FROM claimq.claim('cs', 6);
+SELECT is((SELECT count(*) FROM census_wrong), 0::bigint, 'claim');
+SELECT count(*) FROM claimq.start(ARRAY(SELECT job_id FROM c1 ORDER BY job_id LIMIT 4),
+								  ARRAY(SELECT token FROM c1 ORDER BY job_id LIMIT 4));
+SELECT is((SELECT count(*) FROM census_wrong), 0::bigint, 'start');
+SELECT count(*) FROM claimq.extend(ARRAY(SELECT job_id FROM c1), ARRAY(SELECT token FROM c1));
+SELECT is((SELECT count(*) FROM census_wrong), 0::bigint, 'extend');
+SELECT count(*) FROM claimq.complete(ARRAY(SELECT job_id FROM c1 ORDER BY job_id LIMIT 1),
+									 ARRAY(SELECT token FROM c1 ORDER BY job_id LIMIT 1));
+SELECT is((SELECT count(*) FROM census_wrong), 0::bigint, 'complete, job kept as done');
+SELECT count(*) FROM claimq.fail(ARRAY(SELECT job_id FROM c1 ORDER BY job_id OFFSET 1 LIMIT 1),
+								 ARRAY(SELECT token FROM c1 ORDER BY job_id OFFSET 1 LIMIT 1), 'x');
+SELECT is((SELECT count(*) FROM census_wrong), 0::bigint, 'fail, retried');
+SELECT count(*) FROM claimq.fail(ARRAY(SELECT job_id FROM c1 ORDER BY job_id OFFSET 2 LIMIT 1),
+								 ARRAY(SELECT token FROM c1 ORDER BY job_id OFFSET 2 LIMIT 1), 'x',
+								 permanent => true);
+SELECT is((SELECT count(*) FROM census_wrong), 0::bigint, 'fail, dead');
+SELECT count(*) FROM claimq.snooze(ARRAY(SELECT job_id FROM c1 ORDER BY job_id OFFSET 3 LIMIT 1),
+								   ARRAY(SELECT token FROM c1 ORDER BY job_id OFFSET 3 LIMIT 1), '1 hour');
+SELECT is((SELECT count(*) FROM census_wrong), 0::bigint, 'snooze');
+SELECT count(*) FROM claimq.release(ARRAY(SELECT job_id FROM c1 ORDER BY job_id OFFSET 4 LIMIT 1),
+									ARRAY(SELECT token FROM c1 ORDER BY job_id OFFSET 4 LIMIT 1));
+SELECT is((SELECT count(*) FROM census_wrong), 0::bigint, 'release');
+SELECT count(*) FROM claimq.cancel(ARRAY(SELECT job_id FROM c1 ORDER BY job_id OFFSET 5 LIMIT 1));
+SELECT is((SELECT count(*) FROM census_wrong), 0::bigint, 'cancel of a claimed job');
+SELECT count(*) FROM claimq.cancel(ARRAY(SELECT max(job_id) FROM claimq.job WHERE state = 'pending'));
+SELECT is((SELECT count(*) FROM census_wrong), 0::bigint, 'cancel of a pending job');
+CREATE TEMP TABLE c2 AS SELECT job_id, token FROM claimq.claim('cs', 2, lease => '1 second');
+SELECT count(*) FROM claimq.start(ARRAY(SELECT min(job_id) FROM c2), ARRAY(SELECT token FROM c2 ORDER BY job_id LIMIT 1),
+								  lease => '1 second');
+SELECT pg_sleep(1.1);
+SELECT count(*) FROM claimq.reclaim('cs');
+SELECT is((SELECT count(*) FROM census_wrong), 0::bigint, 'reclaim of a claimed and a running job');
+SELECT claimq.retry_dead('cs');
+SELECT is((SELECT count(*) FROM census_wrong), 0::bigint, 'retry_dead');
+UPDATE claimq.job SET finished_at = now() - interval '2 days'
+ WHERE state = 'done' AND queue_id = (SELECT queue_id FROM claimq.queue WHERE name = 'cs');
+SELECT claimq.prune();
+SELECT is((SELECT count(*) FROM census_wrong), 0::bigint, 'prune');
+SELECT results_eq($$SELECT done FROM claimq.census()
+					 WHERE queue_id = (SELECT queue_id FROM claimq.queue WHERE name = 'cs')$$,
+	$$VALUES (0::bigint)$$, 'the pruned done job is gone from the census');
+
+-- What is rolled back counts nothing.
+BEGIN;
+SELECT count(*) FROM claimq.enqueue_many('cs2', array_fill('{}'::jsonb, ARRAY[7]));
+ROLLBACK;
+SELECT is((SELECT count(*) FROM census_wrong), 0::bigint, 'a rolled back enqueue');
+BEGIN;
+SELECT count(*) FROM claimq.enqueue_many('cs2', array_fill('{}'::jsonb, ARRAY[2]));
+SAVEPOINT a;
+SELECT count(*) FROM claimq.enqueue_many('cs2', array_fill('{}'::jsonb, ARRAY[3]));
+SAVEPOINT b;
+SELECT count(*) FROM claimq.claim('cs2', 5);
+ROLLBACK TO a;
+SAVEPOINT c;
+SELECT count(*) FROM claimq.enqueue_many('cs2', array_fill('{}'::jsonb, ARRAY[4]));
+RELEASE c;
+COMMIT;
+SELECT results_eq($$SELECT pending, claimed FROM claimq.census()
+					 WHERE queue_id = (SELECT queue_id FROM claimq.queue WHERE name = 'cs2')$$,
+	$$VALUES (6::bigint, 0::bigint)$$,
+	'savepoints: what a rolled back one did is dropped, a released one''s kept');
+DO $$
+BEGIN
+	PERFORM claimq.enqueue('cs2', '{}');
+	BEGIN
+		PERFORM claimq.enqueue('cs2', '{}');
+		PERFORM 1 / 0;
+	EXCEPTION WHEN division_by_zero THEN
+		NULL;
+	END;
+END
+$$;
+SELECT is((SELECT count(*) FROM census_wrong), 0::bigint,
+	'an exception block rolls back its own enqueue and keeps the one before');
+SELECT is((SELECT count(*) FROM census_wrong), 0::bigint, 'after all of that, census and table agree');
+
+-- A prepared transaction's changes are decided by another session: the
+-- census is unknown, and no recount makes it valid, until none is left.
+BEGIN;
+SELECT claimq.enqueue('cs2', '{}');
+PREPARE TRANSACTION 'census';
+SELECT ok(NOT (SELECT valid FROM census_valid), 'PREPARE TRANSACTION makes the census unknown');
+SELECT ok(NOT claimq.census_recount(), 'no recount while a transaction is prepared');
+COMMIT PREPARED 'census';
+SELECT ok(claimq.census_recount(), 'a recount once it is committed');
+SELECT is((SELECT count(*) FROM census_wrong), 0::bigint, 'which counts its job');
+
+-- metrics(): queue_stats's figures, read without passing over the job
+-- table.  Two priorities, jobs due now and later, held jobs of a limited
+-- group, jobs in flight and expired.
+SELECT claimq.create_queue('cs3', group_limit => 1);
+SELECT count(*) FROM claimq.enqueue_many('cs3', array_fill('{}'::jsonb, ARRAY[1000]));
+SELECT count(*) FROM claimq.enqueue_many('cs3', array_fill('{}'::jsonb, ARRAY[3]), priority => 5,
+										 run_at => now() + interval '1 hour');
+SELECT count(*) FROM claimq.enqueue_many('cs3', array_fill('{}'::jsonb, ARRAY[4]), group_keys => '{g,g,g,h}');
+SELECT count(*) FROM claimq.enqueue_many('cs3', array_fill('{}'::jsonb, ARRAY[2]), group_keys => '{g,g}',
+										 run_at => now() + interval '1 hour');
+SELECT count(*) FROM claimq.claim('cs3', 3, lease => '1 second');
+SELECT pg_sleep(1.1);
+CREATE TEMP TABLE figures AS
+SELECT s.queue, s.paused, s.ready, s.scheduled, s.claimed, s.running, s.expired, s.dead, s.done,
+	   s.cancelled, s.oldest_ready_age IS NULL AS no_ready, s.oldest_claim_age IS NULL AS no_claim
+  FROM claimq.queue_stats s;
+SELECT results_eq($$SELECT queue, paused, ready, scheduled, claimed, running, expired, dead, done,
+						   cancelled, oldest_ready_age IS NULL, oldest_claim_age IS NULL
+					  FROM claimq.scrape_stats() ORDER BY queue$$,
+	$$SELECT * FROM figures ORDER BY queue$$,
+	'scrape_stats() has queue_stats''s counts');
+SELECT ok((SELECT s.oldest_ready_age BETWEEN q.oldest_ready_age AND q.oldest_ready_age + interval '5 seconds'
+				  AND s.oldest_claim_age BETWEEN q.oldest_claim_age AND q.oldest_claim_age + interval '5 seconds'
+			 FROM claimq.scrape_stats() s JOIN claimq.queue_stats q USING (queue) WHERE queue = 'cs3'),
+	'and its ages');
+SELECT is((SELECT scheduled FROM figures WHERE queue = 'cs3'), 5::bigint,
+	'the test has jobs due later, both free and held');
+
+-- The job table's reads during one scrape: none sequential, and a few
+-- index entries, not the 1,000 ready jobs.  (The view, for contrast,
+-- reads them all.)
+CREATE TEMP TABLE reads AS
+SELECT seq_scan, seq_tup_read, idx_tup_fetch FROM pg_stat_xact_user_tables WHERE relid = 'claimq.job'::regclass;
+SELECT length(claimq.metrics()) > 0;
+SELECT results_eq($$SELECT t.seq_scan - r.seq_scan, t.seq_tup_read - r.seq_tup_read,
+						   t.idx_tup_fetch - r.idx_tup_fetch < 50
+					  FROM pg_stat_xact_user_tables t, reads r WHERE t.relid = 'claimq.job'::regclass$$,
+	$$VALUES (0::bigint, 0::bigint, true)$$,
+	'a scrape reads the job table through its indexes, a few rows');
+SELECT ok((SELECT t.seq_tup_read - r.seq_tup_read + t.idx_tup_fetch - r.idx_tup_fetch >= 1000
+			 FROM (SELECT count(*) FROM claimq.queue_stats) v,
+				  pg_stat_xact_user_tables t, reads r WHERE t.relid = 'claimq.job'::regclass),
+	'(where queue_stats reads every job)');
+
+-- TRUNCATE fires no row trigger: the census is unknown until a recount.
+CREATE TEMP TABLE kept AS SELECT * FROM claimq.job;
+TRUNCATE claimq.job;
+SELECT ok(NOT (SELECT valid FROM census_valid), 'TRUNCATE makes the census unknown');
+SELECT ok(strpos(claimq.metrics(), 'claimq_jobs{queue="cs3",state="ready"} 0') > 0,
+	'metrics() then reads queue_stats');
+INSERT INTO claimq.job SELECT * FROM kept;
+SELECT ok(claimq.census_recount(), 'a recount');
+SELECT is((SELECT count(*) FROM census_wrong), 0::bigint, 'agrees with the table again');
+
+-- drop_queue takes its jobs out of the census.
+SELECT claimq.drop_queue('cs', force => true);
+SELECT claimq.drop_queue('cs2', force => true);
+SELECT claimq.drop_queue('cs3', force => true);
+SELECT is((SELECT count(*) FROM census_wrong), 0::bigint, 'drop_queue');
+SELECT is((SELECT count(*) FROM claimq.census() WHERE queue_id <> 0
+			  AND (pending, claimed, running, done, dead, cancelled) <> (0, 0, 0, 0, 0, 0)),
+	0::bigint, 'nothing left counted');
+
+SELECT * FROM finish();
+DROP VIEW census_wrong, census_valid;
+DROP EXTENSION claimq;
+DROP EXTENSION pgtap;

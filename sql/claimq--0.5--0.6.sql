@@ -37,6 +37,13 @@ CREATE TRIGGER job_census_truncate
 	AFTER TRUNCATE ON claimq.job
 	FOR EACH STATEMENT EXECUTE FUNCTION claimq.job_census();
 
+-- Also under session_replication_role = replica (logical replication's
+-- apply, some restores): a write the census does not see would leave it
+-- valid and wrong.
+ALTER TABLE claimq.job ENABLE ALWAYS TRIGGER job_census_rows;
+ALTER TABLE claimq.job ENABLE ALWAYS TRIGGER job_census_state;
+ALTER TABLE claimq.job ENABLE ALWAYS TRIGGER job_census_truncate;
+
 /*
  * The current database's counts per queue and state as committed; a row
  * with queue_id 0 says that they are valid (none: metrics reads

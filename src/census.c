@@ -33,13 +33,25 @@
  * plus whatever committed after the snapshot.  It marks the database's
  * census valid unless something made it unknown meanwhile (the epoch).
  *
- * What makes a database's census unknown: a server start (shared memory is
- * new), TRUNCATE of claimq.job (no row triggers), PREPARE TRANSACTION of
- * a transaction that changed jobs (another backend decides its fate; the
+ * What makes a database's census unknown, from the moment it commits: a
+ * server start (shared memory is new), TRUNCATE of claimq.job (no row
+ * triggers; its lock is let go after the commit callbacks, so a recount
+ * that waited for it finds the epoch changed), PREPARE TRANSACTION of a
+ * transaction that changed jobs (another backend decides its fate; the
  * recount waits until no transaction of the database is prepared), and no
- * room for a queue's entry.  On a standby nothing is counted.  While a
- * database's census is not valid, claimq.census() says so and metrics()
- * reads queue_stats instead.
+ * room for a queue's entry.  Writes with the triggers disabled (ALTER
+ * TABLE ... DISABLE TRIGGER, pg_restore --disable-triggers) are not seen:
+ * claimq.census_recount() counts again.  On a standby nothing is counted.
+ * While a database's census is not valid, claimq.census() says so and
+ * metrics() reads queue_stats instead.
+ *
+ * The price of the lock: from pre-commit on, a committing transaction that
+ * changed jobs holds an LWLock, and so cannot be cancelled while it waits
+ * in the rest of its commit (for the NOTIFY queue's lock, or for a
+ * synchronous standby, which it could not be cancelled in anyway); and
+ * while a recount waits for the lock exclusive, such commits wait for the
+ * slowest one in progress.  Recounts are rare (after a start, and after
+ * whatever made the census unknown).
  *
  *-------------------------------------------------------------------------
  */
@@ -116,6 +128,7 @@ static int	cq_nnotes = 0;
 static int	cq_notes_size = 0;
 static Oid	cq_notes_relid = InvalidOid;
 static bool cq_census_held = false; /* the lock, from pre-commit to commit */
+static bool cq_census_unknown = false;	/* make it unknown at commit */
 static bool cq_census_callbacks = false;
 
 /* Where the trigger finds queue_id and state in claimq.job's rows. */
@@ -238,6 +251,7 @@ cq_census_reset_notes(void)
 {
 	cq_nnotes = 0;
 	cq_census_held = false;
+	cq_census_unknown = false;
 }
 
 /*
@@ -276,14 +290,11 @@ cq_census_pre_commit(void)
 			key.queue_id = cq_notes[i].queue_id;
 			if (cq_census_enter(&key) == NULL || attempt == 1)
 			{
-				/* No room (or no luck): the census is unknown. */
-				CqCensusEntry *header = cq_census_header(cq_notes_relid);
-
-				if (header != NULL)
-				{
-					header->valid = false;
-					header->epoch++;
-				}
+				/*
+				 * No room (or no luck): the notes without an entry are
+				 * dropped, and the census is unknown once this commits.
+				 */
+				cq_census_unknown = true;
 				break;
 			}
 		}
@@ -312,18 +323,26 @@ cq_census_commit(void)
 static void
 cq_census_xact_callback(XactEvent event, void *arg)
 {
-	if (cq_nnotes == 0)
+	if (cq_nnotes == 0 && !cq_census_unknown)
 		return;
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
-		case XACT_EVENT_PARALLEL_PRE_COMMIT:
-			cq_census_pre_commit();
+			if (cq_nnotes > 0)
+				cq_census_pre_commit();
 			return;
 		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
 			if (cq_census_held)
 				cq_census_commit();
+
+			/*
+			 * What made the census unknown counts from the commit: a
+			 * recount whose snapshot missed it finds the epoch changed.
+			 * (A TRUNCATE's lock is let go only after this, so a recount
+			 * that waited for it does too.)
+			 */
+			if (cq_census_unknown)
+				cq_census_forget(cq_notes_relid);
 			break;
 		case XACT_EVENT_PRE_PREPARE:
 			return;
@@ -332,7 +351,7 @@ cq_census_xact_callback(XactEvent event, void *arg)
 			/*
 			 * Its changes are not ours to add: count again once it is
 			 * decided.  It is listed as prepared by now, so a recount that
-			 * read the epoch before this sees it listed.
+			 * read the epoch before this finds it listed.
 			 */
 			cq_census_forget(cq_notes_relid);
 			break;
@@ -455,9 +474,17 @@ claimq_job_census(PG_FUNCTION_ARGS)
 	event = trigdata->tg_event;
 	if (!cq_shmem_ready)
 		return PointerGetDatum(NULL);
+	if (!cq_census_callbacks)
+	{
+		RegisterXactCallback(cq_census_xact_callback, NULL);
+		RegisterSubXactCallback(cq_census_subxact_callback, NULL);
+		cq_census_callbacks = true;
+	}
+	cq_notes_relid = RelationGetRelid(rel);
 	if (TRIGGER_FIRED_BY_TRUNCATE(event))
 	{
-		cq_census_forget(RelationGetRelid(rel));
+		/* Rows gone without row triggers: unknown once this commits. */
+		cq_census_unknown = true;
 		return PointerGetDatum(NULL);
 	}
 	if (!TRIGGER_FIRED_FOR_ROW(event) || !TRIGGER_FIRED_AFTER(event))
@@ -471,14 +498,6 @@ claimq_job_census(PG_FUNCTION_ARGS)
 			elog(ERROR, "claimq.job_census() fired for a table without queue_id and state");
 		cq_attrs_relid = RelationGetRelid(rel);
 	}
-	if (!cq_census_callbacks)
-	{
-		RegisterXactCallback(cq_census_xact_callback, NULL);
-		RegisterSubXactCallback(cq_census_subxact_callback, NULL);
-		cq_census_callbacks = true;
-	}
-	cq_notes_relid = RelationGetRelid(rel);
-
 	if (TRIGGER_FIRED_BY_INSERT(event))
 		cq_census_note(rel, trigdata->tg_trigtuple, 1);
 	else if (TRIGGER_FIRED_BY_DELETE(event))
@@ -500,9 +519,16 @@ typedef struct CqCensusCopy
 } CqCensusCopy;
 
 /*
- * Count the current database's jobs again (see the file header).  Called
- * by the reclaimer inside a transaction, connected to SPI, as the
- * extension's owner.  Returns true if the census is valid afterwards.
+ * Count the current database's jobs again (see the file header), if its
+ * census is not valid.  Called by the reclaimer inside a transaction that
+ * has written nothing, connected to SPI, as the extension's owner.
+ * Returns true if the census is valid afterwards.
+ *
+ * The epoch is read first and checked at the end, where it is also bumped
+ * before any count changes: a transaction prepared before the first read
+ * is listed by the check that follows it (or committed before the
+ * snapshot), anything that made the census unknown since changes the
+ * epoch, and of two recounts at once only the first to finish adds.
  */
 bool
 cq_census_recount(void)
@@ -534,6 +560,26 @@ cq_census_recount(void)
 	if (valid)
 		return true;
 
+	cq_census_lock_exclusive();
+	header = cq_census_header(relid);
+	valid = header != NULL && header->valid;
+	epoch = header != NULL ? header->epoch : 0;
+	LWLockRelease(cq_census_lock);
+	if (valid || header == NULL)
+		return valid;
+
+	/*
+	 * A prepared transaction's changes would come without notes when it is
+	 * committed: wait until there is none.
+	 */
+	cq_execute(cq_plan(&prepared_plan,
+					   "SELECT 1 FROM pg_catalog.pg_prepared_xacts p"
+					   " WHERE p.database OPERATOR(pg_catalog.=) pg_catalog.current_database()"
+					   " LIMIT 1", 0, NULL),
+			   NULL, NULL, SPI_OK_SELECT);
+	if (SPI_processed > 0)
+		return false;
+
 	ctl.keysize = sizeof(CqCensusKey);
 	ctl.entrysize = sizeof(CqCensusCopy);
 	ctl.hcxt = CurrentMemoryContext;
@@ -541,18 +587,10 @@ cq_census_recount(void)
 						 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 
 	/*
-	 * Under the exclusive lock: the epoch, the snapshot and c0.  The gate
-	 * keeps new commits from taking the lock shared while this waits for
-	 * the commits in progress.
+	 * Under the exclusive lock: the snapshot and c0.  No commit is between
+	 * its pre-commit and the addition of its notes.
 	 */
 	cq_census_lock_exclusive();
-	header = cq_census_header(relid);
-	if (header == NULL)
-	{
-		LWLockRelease(cq_census_lock);
-		return false;
-	}
-	epoch = header->epoch;
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	hash_seq_init(&status, cq_census);
 	while ((entry = hash_seq_search(&status)) != NULL)
@@ -574,29 +612,10 @@ cq_census_recount(void)
 	}
 	LWLockRelease(cq_census_lock);
 
-	/*
-	 * A prepared transaction's changes would come without notes when it is
-	 * committed: wait until there is none.  One that was prepared before
-	 * the epoch was read is listed by now; one prepared later changes the
-	 * epoch.
-	 */
-	cq_execute(cq_plan(&prepared_plan,
-					   "SELECT 1 FROM pg_catalog.pg_prepared_xacts p"
-					   " WHERE p.database OPERATOR(pg_catalog.=) pg_catalog.current_database()"
-					   " LIMIT 1", 0, NULL),
-			   NULL, NULL, SPI_OK_SELECT);
-	if (SPI_processed > 0)
-	{
-		UnregisterSnapshot(snapshot);
-		hash_destroy(copies);
-		return false;
-	}
-
 	/* n: the jobs in the snapshot, counted without the lock. */
 	cq_execute_in(cq_plan(&count_plan,
 						  "SELECT j.queue_id, j.state, pg_catalog.count(*)"
-						  "  FROM claimq.job j GROUP BY j.queue_id, j.state"
-						  " ORDER BY j.queue_id",
+						  "  FROM claimq.job j GROUP BY j.queue_id, j.state",
 						  0, NULL),
 				  NULL, NULL, SPI_OK_SELECT, snapshot);
 	UnregisterSnapshot(snapshot);
@@ -605,6 +624,8 @@ cq_census_recount(void)
 	cq_census_lock_exclusive();
 	header = cq_census_header(relid);
 	valid = header != NULL && header->epoch == epoch;
+	if (valid)
+		header->epoch++;		/* before any count changes */
 	for (uint64 r = 0; valid && r < SPI_processed; r++)
 	{
 		bool		isnull;
@@ -644,7 +665,7 @@ cq_census_recount(void)
 		for (int s = 0; s < CQ_NSTATES; s++)
 			pg_atomic_fetch_sub_u64(&entry->counts[s], copy->c0[s]);
 	}
-	if (header != NULL && header->epoch == epoch)
+	if (header != NULL && header->epoch == epoch + 1)
 		header->valid = valid;
 	LWLockRelease(cq_census_lock);
 	hash_destroy(copies);
@@ -652,9 +673,10 @@ cq_census_recount(void)
 }
 
 /*
- * claimq.census_recount(): what the reclaimer does after a start, for a
- * superuser who will not wait for it (and for the tests, whose servers
- * run no reclaimer).
+ * claimq.census_recount(): count again now, valid or not: for a superuser
+ * who wrote to claimq.job with its triggers disabled, or who will not wait
+ * for the reclaimer after a start (and for the tests, whose servers run no
+ * reclaimer).
  */
 Datum
 claimq_census_recount(PG_FUNCTION_ARGS)
@@ -670,6 +692,8 @@ claimq_census_recount(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
 				 errmsg("census_recount() cannot run in a transaction that has written anything")));
 	SPI_connect();
+	if (cq_shmem_ready)
+		cq_census_forget(cq_job_relid());
 	valid = cq_census_recount();
 	SPI_finish();
 	PG_RETURN_BOOL(valid);
@@ -723,8 +747,13 @@ claimq_census(PG_FUNCTION_ARGS)
 		bool		nulls[CQ_NSTATES + 1] = {false};
 
 		values[0] = Int32GetDatum(rows[r].key.queue_id);
+		/*
+		 * A commit becomes visible before its notes are added: another
+		 * transaction that changed its jobs may add first, for a moment
+		 * below zero.
+		 */
 		for (int s = 0; s < CQ_NSTATES; s++)
-			values[s + 1] = Int64GetDatum(rows[r].c0[s]);
+			values[s + 1] = Int64GetDatum(Max(rows[r].c0[s], 0));
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

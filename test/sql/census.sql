@@ -9,7 +9,7 @@
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(38);
+SELECT plan(42);
 
 -- Where the census and the job table disagree (no row: they agree).
 CREATE TEMP VIEW census_wrong AS
@@ -196,6 +196,24 @@ SELECT ok(strpos(claimq.metrics(), 'claimq_jobs{queue="cs3",state="ready"} 0') >
 INSERT INTO claimq.job SELECT * FROM kept;
 SELECT ok(claimq.census_recount(), 'a recount');
 SELECT is((SELECT count(*) FROM census_wrong), 0::bigint, 'agrees with the table again');
+
+-- The triggers fire under session_replication_role = replica too (a
+-- subscriber's apply, some restores).
+SET session_replication_role = replica;
+SELECT count(*) FROM claimq.enqueue_many('cs3', array_fill('{}'::jsonb, ARRAY[2]));
+RESET session_replication_role;
+SELECT is((SELECT count(*) FROM census_wrong), 0::bigint,
+	'under session_replication_role = replica the census counts');
+
+-- Writes with the triggers disabled are not seen; census_recount() counts
+-- again even when the census is valid.
+ALTER TABLE claimq.job DISABLE TRIGGER job_census_rows;
+SELECT count(*) FROM claimq.enqueue_many('cs3', array_fill('{}'::jsonb, ARRAY[2]));
+ALTER TABLE claimq.job ENABLE ALWAYS TRIGGER job_census_rows;
+SELECT is((SELECT count(*) FROM census_wrong), 1::bigint,
+	'with the trigger disabled two jobs went uncounted');
+SELECT ok(claimq.census_recount(), 'census_recount() counts again');
+SELECT is((SELECT count(*) FROM census_wrong), 0::bigint, 'and sees them');
 
 -- drop_queue takes its jobs out of the census.
 SELECT claimq.drop_queue('cs', force => true);

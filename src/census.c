@@ -556,17 +556,21 @@ cq_census_recount(void)
 	LWLockAcquire(cq_census_lock, LW_SHARED);
 	header = hash_search(cq_census, &key, HASH_FIND, NULL);
 	valid = header != NULL && header->valid;
+	epoch = header != NULL ? header->epoch : 0;
 	LWLockRelease(cq_census_lock);
 	if (valid)
 		return true;
-
-	cq_census_lock_exclusive();
-	header = cq_census_header(relid);
-	valid = header != NULL && header->valid;
-	epoch = header != NULL ? header->epoch : 0;
-	LWLockRelease(cq_census_lock);
-	if (valid || header == NULL)
-		return valid;
+	if (header == NULL)
+	{
+		/* The database's first count: make its header (epoch 0). */
+		cq_census_lock_exclusive();
+		header = cq_census_header(relid);
+		valid = header != NULL && header->valid;
+		epoch = header != NULL ? header->epoch : 0;
+		LWLockRelease(cq_census_lock);
+		if (valid || header == NULL)
+			return valid;
+	}
 
 	/*
 	 * A prepared transaction's changes would come without notes when it is

@@ -706,7 +706,8 @@ claimq_census_recount(PG_FUNCTION_ARGS)
 /*
  * claimq.census(): the current database's counts per queue and state, one
  * row per queue with an entry, and a row with queue_id 0 if and only if
- * the counts are valid.  Nothing if they are not, or without the preload.
+ * the counts are valid for the caller.  Nothing if they are not, or
+ * without the preload.
  */
 Datum
 claimq_census(PG_FUNCTION_ARGS)
@@ -720,7 +721,13 @@ claimq_census(PG_FUNCTION_ARGS)
 	int			nrows = 0;
 
 	InitMaterializedSRF(fcinfo, 0);
-	if (!cq_shmem_ready)
+
+	/*
+	 * A transaction that changed jobs itself sees them in queue_stats, not
+	 * yet in the census: it is told the counts are not valid, so that
+	 * metrics() shows what queue_stats would.
+	 */
+	if (!cq_shmem_ready || cq_nnotes > 0 || cq_census_unknown)
 		return (Datum) 0;
 	memset(&key, 0, sizeof(key));
 	key.dboid = MyDatabaseId;

@@ -9,7 +9,7 @@
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(42);
+SELECT plan(45);
 
 -- Where the census and the job table disagree (no row: they agree).
 CREATE TEMP VIEW census_wrong AS
@@ -96,6 +96,16 @@ SELECT is((SELECT count(*) FROM census_wrong), 0::bigint, 'prune');
 SELECT results_eq($$SELECT done FROM claimq.census()
 					 WHERE queue_id = (SELECT queue_id FROM claimq.queue WHERE name = 'cs')$$,
 	$$VALUES (0::bigint)$$, 'the pruned done job is gone from the census');
+
+-- A transaction that changed jobs sees them in metrics(), as in
+-- queue_stats: the census, which holds committed changes, is not used.
+BEGIN;
+SELECT count(*) FROM claimq.enqueue_many('cs2', array_fill('{}'::jsonb, ARRAY[3]));
+SELECT ok(NOT (SELECT valid FROM census_valid), 'not valid for a transaction that enqueued');
+SELECT ok(strpos(claimq.metrics(), 'claimq_jobs{queue="cs2",state="ready"} 3') > 0,
+	'its metrics() counts its own jobs');
+ROLLBACK;
+SELECT ok((SELECT valid FROM census_valid), 'valid again after it');
 
 -- What is rolled back counts nothing.
 BEGIN;

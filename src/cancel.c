@@ -153,9 +153,9 @@ claimq_cancel(PG_FUNCTION_ARGS)
 		cq_groups_sync(&groups);
 
 		/*
-		 * Why the others were not cancelled, with a fresh snapshot: gone,
-		 * or finished by someone else.  A job that is live now although
-		 * the statement found it not live was made visible by a commit in
+		 * Why the others were not cancelled, with a fresh snapshot: gone, or
+		 * finished by someone else.  A job that is live now although the
+		 * statement found it not live was made visible by a commit in
 		 * between: cancel again.
 		 */
 		cq_job_states(PointerGetDatum(ids));

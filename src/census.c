@@ -336,10 +336,10 @@ cq_census_xact_callback(XactEvent event, void *arg)
 				cq_census_commit();
 
 			/*
-			 * What made the census unknown counts from the commit: a
-			 * recount whose snapshot missed it finds the epoch changed.
-			 * (A TRUNCATE's lock is let go only after this, so a recount
-			 * that waited for it does too.)
+			 * What made the census unknown counts from the commit: a recount
+			 * whose snapshot missed it finds the epoch changed. (A TRUNCATE's
+			 * lock is let go only after this, so a recount that waited for it
+			 * does too.)
 			 */
 			if (cq_census_unknown)
 				cq_census_forget(cq_notes_relid);
@@ -688,8 +688,8 @@ claimq_census_recount(PG_FUNCTION_ARGS)
 	bool		valid;
 
 	/*
-	 * Its snapshot would count this transaction's own uncommitted rows,
-	 * whose notes are still to be added.
+	 * Its snapshot would count this transaction's own uncommitted rows, whose
+	 * notes are still to be added.
 	 */
 	if (TransactionIdIsValid(GetTopTransactionIdIfAny()))
 		ereport(ERROR,
@@ -758,10 +758,11 @@ claimq_census(PG_FUNCTION_ARGS)
 		bool		nulls[CQ_NSTATES + 1] = {false};
 
 		values[0] = Int32GetDatum(rows[r].key.queue_id);
+
 		/*
 		 * A commit becomes visible before its notes are added: another
-		 * transaction that changed its jobs may add first, for a moment
-		 * below zero.
+		 * transaction that changed its jobs may add first, for a moment below
+		 * zero.
 		 */
 		for (int s = 0; s < CQ_NSTATES; s++)
 			values[s + 1] = Int64GetDatum(Max(rows[r].c0[s], 0));

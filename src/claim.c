@@ -190,8 +190,8 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	 * The last job claimed is the new floor if it is of the lowest priority
 	 * with pending jobs, every picked row was claimed, and the snapshot was
 	 * taken after the floor was read.  (A picked row goes unclaimed when
-	 * transactions that committed after the snapshot claimed and released
-	 * it; see floor.c.)
+	 * transactions that committed after the snapshot claimed and released it;
+	 * see floor.c.)
 	 */
 	if (!IsolationUsesXactSnapshot() &&
 		DatumGetInt64(cq_spi_value(claimed - 1, 10, &isnull)) == (int64) claimed &&

@@ -113,8 +113,8 @@ cq_counters_free_dropped(void)
 	long		room;
 
 	/*
-	 * The table can hold more entries than it was sized for (the hash
-	 * table takes spare shared memory): size the array by its count.
+	 * The table can hold more entries than it was sized for (the hash table
+	 * takes spare shared memory): size the array by its count.
 	 */
 	LWLockAcquire(cq_counters_lock, LW_SHARED);
 	room = hash_get_num_entries(cq_counters);

@@ -242,8 +242,8 @@ cq_cron_parse(const char *text, CqCron *cron, bool check_every)
 			/* At least 1 second and at most 100 years, at this moment. */
 			if (check_every &&
 				(span->month > 1200 || span->month < -1200 ||
-				span->day > 36600 || span->day < -36600 ||
-				cq_time_plus(now, span) < cq_time_plus(now, &one_second) ||
+				 span->day > 36600 || span->day < -36600 ||
+				 cq_time_plus(now, span) < cq_time_plus(now, &one_second) ||
 				 cq_time_plus(now, span) > cq_time_plus(now, &cq_max_delay)))
 				cq_cron_error(text, "@every", "The interval must be at least 1 second and at most 100 years.");
 			cron->every = true;
@@ -502,12 +502,13 @@ cq_cron_next(const CqCron *cron, pg_tz *tz, TimestampTz after,
 	{
 		/* Estimate k from the interval's length, then step to the first. */
 		double		len = (double) cron->interval.time +
-			(double) cron->interval.day * USECS_PER_DAY +
-			(double) cron->interval.month * DAYS_PER_MONTH * USECS_PER_DAY;
+		(double) cron->interval.day * USECS_PER_DAY +
+		(double) cron->interval.month * DAYS_PER_MONTH * USECS_PER_DAY;
 		int64		k = 1;
 
 		if (after >= anchor && len > 0)
 			k = Max((int64) ((double) (after - anchor) / len) - 2, 1);
+
 		/*
 		 * A few steps from the estimate reach the first occurrence; an
 		 * interval that does not move forward at this point of the calendar

@@ -52,7 +52,7 @@ PG_FUNCTION_INFO_V1(claimq_enqueue_many);
 
 /* Limits of the contract. */
 #define CQ_MAX_JOB_ATTEMPTS	1000
-#define CQ_MAX_GROUP_KEY	200		/* bytes */
+#define CQ_MAX_GROUP_KEY	200 /* bytes */
 
 /*
  * The arguments every enqueue shares.
@@ -195,7 +195,7 @@ cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null,
 {
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[10] = {INT4OID, INT4OID, TIMESTAMPTZOID,
-		TIMESTAMPTZOID, TEXTOID, JSONBOID, INT8OID, INT4OID, TEXTOID, BOOLOID};
+	TIMESTAMPTZOID, TEXTOID, JSONBOID, INT8OID, INT4OID, TEXTOID, BOOLOID};
 	Datum		values[10];
 	char		nulls[10] = "          ";
 	bool		isnull;
@@ -359,7 +359,7 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[10] = {INT4OID, JSONBARRAYOID, TEXTARRAYOID, INT4OID,
-		TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TEXTARRAYOID, INT4OID, BOOLOID};
+	TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TEXTARRAYOID, INT4OID, BOOLOID};
 	Datum		values[10];
 	char		nulls[10] = "          ";
 	bool		sync;
@@ -458,6 +458,7 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 	{
 		SPITupleTable *tuptable = SPI_tuptable;
 		uint64		nrows = SPI_processed;
+		bool		job_id_null = false;
 
 		/* Resolving a conflict runs SPI again; keep this result. */
 		SPI_tuptable = NULL;
@@ -490,7 +491,7 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 													  group_key_null));
 			}
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
-								 &job_id, (bool[]) {false});
+								 &job_id, &job_id_null);
 		}
 		SPI_freetuptable(tuptable);
 	}

@@ -75,8 +75,8 @@ typedef struct CqFloorSlot
 	int32		queue_id;
 	uint64		incarnation;	/* changes when the slot is (re)assigned */
 	uint64		seq;			/* lowerings so far */
-	TimestampTz lowered[CQ_FLOOR_LOG];	/* run_at of lowering seq, at
-										 * [seq % CQ_FLOOR_LOG] */
+	/* run_at of lowering number seq, at [seq % CQ_FLOOR_LOG] */
+	TimestampTz lowered[CQ_FLOOR_LOG];
 	bool		valid;			/* run_at, job_id hold a floor */
 	TimestampTz run_at;
 	int64		job_id;
@@ -239,9 +239,9 @@ cq_floor_raise(const CqFloor *floor, TimestampTz run_at, int64 job_id)
 	{
 		/*
 		 * Jobs made pending since the claim read the floor, from run_at low
-		 * on, may be invisible to its snapshot: the floor may not pass
-		 * them.  Those enqueued at the tail of the queue while the claim
-		 * ran, the usual case, come after the jobs it claimed.
+		 * on, may be invisible to its snapshot: the floor may not pass them.
+		 * Those enqueued at the tail of the queue while the claim ran, the
+		 * usual case, come after the jobs it claimed.
 		 */
 		if (low <= run_at)
 		{

@@ -278,8 +278,8 @@ static void
 cq_flow_xact_callback(XactEvent event, void *arg)
 {
 	/*
-	 * A prepared transaction's claims stay uncommitted after this backend
-	 * has moved on, and nothing would hold their slots meanwhile.
+	 * A prepared transaction's claims stay uncommitted after this backend has
+	 * moved on, and nothing would hold their slots meanwhile.
 	 */
 	if (event == XACT_EVENT_PRE_PREPARE)
 	{
@@ -401,7 +401,7 @@ cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 	Oid			relid = cq_job_relid();
 	TimestampTz now = GetCurrentTimestamp();
 	int64		period = queue->rate_period.time +
-		(int64) queue->rate_period.day * USECS_PER_DAY;
+	(int64) queue->rate_period.day * USECS_PER_DAY;
 	CqFlowSlot *slot;
 	CqFlowHeld *held;
 	int64		others;

@@ -35,8 +35,8 @@ cq_prune_finished(int32 max_jobs)
 	Datum		values[2];
 
 	/*
-	 * One branch per state, each with the state as a constant, so that
-	 * each uses the partial index over finished jobs.
+	 * One branch per state, each with the state as a constant, so that each
+	 * uses the partial index over finished jobs.
 	 */
 	cq_plan(&plan,
 			"DELETE FROM claimq.job j"

@@ -78,10 +78,11 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 			"            CASE WHEN q.group_limit IS NOT NULL OR q.group_fifo"
 			"                 THEN j.group_key END AS group_key"
 			")"
-			/*
-			 * A released job keeps its run_at, which is before its claim and
-			 * so before $3; a retried one runs at $3 plus a backoff.
-			 */
+
+	/*
+	 * A released job keeps its run_at, which is before its claim and so
+	 * before $3; a retried one runs at $3 plus a backoff.
+	 */
 			" SELECT u.queue_id, u.name,"
 			"        pg_catalog.count(*) FILTER (WHERE u.state = 'pending'"
 			"                                      AND u.run_at < $3),"
@@ -108,9 +109,9 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 		int64		n;
 
 		/*
-		 * queue_id, then the result row: queue, released, retried, dead;
-		 * then the earliest run_at made pending and the groups of jobs
-		 * reclaimed in a queue with group limits
+		 * queue_id, then the result row: queue, released, retried, dead; then
+		 * the earliest run_at made pending and the groups of jobs reclaimed
+		 * in a queue with group limits
 		 */
 		heap_deform_tuple(tuptable->vals[row], tuptable->tupdesc,
 						  rowvalues, rownulls);
@@ -127,7 +128,11 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 			cq_finished_on_commit();
 		if (result)
 			tuplestore_putvalues(result, desc, rowvalues + 1, rownulls + 1);
-		/* A job reclaimed frees a queue-wide slot; one that died, its group's. */
+
+		/*
+		 * A job reclaimed frees a queue-wide slot; one that died, its
+		 * group's.
+		 */
 		cq_flow_freed(DatumGetInt32(rowvalues[0]));
 		if (!rownulls[6])
 			cq_sync_groups(DatumGetInt32(rowvalues[0]), rowvalues[6]);
@@ -166,7 +171,7 @@ claimq_reclaim(PG_FUNCTION_ARGS)
 	if (queue_name && total == 0)
 	{
 		Datum		values[4] = {CStringGetTextDatum(queue_name),
-			Int64GetDatum(0), Int64GetDatum(0), Int64GetDatum(0)};
+		Int64GetDatum(0), Int64GetDatum(0), Int64GetDatum(0)};
 		bool		nulls[4] = {false, false, false, false};
 
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,

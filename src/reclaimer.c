@@ -80,7 +80,7 @@ PG_FUNCTION_INFO_V1(claimq_reclaimer_status);
 #define CQ_RESTART_DELAY_MS		10000	/* before starting a worker again */
 #define CQ_MAX_BACKOFF_MS		60000	/* between passes that keep failing */
 #define CQ_PROBE_INTERVAL_MS	1000	/* DROP DATABASE probe, at least */
-#define CQ_MAX_CHUNKS			100		/* reclaim transactions per pass */
+#define CQ_MAX_CHUNKS			100 /* reclaim transactions per pass */
 #define CQ_ERROR_LEN			256
 
 typedef struct CqDbSlot
@@ -519,7 +519,8 @@ cq_pass_step(CqPassStep step)
 
 	owner = cq_extension_owner();
 	if (RecoveryInProgress())
-		result = 0;				/* not reached: the launcher waits for promotion */
+		result = 0;				/* not reached: the launcher waits for
+								 * promotion */
 	else if (OidIsValid(owner))
 	{
 		GetUserIdAndSecContext(&save_userid, &save_sec_context);
@@ -530,10 +531,11 @@ cq_pass_step(CqPassStep step)
 		(void) set_config_option("search_path", "pg_catalog, pg_temp",
 								 PGC_SUSET, PGC_S_SESSION,
 								 GUC_ACTION_SAVE, true, 0, false);
+
 		/*
-		 * Give way to DDL: a pass that has to wait for a table lock gives
-		 * up well before a deadlock check could pick the other side (say a
-		 * DROP EXTENSION) as the victim.
+		 * Give way to DDL: a pass that has to wait for a table lock gives up
+		 * well before a deadlock check could pick the other side (say a DROP
+		 * EXTENSION) as the victim.
 		 */
 		(void) set_config_option("lock_timeout", "200ms",
 								 PGC_SUSET, PGC_S_SESSION,
@@ -601,6 +603,7 @@ cq_reclaimer_main(Datum arg)
 {
 	Oid			dboid;
 	MemoryContext loopcxt;
+
 	/* Changed inside PG_TRY and read after a longjmp: volatile. */
 	char	   *volatile last_failure = NULL;
 	volatile bool said_not_installed = false;

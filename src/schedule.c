@@ -92,7 +92,7 @@ claimq_create_schedule(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[9] = {TEXTOID, INT4OID, TEXTOID, JSONBOID, TEXTOID,
-		INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
 	Datum		values[9];
 	char		nulls[9] = "         ";
 	char	   *name = cq_name_arg(fcinfo, 0, "schedule");
@@ -153,7 +153,7 @@ claimq_alter_schedule(PG_FUNCTION_ARGS)
 	static SPIPlanPtr plan = NULL;
 	Oid			lock_types[1] = {TEXTOID};
 	Oid			argtypes[10] = {TEXTOID, INT4OID, TEXTOID, JSONBOID, TEXTOID,
-		INT4OID, TEXTOID, BOOLOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	INT4OID, TEXTOID, BOOLOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
 	Datum		values[10];
 	char		nulls[10] = "          ";
 	char	   *name = cq_name_arg(fcinfo, 0, "schedule");

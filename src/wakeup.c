@@ -144,8 +144,8 @@ cq_wait_begin(int32 queue_id)
 
 	/*
 	 * A wait ended by FATAL (pg_terminate_backend, say) unwinds no
-	 * PG_FINALLY: leave the slot on the way out instead, or it would count
-	 * as waiting for ever.
+	 * PG_FINALLY: leave the slot on the way out instead, or it would count as
+	 * waiting for ever.
 	 */
 	if (!cq_exit_callback_registered)
 	{
@@ -252,7 +252,7 @@ static void
 cq_wake_waiters(void)
 {
 	bool		finished = cq_xact_finished &&
-		pg_atomic_read_u32(&cq_wake->nfinishwaiting) > 0;
+	pg_atomic_read_u32(&cq_wake->nfinishwaiting) > 0;
 
 	if (pg_atomic_read_u32(&cq_wake->nwaiting) == 0)
 		return;

@@ -32,4 +32,4 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # Every object depends on the shared header.
-$(OBJS): src/claimq.h src/compat.h
+$(OBJS): src/claimq.h

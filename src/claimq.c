@@ -97,8 +97,6 @@ _PG_init(void)
 
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = cq_shmem_request;
-	if (CQ_SHMEM_REQUEST_IN_INIT)
-		cq_shmem_request();
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = cq_shmem_startup;
 

@@ -48,12 +48,20 @@
 
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "funcapi.h"
 #include "pgtime.h"
 #include "storage/lwlock.h"
 #include "utils/array.h"
 #include "utils/timestamp.h"
 
-#include "compat.h"
+/*
+ * Built and tested on PostgreSQL 15 only (Debian's packages); the code uses
+ * its APIs as they are (shmem_request_hook, InitMaterializedSRF, backend
+ * ids counted from 1, GetWALInsertionTimeLine).
+ */
+#if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 160000
+#error "claimq is built and tested on PostgreSQL 15 only"
+#endif
 
 /* The extension version (claimq.control) whose schema this library uses. */
 #define CQ_SCHEMA_VERSION	"0.6"

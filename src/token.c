@@ -46,7 +46,7 @@
 int64
 cq_token_epoch(void)
 {
-	return ((int64) CQ_TIMELINE() - 1) << CQ_TOKEN_EPOCH_BITS;
+	return ((int64) GetWALInsertionTimeLine() - 1) << CQ_TOKEN_EPOCH_BITS;
 }
 
 /*

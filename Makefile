@@ -3,7 +3,10 @@ EXTENSION = claimq
 MODULE_big = claimq
 DATA = $(wildcard sql/claimq--*.sql)
 OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
-PG_CPPFLAGS = -I$(srcdir)/src
+# CQ_CPPFLAGS=-DUSE_ASSERT_CHECKING turns claimq's own Assert()s on, for
+# the test command's run with assertions (a server built without them can
+# load such a library: no struct of the headers changes).
+PG_CPPFLAGS = -I$(srcdir)/src $(CQ_CPPFLAGS)
 # Warnings are errors; the unused parameters are fmgr's calling convention.
 PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Werror
 

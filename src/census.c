@@ -180,6 +180,7 @@ cq_census_enter(const CqCensusKey *key)
 	CqCensusEntry *entry;
 	bool		found;
 
+	Assert(LWLockHeldByMeInMode(cq_census_lock, LW_EXCLUSIVE));
 	for (int attempt = 0; attempt < 2; attempt++)
 	{
 		entry = hash_search(cq_census, key, HASH_ENTER_NULL, &found);
@@ -236,6 +237,7 @@ cq_census_forget(Oid relid)
 {
 	CqCensusEntry *header;
 
+	Assert(!LWLockHeldByMe(cq_census_lock));
 	cq_census_lock_exclusive();
 	header = cq_census_header(relid);
 	if (header != NULL)
@@ -307,6 +309,7 @@ cq_census_pre_commit(void)
 static void
 cq_census_commit(void)
 {
+	Assert(LWLockHeldByMeInMode(cq_census_lock, LW_SHARED));
 	for (int i = 0; i < cq_nnotes; i++)
 	{
 		CqCensusEntry *entry = cq_notes[i].entry;
@@ -380,6 +383,7 @@ cq_census_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	{
 		CqCensusNote *note = &cq_notes[i];
 
+		Assert(note->level <= level);
 		if (note->level >= level)
 		{
 			if (event == SUBXACT_EVENT_ABORT_SUB)

@@ -67,7 +67,7 @@ PG_FUNCTION_INFO_V1(claimq_claim);
 static uint64
 cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 			   Datum worker, bool worker_null, bool start,
-			   Tuplestorestate *result, TupleDesc desc)
+			   Tuplestorestate *result, TupleDesc desc, long *refill_ms)
 {
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[9] = {INT4OID, INT4OID, TIMESTAMPTZOID, INTERVALOID,
@@ -85,6 +85,7 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	max_jobs = cq_flow_allowance(queue, max_jobs, &ticket);
 	if (max_jobs == 0)
 	{
+		*refill_ms = ticket.refill_ms;
 		cq_flow_spend(queue, &ticket, 0);
 		return 0;
 	}
@@ -247,6 +248,7 @@ claimq_claim(PG_FUNCTION_ARGS)
 		{
 			CqQueue		queue;
 			uint64		claimed = 0;
+			long		refill_ms = 0;
 
 			if (can_wait)
 			{
@@ -262,7 +264,8 @@ claimq_claim(PG_FUNCTION_ARGS)
 										 start ? &queue.run_lease : &queue.lease,
 										 PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3),
 										 PG_ARGISNULL(3), start,
-										 rsinfo->setResult, rsinfo->setDesc);
+										 rsinfo->setResult, rsinfo->setDesc,
+										 &refill_ms);
 			SPI_finish();
 			if (can_wait)
 			{
@@ -282,12 +285,16 @@ claimq_claim(PG_FUNCTION_ARGS)
 			 * Nothing yet.  With wake-ups, publish the wait and look once
 			 * more before sleeping, so that a commit in between is seen one
 			 * way or the other; then sleep until woken, re-checking now and
-			 * then for scheduled jobs coming due.  Without, poll a little
-			 * less often each time.
+			 * then for scheduled jobs coming due, and when the rate limit's
+			 * bucket holds a token again if it was empty.  Without, poll a
+			 * little less often each time.
 			 */
 			if (!waiting && (waiting = cq_wait_begin(queue.queue_id)))
 				continue;
-			cq_wait_sleep(waiting, CQ_WAKE_RECHECK_MS, &poll_ms, deadline);
+			cq_wait_sleep(waiting,
+						  refill_ms > 0 ? Min(refill_ms, CQ_WAKE_RECHECK_MS) :
+						  CQ_WAKE_RECHECK_MS,
+						  &poll_ms, deadline);
 		}
 	}
 	PG_CATCH();

@@ -275,6 +275,7 @@ typedef struct CqFlowTicket
 	bool		row_bucket;		/* the fallback: the bucket in the row */
 	double		row_tokens;		/* left at "at", before the claim */
 	TimestampTz at;
+	long		refill_ms;		/* no token: when the next one is whole */
 } CqFlowTicket;
 
 extern bool cq_queue_groups_limited(const CqQueue *queue);

@@ -378,6 +378,19 @@ cq_flow_bucket_start(const CqQueue *queue, bool *full)
 	*full = SPI_processed == 1 && DatumGetBool(cq_spi_value(0, 1, &isnull));
 }
 
+/*
+ * Milliseconds until a bucket holding tokens (less than one) that refills
+ * rate_limit tokens per period (microseconds) holds a whole token: how long
+ * a claim that found it empty waits before it looks again.
+ */
+static long
+cq_flow_refill_ms(double tokens, int64 period, int32 rate_limit)
+{
+	double		usecs = (1.0 - Max(tokens, 0.0)) * (double) period / rate_limit;
+
+	return Max(1, (long) ceil(usecs / 1000.0));
+}
+
 /* The bucket refilled to now; the caller holds the mutex. */
 static void
 cq_flow_refill(CqFlowSlot *slot, TimestampTz now)
@@ -462,6 +475,9 @@ cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 	{
 		cq_flow_refill(slot, now);
 		ticket->tokens = (int32) Min((double) max_jobs, floor(slot->tokens));
+		if (ticket->tokens == 0)
+			ticket->refill_ms = cq_flow_refill_ms(slot->tokens, period,
+												  queue->rate_limit);
 		slot->tokens -= ticket->tokens;
 		ticket->allowed = ticket->tokens;
 	}
@@ -520,6 +536,7 @@ cq_flow_allowance(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 
 	ticket->slot = -1;
 	ticket->row_bucket = false;
+	ticket->refill_ms = 0;
 	if (queue->max_in_flight <= 0 && queue->rate_limit <= 0)
 		return max_jobs;
 	if (cq_shmem_ready)
@@ -580,6 +597,11 @@ cq_flow_allowance(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 		ticket->row_bucket = true;
 		ticket->row_tokens = DatumGetFloat8(cq_spi_value(0, 2, &isnull));
 		allowed = (int32) Max(0, Min((double) allowed, floor(ticket->row_tokens)));
+		if (ticket->row_tokens < 1)
+			ticket->refill_ms = cq_flow_refill_ms(ticket->row_tokens,
+												  queue->rate_period.time +
+												  (int64) queue->rate_period.day * USECS_PER_DAY,
+												  queue->rate_limit);
 	}
 	return allowed;
 }

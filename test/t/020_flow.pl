@@ -18,6 +18,7 @@ use ClaimqTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(time);
 
 my $node = claimq_node('flow', conf => "max_prepared_transactions = 2\n");
 $node->start;
@@ -198,6 +199,19 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM claimq.claim('rl', 10)"),
 	'0', 'then none');
 poll_ok($node, 'postgres', "SELECT count(*) FROM claimq.claim('rl', 1)",
 	'1', 10, 'the bucket refills: a token within about a second');
+
+# A claim that waits on an empty bucket looks again when the next token is
+# whole (every 200 ms at 5 a second), not only at the second's recheck.
+$node->safe_psql('postgres',
+	"SELECT claimq.alter_queue('rl', rate_limit => 5, rate_period => '1 second')");
+is($node->safe_psql('postgres', "SELECT count(*) FROM claimq.claim('rl', 10)"),
+	'5', 'five tokens a second: a full bucket of 5');
+my $t0 = time();
+is($node->safe_psql('postgres', "SELECT count(*) FROM claimq.claim('rl', 1, wait => '3 seconds')"),
+	'1', 'a waiting claim gets the next token');
+my $waited = time() - $t0;
+cmp_ok($waited, '<', 0.75,
+	sprintf('when it is due, not at the next second\'s recheck (%.2f s)', $waited));
 
 #
 # A claim's reservation dies with its session; a crashed worker's jobs

@@ -1,7 +1,11 @@
 # claimq: PGXS build
 EXTENSION = claimq
 MODULE_big = claimq
+# The install script of the current version is built from sql/claimq.sql;
+# the scripts of earlier versions and the updates are kept as released.
+EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'$$/\1/p" $(srcdir)/claimq.control)
 DATA = $(wildcard sql/claimq--*.sql)
+DATA_built = claimq--$(EXTVERSION).sql
 OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
 # CQ_CPPFLAGS=-DUSE_ASSERT_CHECKING turns claimq's own Assert()s on, for
 # the test command's run with assertions (a server built without them can
@@ -36,3 +40,6 @@ include $(PGXS)
 
 # Every object depends on the shared header.
 $(OBJS): src/claimq.h
+
+claimq--$(EXTVERSION).sql: sql/claimq.sql claimq.control
+	cp $< $@

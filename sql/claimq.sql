@@ -1,0 +1,1819 @@
+/*
+ * claimq.sql: the current schema of claimq, the one place to read and
+ * change it.  The Makefile builds the install script of the current version
+ * (claimq--<default_version>.sql) from this file.  The scripts of earlier
+ * versions and the update scripts between them stay as they were released;
+ * test/t/022_fresh_vs_updated.pl checks that this file and the oldest
+ * install script followed by every update give the same schema.  A change
+ * here goes with an update script from the last release.
+ *
+ * Contents
+ *   1. The schema: claimq's own, or none
+ *   2. Queues, jobs, dedup key claims, schedules, group locks: sequences,
+ *      tables, indexes
+ *   3. Private helpers: checks, locks, the C side's notes
+ *   4. Queues: create, alter, drop, pause, resume, purge
+ *   5. Producing: enqueue, cancel, status
+ *   6. Working: claim, start, extend, complete, fail, release, snooze
+ *   7. Flow control: group limits
+ *   8. Dedup keys
+ *   9. Schedules
+ *  10. Recovery: reclaim, retry_dead, prune
+ *  11. Observing: counters, latency, the reclaimer, the census, the views
+ *  12. Observing: metrics
+ *  13. Duties
+ *  14. PUBLIC gets nothing
+ */
+
+\echo Use "CREATE EXTENSION claimq" to load this file. \quit
+
+/*------------------------------------------------------------------------
+ * 1. The schema: claimq's own, or none
+ *-----------------------------------------------------------------------*/
+
+/*
+ * CREATE EXTENSION uses a schema named claimq if one exists already.  One
+ * that somebody else owns, or that already holds objects, could let its
+ * owner replace what this script creates, so refuse it.
+ */
+DO $$
+DECLARE
+	nsp oid := (SELECT n.oid FROM pg_catalog.pg_namespace n
+				 WHERE n.nspname OPERATOR(pg_catalog.=) 'claimq');
+BEGIN
+	IF (SELECT n.nspowner FROM pg_catalog.pg_namespace n
+		 WHERE n.oid OPERATOR(pg_catalog.=) nsp)
+	   OPERATOR(pg_catalog.<>) (SELECT r.oid FROM pg_catalog.pg_roles r
+								 WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER)
+	   OR EXISTS (SELECT FROM pg_catalog.pg_class c
+				   WHERE c.relnamespace OPERATOR(pg_catalog.=) nsp)
+	   OR EXISTS (SELECT FROM pg_catalog.pg_proc p
+				   WHERE p.pronamespace OPERATOR(pg_catalog.=) nsp)
+	   OR EXISTS (SELECT FROM pg_catalog.pg_type t
+				   WHERE t.typnamespace OPERATOR(pg_catalog.=) nsp)
+	   OR EXISTS (SELECT FROM pg_catalog.pg_operator o
+				   WHERE o.oprnamespace OPERATOR(pg_catalog.=) nsp)
+	THEN
+		RAISE EXCEPTION 'schema "claimq" already exists'
+			USING ERRCODE = '42P06',
+				  DETAIL = 'It is owned by another role or is not empty.',
+				  HINT = 'Drop it, or let the role that installs claimq own it empty.';
+	END IF;
+END
+$$;
+
+/*------------------------------------------------------------------------
+ * 2. Queues, jobs, dedup key claims, schedules, group locks
+ *-----------------------------------------------------------------------*/
+
+/*
+ * Every name and operator below is schema-qualified, and every function
+ * pins search_path, so that nothing a caller puts on its search_path can
+ * take part in a claimq call.  The functions run as the extension's owner
+ * (SECURITY DEFINER): the tables grant nothing to anybody, so queue rows
+ * change only through the functions, and PUBLIC may execute none of them.
+ */
+
+/*
+ * Queues.  A queue's settings are read by every claim and settle call; the
+ * name is the only way a caller refers to a queue, queue_id the only way a
+ * job does.
+ */
+
+CREATE SEQUENCE claimq.queue_id_seq AS integer;
+
+CREATE TABLE claimq.queue (
+	queue_id		integer NOT NULL
+		DEFAULT pg_catalog.nextval('claimq.queue_id_seq'::pg_catalog.regclass),
+	name			text NOT NULL,
+	lease			interval NOT NULL,
+	run_lease		interval NOT NULL,
+	max_attempts	integer NOT NULL,
+	retry_base		interval NOT NULL,
+	retry_max		interval NOT NULL,
+	keep_done		interval NOT NULL,
+	keep_dead		interval NOT NULL,
+	notify			boolean NOT NULL,
+	paused			boolean NOT NULL DEFAULT false,
+	created_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	-- Flow control: NULL (or false) is no limit.
+	group_limit		integer,
+	group_fifo		boolean NOT NULL DEFAULT false,
+	max_in_flight	integer,
+	rate_limit		integer,
+	rate_period		interval NOT NULL DEFAULT '1 second',
+	rate_tokens		double precision,	-- the bucket without the preload
+	rate_at			timestamptz,
+	CONSTRAINT queue_pkey PRIMARY KEY (queue_id),
+	CONSTRAINT queue_name_key UNIQUE (name),
+	CONSTRAINT queue_name_check
+		CHECK (name OPERATOR(pg_catalog.~) '^[A-Za-z0-9_.-]{1,63}$')
+);
+
+ALTER SEQUENCE claimq.queue_id_seq OWNED BY claimq.queue.queue_id;
+
+/*
+ * Jobs.  One table for every queue and state; the hot paths stay
+ * O(batch) through partial indexes, each covering only the rows one path
+ * looks for:
+ *
+ *	job_ready_idx	pending jobs by queue, priority, run_at, id: the claim
+ *					walks it one priority at a time, taking only the range
+ *					run_at <= now, so scheduled, claimed, dead and done rows
+ *					and other queues' rows are never visited.
+ *	job_lease_idx	claimed and running jobs by expiry: reclaim reads the
+ *					expired head of it and nothing else.  Its predicate is
+ *					expires_at IS NOT NULL, which job_lease_check makes the
+ *					same as "claimed or running"; written on expires_at, it
+ *					cannot tempt the planner into scanning every lease when a
+ *					settle call looks jobs up by id and state.
+ *	job_dedup_idx	the dedup key of live (pending, claimed, running) jobs,
+ *					unique: this index is what makes dedup race-free.
+ *	job_finished_idx done and dead jobs by queue and age, for retention
+ *					and redrive.
+ *
+ * token is the fence: each claim stores a fresh one, and every later call
+ * about the job must present it.
+ */
+
+CREATE SEQUENCE claimq.job_id_seq AS bigint MAXVALUE 281474976710655;
+-- Tokens add the timeline in bits 48 and up (see src/token.c): the
+-- sequence stays below them.  Each backend caches a range of them.
+CREATE SEQUENCE claimq.token_seq AS bigint MAXVALUE 281474976710655 CACHE 65536;
+
+CREATE TABLE claimq.job (
+	job_id			bigint NOT NULL
+		DEFAULT pg_catalog.nextval('claimq.job_id_seq'::pg_catalog.regclass),
+	token			bigint,
+	run_at			timestamptz NOT NULL,
+	enqueued_at		timestamptz NOT NULL,
+	expires_at		timestamptz,
+	claimed_at		timestamptz,
+	finished_at		timestamptz,
+	queue_id		integer NOT NULL,
+	priority		integer NOT NULL DEFAULT 0,
+	attempts		integer NOT NULL DEFAULT 0,
+	state			text NOT NULL,
+	worker			text,
+	dedup_key		text,
+	last_error		text,
+	payload			jsonb NOT NULL,
+	max_attempts	integer,		-- NULL: the queue's
+	group_key		text,
+	result			jsonb,
+	started_at		timestamptz,
+	held			boolean NOT NULL DEFAULT false,	-- kept back by its group's limit
+	CONSTRAINT job_pkey PRIMARY KEY (job_id),
+	CONSTRAINT job_state_check CHECK (state OPERATOR(pg_catalog.=) ANY
+		('{pending,claimed,running,dead,done,cancelled}'::text[])),
+	CONSTRAINT job_max_attempts_check
+		CHECK (max_attempts OPERATOR(pg_catalog.>=) 1
+			   AND max_attempts OPERATOR(pg_catalog.<=) 1000),
+	CONSTRAINT job_lease_check CHECK ((expires_at IS NOT NULL) OPERATOR(pg_catalog.=)
+		(state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])))
+);
+
+ALTER SEQUENCE claimq.job_id_seq OWNED BY claimq.job.job_id;
+
+CREATE INDEX job_ready_idx ON claimq.job
+	(queue_id, priority DESC, run_at, job_id)
+	WHERE state OPERATOR(pg_catalog.=) 'pending' AND NOT held;
+
+CREATE INDEX job_lease_idx ON claimq.job (queue_id, expires_at)
+	WHERE expires_at IS NOT NULL;
+
+CREATE UNIQUE INDEX job_dedup_idx ON claimq.job (queue_id, dedup_key)
+	WHERE dedup_key IS NOT NULL
+	  AND state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[]);
+
+CREATE INDEX job_finished_idx ON claimq.job (queue_id, state, finished_at)
+	WHERE state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[]);
+
+/*
+ * A group's live jobs, the free ones (in flight, or pending and not held)
+ * first, in id order: the group's FIFO order and its slot count.  Only
+ * jobs with a group key are in it.
+ */
+CREATE INDEX job_group_idx ON claimq.job (queue_id, group_key, held, job_id)
+	WHERE group_key IS NOT NULL
+	  AND state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[]);
+
+/* A group's pending jobs in the order of group_limit: due first. */
+CREATE INDEX job_group_due_idx ON claimq.job (queue_id, group_key, run_at, job_id)
+	WHERE group_key IS NOT NULL AND state OPERATOR(pg_catalog.=) 'pending';
+
+/*
+ * Dedup key claims: a key is held by its row until expires_at passes or
+ * its winner deletes it.  The reclaimer sweeps expired rows; until then a
+ * new claim takes an expired row over.
+ */
+CREATE TABLE claimq.key_claim (
+	scope			text NOT NULL,
+	key				text NOT NULL,
+	token			bigint NOT NULL,
+	expires_at		timestamptz NOT NULL,
+	CONSTRAINT key_claim_pkey PRIMARY KEY (scope, key)
+);
+
+CREATE INDEX key_claim_expiry_idx ON claimq.key_claim (expires_at);
+
+/*
+ * Schedules: one row per schedule, keeping the next occurrence not yet
+ * enqueued.  The C side (schedule.c, cron.c) parses the expressions and
+ * fires the occurrences.
+ */
+CREATE TABLE claimq.schedule (
+	name			text NOT NULL,
+	queue_id		integer NOT NULL,
+	cron			text NOT NULL,
+	time_zone		text NOT NULL,
+	payload			jsonb NOT NULL,
+	priority		integer NOT NULL,
+	missed			text NOT NULL,
+	enabled			boolean NOT NULL DEFAULT true,
+	anchor			timestamptz NOT NULL,	-- when cron or time_zone was set
+	next_run_at		timestamptz,			-- NULL: no occurrence any more
+	last_run_at		timestamptz,
+	last_job_id		bigint,
+	catch_up_to		timestamptz,			-- "all" cut short by max_jobs
+	created_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	CONSTRAINT schedule_pkey PRIMARY KEY (name),
+	CONSTRAINT schedule_queue_fkey FOREIGN KEY (queue_id)
+		REFERENCES claimq.queue (queue_id),
+	CONSTRAINT schedule_name_check
+		CHECK (name OPERATOR(pg_catalog.~) '^[A-Za-z0-9_.-]{1,63}$'),
+	CONSTRAINT schedule_missed_check CHECK (missed OPERATOR(pg_catalog.=) ANY
+		('{skip,once,all}'::text[]))
+);
+
+CREATE INDEX schedule_due_idx ON claimq.schedule (next_run_at) WHERE enabled;
+
+CREATE INDEX schedule_queue_idx ON claimq.schedule (queue_id);
+
+/*
+ * One row per group with live jobs in a queue with group limits: the
+ * group's lock.  Whoever changes which of the group's jobs are held, or
+ * adds jobs to it, updates the row first, so that they take turns and a
+ * REPEATABLE READ transaction that missed another's change fails to
+ * serialize instead of counting from an old snapshot.
+ */
+CREATE TABLE claimq.job_group (
+	queue_id		integer NOT NULL,
+	group_key		text NOT NULL,
+	changes			bigint NOT NULL DEFAULT 0,
+	CONSTRAINT job_group_pkey PRIMARY KEY (queue_id, group_key),
+	CONSTRAINT job_group_queue_fkey FOREIGN KEY (queue_id)
+		REFERENCES claimq.queue (queue_id) ON DELETE CASCADE
+);
+
+/* Every table and sequence is dumped with the extension's data. */
+SELECT pg_catalog.pg_extension_config_dump('claimq.queue', '');
+SELECT pg_catalog.pg_extension_config_dump('claimq.key_claim', '');
+SELECT pg_catalog.pg_extension_config_dump('claimq.queue_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('claimq.job', '');
+SELECT pg_catalog.pg_extension_config_dump('claimq.job_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('claimq.token_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('claimq.schedule', '');
+SELECT pg_catalog.pg_extension_config_dump('claimq.job_group', '');
+
+/*------------------------------------------------------------------------
+ * 3. Private helpers: checks, locks, the C side's notes
+ *-----------------------------------------------------------------------*/
+
+/*
+ * Private helpers for the administration functions.
+ */
+CREATE FUNCTION claimq.check_queue_name(queue text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF queue IS NULL THEN
+		RAISE EXCEPTION 'argument "queue" must not be null'
+			USING ERRCODE = '22004';
+	END IF;
+	IF queue OPERATOR(pg_catalog.!~) '^[A-Za-z0-9_.-]{1,63}$' THEN
+		RAISE EXCEPTION 'invalid queue name "%"', pg_catalog.left(queue, 64)
+			USING ERRCODE = '22023',
+				  DETAIL = 'A queue name is 1 to 63 characters, each a letter, a digit, "_", "-" or ".".';
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.check_queue_name(text) IS
+'private: raise 22004 or 22023 unless queue is a valid queue name';
+
+CREATE FUNCTION claimq.lock_queue(queue text)
+RETURNS claimq.queue
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue;
+BEGIN
+	PERFORM claimq.check_queue_name(queue);
+	SELECT * INTO q FROM claimq.queue t
+	 WHERE t.name OPERATOR(pg_catalog.=) lock_queue.queue FOR UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'queue "%" does not exist', queue
+			USING ERRCODE = '42704';
+	END IF;
+	RETURN q;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.lock_queue(text) IS
+'private: lock a queue''s row and return it; raise 42704 if there is none';
+
+CREATE FUNCTION claimq.lock_producers(queue text)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT pg_catalog.pg_advisory_xact_lock(1668050289,
+											pg_catalog.hashtext(queue COLLATE "C"))
+$$;
+
+COMMENT ON FUNCTION claimq.lock_producers(text) IS
+'private: take a queue''s producer lock exclusive until the end of the transaction, waiting for enqueues in progress and holding new ones back';
+
+CREATE FUNCTION claimq.check_queue_settings(
+	lease interval, run_lease interval, max_attempts integer,
+	retry_base interval, retry_max interval,
+	keep_done interval, keep_dead interval)
+RETURNS void
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_check_queue_settings';
+
+COMMENT ON FUNCTION claimq.check_queue_settings(interval,interval,integer,interval,interval,interval,interval) IS
+'private: raise 22023 unless the queue settings are within the contract''s limits';
+
+/* The flow control options' limits, for create_queue and alter_queue. */
+CREATE FUNCTION claimq.check_flow_settings(
+	group_limit integer, max_in_flight integer, rate_limit integer,
+	rate_period interval)
+RETURNS void
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_check_flow_settings';
+
+COMMENT ON FUNCTION claimq.check_flow_settings(integer,integer,integer,interval) IS
+'private: raise 22023 unless the flow control options are within the contract''s limits';
+
+/*
+ * Private: the SQL-language transitions tell the C side what they did, so
+ * that waiting claims and wait_for are woken and claim floors lowered when
+ * the transaction commits.
+ */
+CREATE FUNCTION claimq.note_change(queue_id integer, made_pending boolean,
+								   finished boolean)
+RETURNS void
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_note_change';
+
+COMMENT ON FUNCTION claimq.note_change(integer,boolean,boolean) IS
+'private: at commit, wake claims waiting on the queue (made_pending) or wait_for calls (finished)';
+
+/*------------------------------------------------------------------------
+ * 4. Queues: create, alter, drop, pause, resume, purge
+ *-----------------------------------------------------------------------*/
+
+CREATE FUNCTION claimq.create_queue(
+	queue text,
+	lease interval DEFAULT '30 seconds',
+	run_lease interval DEFAULT '5 minutes',
+	max_attempts integer DEFAULT 5,
+	retry_base interval DEFAULT '1 second',
+	retry_max interval DEFAULT '1 hour',
+	keep_done interval DEFAULT '0',
+	keep_dead interval DEFAULT '14 days',
+	notify boolean DEFAULT false,
+	group_limit integer DEFAULT NULL,
+	group_fifo boolean DEFAULT false,
+	max_in_flight integer DEFAULT NULL,
+	rate_limit integer DEFAULT NULL,
+	rate_period interval DEFAULT '1 second')
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM claimq.check_queue_name(queue);
+	IF lease IS NULL OR run_lease IS NULL OR max_attempts IS NULL
+	   OR retry_base IS NULL OR retry_max IS NULL OR keep_done IS NULL
+	   OR keep_dead IS NULL OR notify IS NULL OR group_fifo IS NULL
+	   OR rate_period IS NULL THEN
+		RAISE EXCEPTION 'queue settings must not be null'
+			USING ERRCODE = '22004',
+				  HINT = 'Omit a setting to take its default; a limit may be NULL (no limit).';
+	END IF;
+	PERFORM claimq.check_queue_settings(lease, run_lease, max_attempts,
+										retry_base, retry_max,
+										keep_done, keep_dead);
+	PERFORM claimq.check_flow_settings(group_limit, max_in_flight,
+									   rate_limit, rate_period);
+	INSERT INTO claimq.queue AS q
+		(name, lease, run_lease, max_attempts, retry_base, retry_max,
+		 keep_done, keep_dead, notify, group_limit, group_fifo,
+		 max_in_flight, rate_limit, rate_period)
+	VALUES (queue, lease, run_lease, max_attempts, retry_base, retry_max,
+			keep_done, keep_dead, notify, group_limit, group_fifo,
+			max_in_flight, rate_limit, rate_period)
+	ON CONFLICT (name) DO NOTHING;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'queue "%" already exists', queue
+			USING ERRCODE = '42710';
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.create_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval) IS
+'create a queue; raises 42710 if it exists';
+
+/*
+ * A change of group_limit or group_fifo re-decides which pending jobs of
+ * the queue's groups are held.  Enqueues wait (the producer lock), and so
+ * does every transaction that is changing one of the queue's grouped live
+ * jobs (their row locks): one that changed a job before could not know of
+ * the new limits, and one that changes a job after sees them.
+ */
+CREATE FUNCTION claimq.alter_queue(
+	queue text,
+	lease interval DEFAULT NULL,
+	run_lease interval DEFAULT NULL,
+	max_attempts integer DEFAULT NULL,
+	retry_base interval DEFAULT NULL,
+	retry_max interval DEFAULT NULL,
+	keep_done interval DEFAULT NULL,
+	keep_dead interval DEFAULT NULL,
+	notify boolean DEFAULT NULL,
+	group_limit integer DEFAULT NULL,
+	group_fifo boolean DEFAULT NULL,
+	max_in_flight integer DEFAULT NULL,
+	rate_limit integer DEFAULT NULL,
+	rate_period interval DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue;
+	old claimq.queue;
+BEGIN
+	PERFORM claimq.check_queue_name(queue);
+	/* 0 removes a limit. */
+	PERFORM claimq.check_flow_settings(
+		NULLIF(alter_queue.group_limit, 0), NULLIF(alter_queue.max_in_flight, 0),
+		NULLIF(alter_queue.rate_limit, 0), alter_queue.rate_period);
+	IF alter_queue.group_limit IS NOT NULL OR alter_queue.group_fifo IS NOT NULL THEN
+		PERFORM claimq.lock_producers(queue);
+	END IF;
+	q := claimq.lock_queue(queue);
+	old := q;
+	q.lease := COALESCE(lease, q.lease);
+	q.run_lease := COALESCE(run_lease, q.run_lease);
+	q.max_attempts := COALESCE(max_attempts, q.max_attempts);
+	q.retry_base := COALESCE(retry_base, q.retry_base);
+	q.retry_max := COALESCE(retry_max, q.retry_max);
+	q.keep_done := COALESCE(keep_done, q.keep_done);
+	q.keep_dead := COALESCE(keep_dead, q.keep_dead);
+	q.notify := COALESCE(notify, q.notify);
+	IF alter_queue.group_limit IS NOT NULL THEN
+		q.group_limit := NULLIF(alter_queue.group_limit, 0);
+	END IF;
+	q.group_fifo := COALESCE(alter_queue.group_fifo, q.group_fifo);
+	IF alter_queue.max_in_flight IS NOT NULL THEN
+		q.max_in_flight := NULLIF(alter_queue.max_in_flight, 0);
+	END IF;
+	IF alter_queue.rate_limit IS NOT NULL THEN
+		q.rate_limit := NULLIF(alter_queue.rate_limit, 0);
+	END IF;
+	q.rate_period := COALESCE(alter_queue.rate_period, q.rate_period);
+	IF (q.rate_limit, q.rate_period) IS DISTINCT FROM (old.rate_limit, old.rate_period) THEN
+		/* A new bucket, full. */
+		q.rate_tokens := NULL;
+		q.rate_at := NULL;
+	END IF;
+	PERFORM claimq.check_queue_settings(q.lease, q.run_lease, q.max_attempts,
+										q.retry_base, q.retry_max,
+										q.keep_done, q.keep_dead);
+	UPDATE claimq.queue t
+	   SET lease = q.lease, run_lease = q.run_lease,
+		   max_attempts = q.max_attempts, retry_base = q.retry_base,
+		   retry_max = q.retry_max, keep_done = q.keep_done,
+		   keep_dead = q.keep_dead, notify = q.notify,
+		   group_limit = q.group_limit, group_fifo = q.group_fifo,
+		   max_in_flight = q.max_in_flight, rate_limit = q.rate_limit,
+		   rate_period = q.rate_period, rate_tokens = q.rate_tokens,
+		   rate_at = q.rate_at
+	 WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+
+	IF (q.group_limit, q.group_fifo) IS DISTINCT FROM (old.group_limit, old.group_fifo) THEN
+		PERFORM 1 FROM claimq.job j
+		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+		   AND j.group_key IS NOT NULL
+		   AND j.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[])
+		   FOR UPDATE OF j;
+		UPDATE claimq.job j
+		   SET held = (q.group_limit IS NOT NULL OR q.group_fifo)
+		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+		   AND j.group_key IS NOT NULL
+		   AND j.state OPERATOR(pg_catalog.=) 'pending'
+		   AND j.held OPERATOR(pg_catalog.<>) (q.group_limit IS NOT NULL OR q.group_fifo);
+		IF q.group_limit IS NULL AND NOT q.group_fifo THEN
+			DELETE FROM claimq.job_group x
+			 WHERE x.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+		ELSE
+			PERFORM claimq.sync_groups(q.queue_id, ARRAY(
+				SELECT DISTINCT j.group_key FROM claimq.job j
+				 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+				   AND j.group_key IS NOT NULL
+				   AND j.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[])));
+		END IF;
+		PERFORM claimq.note_change(q.queue_id, true, false);
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval) IS
+'change a queue''s settings; a NULL setting stays as it is, and a limit of 0 is removed';
+
+CREATE FUNCTION claimq.drop_queue(queue text, force boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue;
+	held bigint;
+BEGIN
+	IF force IS NULL THEN
+		RAISE EXCEPTION 'argument "force" must not be null'
+			USING ERRCODE = '22004';
+	END IF;
+	PERFORM claimq.check_queue_name(queue);
+	PERFORM claimq.lock_producers(queue);
+	q := claimq.lock_queue(queue);
+	/*
+	 * Without force, delete only jobs nobody holds.  A claim in progress
+	 * makes the DELETE wait for it and then skip the job it claimed; the
+	 * count that follows, with a fresh snapshot, finds every held job.
+	 */
+	DELETE FROM claimq.job j
+	 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+	   AND (force OR j.state OPERATOR(pg_catalog.<>) ALL ('{claimed,running}'::text[]));
+	IF NOT force THEN
+		SELECT pg_catalog.count(*) INTO held FROM claimq.job j
+		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+		IF held OPERATOR(pg_catalog.>) 0 THEN
+			RAISE EXCEPTION 'cannot drop queue "%" while it has claimed or running jobs', queue
+				USING ERRCODE = '55006',
+					  DETAIL = pg_catalog.format('%s jobs are claimed or running.', held),
+					  HINT = 'Wait for them to settle, or pass force => true.';
+		END IF;
+		SELECT pg_catalog.count(*) INTO held FROM claimq.schedule s
+		 WHERE s.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+		IF held OPERATOR(pg_catalog.>) 0 THEN
+			RAISE EXCEPTION 'cannot drop queue "%" while schedules feed it', queue
+				USING ERRCODE = '2BP01',
+					  DETAIL = pg_catalog.format('%s schedules enqueue into it.', held),
+					  HINT = 'Drop them first, or pass force => true.';
+		END IF;
+	END IF;
+	DELETE FROM claimq.schedule s WHERE s.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+	DELETE FROM claimq.queue t WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+	PERFORM claimq.note_change(q.queue_id, false, true);
+END
+$$;
+
+COMMENT ON FUNCTION claimq.drop_queue(text,boolean) IS
+'drop a queue and all its jobs; refuses (55006) while jobs are claimed or running, and (2BP01) while schedules feed it, unless force (which drops the schedules too)';
+
+CREATE FUNCTION claimq.pause_queue(queue text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue := claimq.lock_queue(queue);
+BEGIN
+	UPDATE claimq.queue t SET paused = true
+	 WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.pause_queue(text) IS
+'stop a queue from handing out jobs; claims already made are unaffected';
+
+CREATE FUNCTION claimq.resume_queue(queue text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue := claimq.lock_queue(queue);
+BEGIN
+	UPDATE claimq.queue t SET paused = false
+	 WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+	IF q.paused THEN
+		PERFORM claimq.note_change(q.queue_id, true, false);
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.resume_queue(text) IS
+'let a paused queue hand out jobs again';
+
+CREATE FUNCTION claimq.purge_queue(queue text)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue := claimq.lock_queue(queue);
+	n bigint;
+	groups text[];
+BEGIN
+	WITH purged AS (
+		DELETE FROM claimq.job j
+		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+		   AND j.state OPERATOR(pg_catalog.=) 'pending'
+		RETURNING j.group_key)
+	SELECT pg_catalog.count(*),
+		   pg_catalog.array_agg(DISTINCT p.group_key) FILTER (WHERE p.group_key IS NOT NULL)
+	  INTO n, groups
+	  FROM purged p;
+	IF groups IS NOT NULL THEN
+		PERFORM claimq.sync_groups(q.queue_id, groups);
+	END IF;
+	IF n OPERATOR(pg_catalog.>) 0 THEN
+		PERFORM claimq.note_change(q.queue_id, false, true);
+	END IF;
+	RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.purge_queue(text) IS
+'delete a queue''s pending jobs (ready and scheduled); returns how many';
+
+/*------------------------------------------------------------------------
+ * 5. Producing: enqueue, cancel, status
+ *-----------------------------------------------------------------------*/
+
+/*
+ * Producing: per-job attempts, debounce and group keys.
+ */
+CREATE FUNCTION claimq.enqueue(
+	queue text,
+	payload jsonb,
+	run_at timestamptz DEFAULT NULL,
+	priority integer DEFAULT 0,
+	dedup_key text DEFAULT NULL,
+	max_attempts integer DEFAULT NULL,
+	on_duplicate text DEFAULT 'keep',
+	group_key text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_enqueue';
+
+COMMENT ON FUNCTION claimq.enqueue(text,jsonb,timestamp with time zone,integer,text,integer,text,text) IS
+'add a job; with a dedup_key that a live job holds, return that job''s id instead (and with on_duplicate => ''replace'', update it while it is pending)';
+
+CREATE FUNCTION claimq.enqueue_many(
+	queue text,
+	payloads jsonb[],
+	run_at timestamptz DEFAULT NULL,
+	priority integer DEFAULT 0,
+	dedup_keys text[] DEFAULT NULL,
+	max_attempts integer DEFAULT NULL,
+	on_duplicate text DEFAULT 'keep',
+	group_keys text[] DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_enqueue_many';
+
+COMMENT ON FUNCTION claimq.enqueue_many(text,jsonb[],timestamp with time zone,integer,text[],integer,text,text[]) IS
+'add one job per payload in one statement; returns the ids in input order';
+
+/*
+ * Job control: cancel, status, wait_for.
+ */
+CREATE FUNCTION claimq.cancel(job_ids bigint[])
+RETURNS TABLE(job_id bigint, outcome text, state text)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_cancel';
+
+COMMENT ON FUNCTION claimq.cancel(bigint[]) IS
+'cancel pending, claimed or running jobs; their holders'' tokens then get the outcome cancelled';
+
+CREATE FUNCTION claimq.status(job_ids bigint[])
+RETURNS TABLE(job_id bigint, queue text, state text, attempts integer,
+			  run_at timestamptz, finished_at timestamptz, last_error text,
+			  result jsonb)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_status';
+
+COMMENT ON FUNCTION claimq.status(bigint[]) IS
+'the state of each listed job, in input order; every column but job_id NULL for a job that no longer exists';
+
+CREATE FUNCTION claimq.wait_for(job_ids bigint[], timeout interval)
+RETURNS TABLE(job_id bigint, queue text, state text, attempts integer,
+			  run_at timestamptz, finished_at timestamptz, last_error text,
+			  result jsonb)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_wait_for';
+
+COMMENT ON FUNCTION claimq.wait_for(bigint[],interval) IS
+'wait until every listed job is done, dead, cancelled or gone, or timeout passes; then return their status';
+
+CREATE FUNCTION claimq.node_of(job_id bigint)
+RETURNS integer
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF job_id IS NULL THEN
+		RAISE EXCEPTION 'argument "job_id" must not be null' USING ERRCODE = '22004';
+	END IF;
+	RETURN (job_id OPERATOR(pg_catalog.>>) 48)::integer;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.node_of(bigint) IS
+'the node number (claimq.node_id of the server that issued it) in a job id';
+
+/*------------------------------------------------------------------------
+ * 6. Working: claim, start, extend, complete, fail, release, snooze
+ *-----------------------------------------------------------------------*/
+
+/*
+ * Working.
+ */
+CREATE FUNCTION claimq.claim(
+	queue text,
+	max_jobs integer DEFAULT 1,
+	lease interval DEFAULT NULL,
+	worker text DEFAULT NULL,
+	start boolean DEFAULT false,
+	wait interval DEFAULT '0')
+RETURNS TABLE(job_id bigint, token bigint, payload jsonb, attempts integer,
+			  priority integer, enqueued_at timestamptz,
+			  expires_at timestamptz)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_claim';
+
+COMMENT ON FUNCTION claimq.claim(text,integer,interval,text,boolean,interval) IS
+'claim up to max_jobs ready jobs, skipping rows other sessions hold; each comes with the token that fences later calls';
+
+CREATE FUNCTION claimq.start(job_ids bigint[], tokens bigint[],
+							 lease interval DEFAULT NULL)
+RETURNS TABLE(job_id bigint, outcome text, expires_at timestamptz)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_start';
+
+COMMENT ON FUNCTION claimq.start(bigint[],bigint[],interval) IS
+'mark claimed jobs running, counting the attempt';
+
+CREATE FUNCTION claimq.start(job_id bigint, token bigint,
+							 lease interval DEFAULT NULL)
+RETURNS boolean
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_start_one';
+
+COMMENT ON FUNCTION claimq.start(bigint,bigint,interval) IS
+'start one job; true if the token still held it';
+
+CREATE FUNCTION claimq.extend(job_ids bigint[], tokens bigint[],
+							  lease interval DEFAULT NULL)
+RETURNS TABLE(job_id bigint, outcome text, expires_at timestamptz)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_extend';
+
+COMMENT ON FUNCTION claimq.extend(bigint[],bigint[],interval) IS
+'renew the leases of claimed or running jobs from now';
+
+CREATE FUNCTION claimq.extend(job_id bigint, token bigint,
+							  lease interval DEFAULT NULL)
+RETURNS boolean
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_extend_one';
+
+COMMENT ON FUNCTION claimq.extend(bigint,bigint,interval) IS
+'extend one job''s lease; true if the token still held it';
+
+/*
+ * Working: results on complete, and snooze.
+ */
+CREATE FUNCTION claimq.complete(job_ids bigint[], tokens bigint[],
+								results jsonb[] DEFAULT NULL)
+RETURNS TABLE(job_id bigint, outcome text)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_complete';
+
+COMMENT ON FUNCTION claimq.complete(bigint[],bigint[],jsonb[]) IS
+'finish claimed or running jobs: deleted, or kept as done (with its result) on a keep_done queue';
+
+CREATE FUNCTION claimq.complete(job_id bigint, token bigint,
+								result jsonb DEFAULT NULL)
+RETURNS boolean
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_complete_one';
+
+COMMENT ON FUNCTION claimq.complete(bigint,bigint,jsonb) IS
+'complete one job; true if the token still held it';
+
+CREATE FUNCTION claimq.fail(job_ids bigint[], tokens bigint[],
+							error text DEFAULT NULL,
+							retry_in interval DEFAULT NULL,
+							permanent boolean DEFAULT false)
+RETURNS TABLE(job_id bigint, outcome text, state text, run_at timestamptz)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_fail';
+
+COMMENT ON FUNCTION claimq.fail(bigint[],bigint[],text,interval,boolean) IS
+'record a failed attempt: pending again after a backoff while attempts are left, else dead';
+
+CREATE FUNCTION claimq.fail(job_id bigint, token bigint,
+							error text DEFAULT NULL,
+							retry_in interval DEFAULT NULL,
+							permanent boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_fail_one';
+
+COMMENT ON FUNCTION claimq.fail(bigint,bigint,text,interval,boolean) IS
+'fail one job; true if the token still held it';
+
+CREATE FUNCTION claimq.release(job_ids bigint[], tokens bigint[])
+RETURNS TABLE(job_id bigint, outcome text)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_release';
+
+COMMENT ON FUNCTION claimq.release(bigint[],bigint[]) IS
+'hand claimed, not started jobs back to the queue without counting an attempt';
+
+CREATE FUNCTION claimq.release(job_id bigint, token bigint)
+RETURNS boolean
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_release_one';
+
+COMMENT ON FUNCTION claimq.release(bigint,bigint) IS
+'release one claimed job; true if the token still held it and it was not started';
+
+CREATE FUNCTION claimq.snooze(job_ids bigint[], tokens bigint[],
+							  delay interval)
+RETURNS TABLE(job_id bigint, outcome text, run_at timestamptz)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_snooze';
+
+COMMENT ON FUNCTION claimq.snooze(bigint[],bigint[],interval) IS
+'put claimed or running jobs back to pending after delay, giving back an attempt that start counted';
+
+CREATE FUNCTION claimq.snooze(job_id bigint, token bigint, delay interval)
+RETURNS boolean
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_snooze_one';
+
+COMMENT ON FUNCTION claimq.snooze(bigint,bigint,interval) IS
+'snooze one job; true if the token still held it';
+
+CREATE FUNCTION claimq.release_worker(queue text, worker text)
+RETURNS bigint
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_release_worker';
+
+COMMENT ON FUNCTION claimq.release_worker(text,text) IS
+'release every claimed, not started job that worker holds in queue (graceful shutdown); returns how many';
+
+/*------------------------------------------------------------------------
+ * 7. Flow control: group limits
+ *-----------------------------------------------------------------------*/
+
+/*
+ * Bring the held jobs of the groups listed in line with the queue's group
+ * limits.  For each group, in key order, under its lock: the free jobs
+ * (in flight, or pending and not held) are counted; if there are more
+ * than the limit (it was lowered), the last pending ones are held; if
+ * fewer, the first held ones are freed; and while a held job comes before
+ * a free pending one in the group's order (job id with group_fifo,
+ * otherwise due time then id), the two change places.  Rows another
+ * transaction holds are left as they are: a claim in progress makes its
+ * job in flight, which is free anyway.  Returns the earliest run_at of
+ * the jobs it freed (NULL if none), for the caller to wake claims with.
+ *
+ * Counting runs in a statement after the lock, so under READ COMMITTED it
+ * sees every change committed by the group's previous holder.
+ */
+CREATE FUNCTION claimq.sync_groups(queue_id integer, group_keys text[])
+RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q record;
+	lim integer;
+	g text;
+	free integer;
+	n integer;
+	freed_at timestamptz;
+	first_freed timestamptz;
+	h record;
+	u record;
+BEGIN
+	SELECT t.group_limit, t.group_fifo INTO q FROM claimq.queue t
+	 WHERE t.queue_id OPERATOR(pg_catalog.=) sync_groups.queue_id;
+	IF NOT FOUND OR (q.group_limit IS NULL AND NOT q.group_fifo) THEN
+		RETURN NULL;
+	END IF;
+	lim := CASE WHEN q.group_fifo THEN 1 ELSE q.group_limit END;
+
+	FOR g IN SELECT DISTINCT k.k COLLATE "C" FROM pg_catalog.unnest(group_keys) AS k(k)
+			  WHERE k.k IS NOT NULL ORDER BY 1 LOOP
+		INSERT INTO claimq.job_group AS x (queue_id, group_key)
+		VALUES (sync_groups.queue_id, g)
+		ON CONFLICT ON CONSTRAINT job_group_pkey
+		DO UPDATE SET changes = x.changes OPERATOR(pg_catalog.+) 1;
+
+		SELECT pg_catalog.count(*) INTO free FROM claimq.job j
+		 WHERE j.queue_id OPERATOR(pg_catalog.=) sync_groups.queue_id
+		   AND j.group_key OPERATOR(pg_catalog.=) g AND NOT j.held
+		   AND j.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[]);
+
+		IF free OPERATOR(pg_catalog.=) 0 AND NOT EXISTS (
+			SELECT 1 FROM claimq.job j
+			 WHERE j.queue_id OPERATOR(pg_catalog.=) sync_groups.queue_id
+			   AND j.group_key OPERATOR(pg_catalog.=) g
+			   AND j.state OPERATOR(pg_catalog.=) 'pending') THEN
+			DELETE FROM claimq.job_group x
+			 WHERE x.queue_id OPERATOR(pg_catalog.=) sync_groups.queue_id
+			   AND x.group_key OPERATOR(pg_catalog.=) g;
+			CONTINUE;
+		END IF;
+
+		IF free OPERATOR(pg_catalog.>) lim THEN
+			UPDATE claimq.job j SET held = true
+			 WHERE j.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+				SELECT p.ctid FROM claimq.job p
+				 WHERE p.queue_id OPERATOR(pg_catalog.=) sync_groups.queue_id
+				   AND p.group_key OPERATOR(pg_catalog.=) g AND NOT p.held
+				   AND p.state OPERATOR(pg_catalog.=) 'pending'
+				 ORDER BY CASE WHEN q.group_fifo THEN NULL ELSE p.run_at END DESC,
+						  p.job_id DESC
+				 LIMIT free OPERATOR(pg_catalog.-) lim
+				 FOR UPDATE SKIP LOCKED));
+			GET DIAGNOSTICS n = ROW_COUNT;
+			free := free OPERATOR(pg_catalog.-) n;
+		ELSIF free OPERATOR(pg_catalog.<) lim THEN
+			IF q.group_fifo THEN
+				WITH f AS (
+					UPDATE claimq.job j SET held = false
+					 WHERE j.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+						SELECT p.ctid FROM claimq.job p
+						 WHERE p.queue_id OPERATOR(pg_catalog.=) sync_groups.queue_id
+						   AND p.group_key OPERATOR(pg_catalog.=) g AND p.held
+						   AND p.state OPERATOR(pg_catalog.=) 'pending'
+						 ORDER BY p.job_id
+						 LIMIT lim OPERATOR(pg_catalog.-) free
+						 FOR UPDATE SKIP LOCKED))
+					RETURNING j.run_at)
+				SELECT pg_catalog.min(f.run_at) INTO freed_at FROM f;
+			ELSE
+				WITH f AS (
+					UPDATE claimq.job j SET held = false
+					 WHERE j.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+						SELECT p.ctid FROM claimq.job p
+						 WHERE p.queue_id OPERATOR(pg_catalog.=) sync_groups.queue_id
+						   AND p.group_key OPERATOR(pg_catalog.=) g AND p.held
+						   AND p.state OPERATOR(pg_catalog.=) 'pending'
+						 ORDER BY p.run_at, p.job_id
+						 LIMIT lim OPERATOR(pg_catalog.-) free
+						 FOR UPDATE SKIP LOCKED))
+					RETURNING j.run_at)
+				SELECT pg_catalog.min(f.run_at) INTO freed_at FROM f;
+			END IF;
+			first_freed := LEAST(first_freed, freed_at);
+		END IF;
+
+		/* A held job before a free pending one: they change places. */
+		FOR i IN 1 .. lim LOOP
+			IF q.group_fifo THEN
+				SELECT p.ctid, p.job_id, p.run_at INTO h FROM claimq.job p
+				 WHERE p.queue_id OPERATOR(pg_catalog.=) sync_groups.queue_id
+				   AND p.group_key OPERATOR(pg_catalog.=) g AND p.held
+				   AND p.state OPERATOR(pg_catalog.=) 'pending'
+				 ORDER BY p.job_id LIMIT 1;
+			ELSE
+				SELECT p.ctid, p.job_id, p.run_at INTO h FROM claimq.job p
+				 WHERE p.queue_id OPERATOR(pg_catalog.=) sync_groups.queue_id
+				   AND p.group_key OPERATOR(pg_catalog.=) g AND p.held
+				   AND p.state OPERATOR(pg_catalog.=) 'pending'
+				 ORDER BY p.run_at, p.job_id LIMIT 1;
+			END IF;
+			EXIT WHEN h.ctid IS NULL;
+			SELECT p.ctid, p.job_id, p.run_at INTO u FROM claimq.job p
+			 WHERE p.queue_id OPERATOR(pg_catalog.=) sync_groups.queue_id
+			   AND p.group_key OPERATOR(pg_catalog.=) g AND NOT p.held
+			   AND p.state OPERATOR(pg_catalog.=) 'pending'
+			   AND (p.job_id OPERATOR(pg_catalog.>) h.job_id
+					OR NOT q.group_fifo)
+			   AND (q.group_fifo OR p.run_at OPERATOR(pg_catalog.>) h.run_at
+					OR (p.run_at OPERATOR(pg_catalog.=) h.run_at
+						AND p.job_id OPERATOR(pg_catalog.>) h.job_id))
+			 ORDER BY CASE WHEN q.group_fifo THEN NULL ELSE p.run_at END DESC,
+					  p.job_id DESC
+			 LIMIT 1
+			 FOR UPDATE SKIP LOCKED;
+			EXIT WHEN u.ctid IS NULL;
+			UPDATE claimq.job j SET held = true WHERE j.ctid OPERATOR(pg_catalog.=) u.ctid;
+			UPDATE claimq.job j SET held = false WHERE j.ctid OPERATOR(pg_catalog.=) h.ctid;
+			first_freed := LEAST(first_freed, h.run_at);
+		END LOOP;
+	END LOOP;
+	RETURN first_freed;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.sync_groups(integer,text[]) IS
+'private: under each group''s lock, hold or free the groups'' pending jobs so that no more are free than the queue''s group limit allows, first in the group''s order; returns the earliest run_at it freed';
+
+/*------------------------------------------------------------------------
+ * 8. Dedup keys
+ *-----------------------------------------------------------------------*/
+
+/*
+ * Dedup claims.
+ */
+CREATE FUNCTION claimq.claim_keys(scope text, keys text[], ttl interval)
+RETURNS TABLE(key text, token bigint)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_claim_keys';
+
+COMMENT ON FUNCTION claimq.claim_keys(text,text[],interval) IS
+'claim dedup keys for ttl; returns only the keys this call won, each with the token that releases it';
+
+CREATE FUNCTION claimq.release_keys(scope text, keys text[], tokens bigint[])
+RETURNS TABLE(key text, outcome text)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_release_keys';
+
+COMMENT ON FUNCTION claimq.release_keys(text,text[],bigint[]) IS
+'release keys held with the given tokens, never a key someone else holds; outcome ok, stale or missing per key';
+
+/*------------------------------------------------------------------------
+ * 9. Schedules
+ *-----------------------------------------------------------------------*/
+
+CREATE FUNCTION claimq.cron_next(cron text, time_zone text, after timestamptz,
+								 anchor timestamptz DEFAULT NULL)
+RETURNS timestamptz
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_cron_next';
+
+COMMENT ON FUNCTION claimq.cron_next(text,text,timestamp with time zone,timestamp with time zone) IS
+'private: the first occurrence of cron in time_zone after after (for @every, counted from anchor); NULL if none';
+
+CREATE FUNCTION claimq.create_schedule(
+	schedule text,
+	queue text,
+	cron text,
+	payload jsonb DEFAULT '{}',
+	time_zone text DEFAULT 'UTC',
+	priority integer DEFAULT 0,
+	missed text DEFAULT 'once')
+RETURNS void
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_create_schedule';
+
+COMMENT ON FUNCTION claimq.create_schedule(text,text,text,jsonb,text,integer,text) IS
+'enqueue a job into queue whenever cron matches in time_zone; raises 42710 if the schedule exists';
+
+CREATE FUNCTION claimq.alter_schedule(
+	schedule text,
+	queue text DEFAULT NULL,
+	cron text DEFAULT NULL,
+	payload jsonb DEFAULT NULL,
+	time_zone text DEFAULT NULL,
+	priority integer DEFAULT NULL,
+	missed text DEFAULT NULL,
+	enabled boolean DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_alter_schedule';
+
+COMMENT ON FUNCTION claimq.alter_schedule(text,text,text,jsonb,text,integer,text,boolean) IS
+'change a schedule; a NULL option stays as it is, a new cron or time_zone counts from now';
+
+CREATE FUNCTION claimq.drop_schedule(schedule text)
+RETURNS void
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_drop_schedule';
+
+COMMENT ON FUNCTION claimq.drop_schedule(text) IS
+'drop a schedule; jobs it enqueued stay';
+
+CREATE FUNCTION claimq.fire_schedules(max_jobs integer DEFAULT 1000)
+RETURNS bigint
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_fire_schedules';
+
+COMMENT ON FUNCTION claimq.fire_schedules(integer) IS
+'enqueue the due occurrences of every enabled schedule, up to max_jobs; returns how many (the reclaimer calls it on every pass)';
+
+CREATE VIEW claimq.schedules AS
+SELECT s.name AS schedule, q.name AS queue, s.cron, s.time_zone, s.payload,
+	   s.priority, s.missed, s.enabled, s.next_run_at, s.last_run_at,
+	   s.last_job_id
+  FROM claimq.schedule s
+  JOIN claimq.queue q ON q.queue_id OPERATOR(pg_catalog.=) s.queue_id;
+
+COMMENT ON VIEW claimq.schedules IS
+'every schedule, with its next occurrence and the last job it enqueued';
+
+/*------------------------------------------------------------------------
+ * 10. Recovery: reclaim, retry_dead, prune
+ *-----------------------------------------------------------------------*/
+
+/*
+ * Recovering.
+ */
+CREATE FUNCTION claimq.reclaim(queue text DEFAULT NULL,
+							   max_jobs integer DEFAULT 10000)
+RETURNS TABLE(queue text, released bigint, retried bigint, dead bigint)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_reclaim';
+
+COMMENT ON FUNCTION claimq.reclaim(text,integer) IS
+'put expired claims back: claimed -> pending with no attempt counted, running -> retry or dead';
+
+CREATE FUNCTION claimq.retry_dead(queue text, job_ids bigint[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue;
+	n bigint;
+	groups text[];
+BEGIN
+	PERFORM claimq.check_queue_name(queue);
+	/* No enqueue may add a live key while this looks for live keys. */
+	PERFORM claimq.lock_producers(queue);
+	q := claimq.lock_queue(queue);
+	/*
+	 * A dead job whose dedup key a live job has taken again stays dead:
+	 * redriving it would make two live jobs with one key.  Of several dead
+	 * jobs with one key, only the oldest is redriven.
+	 */
+	WITH redriven AS (
+		UPDATE claimq.job j
+		   SET state = 'pending', attempts = 0, run_at = pg_catalog.clock_timestamp(),
+			   finished_at = NULL, expires_at = NULL,
+			   held = (j.group_key IS NOT NULL
+					   AND (q.group_limit IS NOT NULL OR q.group_fifo))
+		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+		   AND j.state OPERATOR(pg_catalog.=) 'dead'
+		   AND (job_ids IS NULL OR j.job_id OPERATOR(pg_catalog.=) ANY (job_ids))
+		   AND (j.dedup_key IS NULL OR (
+				NOT EXISTS (SELECT 1 FROM claimq.job l
+							 WHERE l.queue_id OPERATOR(pg_catalog.=) j.queue_id
+							   AND l.dedup_key OPERATOR(pg_catalog.=) j.dedup_key
+							   AND l.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[]))
+				AND NOT EXISTS (SELECT 1 FROM claimq.job o
+								 WHERE o.queue_id OPERATOR(pg_catalog.=) j.queue_id
+								   AND o.dedup_key OPERATOR(pg_catalog.=) j.dedup_key
+								   AND o.state OPERATOR(pg_catalog.=) 'dead'
+								   AND o.job_id OPERATOR(pg_catalog.<) j.job_id
+								   AND (job_ids IS NULL OR o.job_id OPERATOR(pg_catalog.=) ANY (job_ids)))))
+		RETURNING j.group_key)
+	SELECT pg_catalog.count(*),
+		   pg_catalog.array_agg(DISTINCT r.group_key) FILTER (WHERE r.group_key IS NOT NULL)
+	  INTO n, groups
+	  FROM redriven r;
+	IF groups IS NOT NULL THEN
+		PERFORM claimq.sync_groups(q.queue_id, groups);
+	END IF;
+	IF n OPERATOR(pg_catalog.>) 0 THEN
+		PERFORM claimq.note_change(q.queue_id, true, false);
+	END IF;
+	RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.retry_dead(text,bigint[]) IS
+'redrive dead jobs (all of a queue''s, or those listed) to pending with attempts reset; returns how many';
+
+CREATE FUNCTION claimq.prune(max_jobs integer DEFAULT 10000)
+RETURNS bigint
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_prune';
+
+COMMENT ON FUNCTION claimq.prune(integer) IS
+'delete up to max_jobs done and dead jobs older than their queue''s keep_done / keep_dead, and as many expired key claims; the reclaimer does this on every pass';
+
+/*------------------------------------------------------------------------
+ * 11. Observing: counters, latency, the reclaimer, the census, the views
+ *-----------------------------------------------------------------------*/
+
+CREATE FUNCTION claimq.counters()
+RETURNS TABLE(database text, queue text, claimed bigint, started bigint,
+			  completed bigint, failed bigint, released bigint,
+			  reclaimed bigint, dead bigint, stale bigint,
+			  cancelled bigint, snoozed bigint)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_counters';
+
+COMMENT ON FUNCTION claimq.counters() IS
+'cumulative counts per database and queue since server start or reset_counters(), from shared memory (empty without the preload)';
+
+/*
+ * Latency percentiles per queue, from shared memory (counters.c), and the
+ * current database's figures in the Prometheus text format.
+ */
+CREATE FUNCTION claimq.queue_latency()
+RETURNS TABLE(queue text, samples bigint,
+			  wait_p50 interval, wait_p90 interval, wait_p99 interval,
+			  run_p50 interval, run_p90 interval, run_p99 interval,
+			  wait_sum float8, run_samples bigint, run_sum float8)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_queue_latency';
+
+COMMENT ON FUNCTION claimq.queue_latency() IS
+'per queue of this database: wait (ready to claim) and run (start to complete or fail) percentiles since server start or reset_counters(), within 10% (empty without the preload)';
+
+CREATE FUNCTION claimq.latency_histogram()
+RETURNS TABLE(queue text, kind text, bucket integer, upper float8, samples bigint)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_latency_histogram';
+
+COMMENT ON FUNCTION claimq.latency_histogram() IS
+'private: the non-empty buckets of this database''s wait and run histograms (upper bound in seconds), for percentiles over an interval';
+
+CREATE FUNCTION claimq.reset_counters()
+RETURNS void
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_reset_counters';
+
+COMMENT ON FUNCTION claimq.reset_counters() IS
+'set every counter of every database back to zero';
+
+CREATE FUNCTION claimq.reclaimer_status()
+RETURNS TABLE(database text, pid integer, last_run timestamptz,
+			  last_reclaimed bigint, total_reclaimed bigint, last_error text)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_reclaimer_status';
+
+COMMENT ON FUNCTION claimq.reclaimer_status() IS
+'one row per database the background reclaimer serves; without the preload, one row saying it is not running';
+
+/*
+ * Diagnosis: the claims of this database that wait for work now.  In no
+ * duty.
+ */
+CREATE FUNCTION claimq.waiting_claims()
+RETURNS TABLE(pid integer, queue_id integer)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_waiting_claims';
+
+COMMENT ON FUNCTION claimq.waiting_claims() IS
+'private: the claims of this database that wait for work now (with the preload), for diagnosis';
+
+/*
+ * The census's triggers (src/census.c): every row written to claimq.job
+ * notes +1 for its new state and -1 for its old one, per queue; the
+ * notes reach shared memory when the transaction commits.  Updates that
+ * set neither the state nor the queue (extend, the held flag) fire
+ * nothing.  TRUNCATE, which fires no row trigger, makes the counts unknown
+ * until the reclaimer counts again.
+ */
+CREATE FUNCTION claimq.job_census()
+RETURNS trigger
+LANGUAGE C
+AS 'MODULE_PATHNAME', 'claimq_job_census';
+
+COMMENT ON FUNCTION claimq.job_census() IS
+'private: the census''s trigger on claimq.job';
+
+CREATE TRIGGER job_census_rows
+	AFTER INSERT OR DELETE ON claimq.job
+	FOR EACH ROW EXECUTE FUNCTION claimq.job_census();
+
+-- No WHEN clause: each statement would parse and compile it again, which
+-- costs more than the few rows that keep their state.
+CREATE TRIGGER job_census_state
+	AFTER UPDATE OF state, queue_id ON claimq.job
+	FOR EACH ROW EXECUTE FUNCTION claimq.job_census();
+
+CREATE TRIGGER job_census_truncate
+	AFTER TRUNCATE ON claimq.job
+	FOR EACH STATEMENT EXECUTE FUNCTION claimq.job_census();
+
+-- Also under session_replication_role = replica (logical replication's
+-- apply, some restores): a write the census does not see would leave it
+-- valid and wrong.
+ALTER TABLE claimq.job ENABLE ALWAYS TRIGGER job_census_rows;
+ALTER TABLE claimq.job ENABLE ALWAYS TRIGGER job_census_state;
+ALTER TABLE claimq.job ENABLE ALWAYS TRIGGER job_census_truncate;
+
+/*
+ * The current database's counts per queue and state as committed; a row
+ * with queue_id 0 says that they are valid (none: metrics reads
+ * queue_stats instead).
+ */
+CREATE FUNCTION claimq.census(OUT queue_id integer, OUT pending bigint,
+							  OUT claimed bigint, OUT running bigint,
+							  OUT done bigint, OUT dead bigint,
+							  OUT cancelled bigint)
+RETURNS SETOF record
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_census';
+
+COMMENT ON FUNCTION claimq.census() IS
+'private: the jobs per queue and state that the census has counted, and whether the counts are valid (queue_id 0)';
+
+/*
+ * Count again now, as the reclaimer does after a start or whenever the
+ * counts became unknown; true if they are valid afterwards.
+ */
+CREATE FUNCTION claimq.census_recount()
+RETURNS boolean
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_census_recount';
+
+COMMENT ON FUNCTION claimq.census_recount() IS
+'private: count the jobs per queue and state again, as the reclaimer does after a start; true if the counts are valid';
+
+CREATE VIEW claimq.queue_stats AS
+SELECT q.name AS queue,
+	   q.paused,
+	   COALESCE(s.ready, 0) AS ready,
+	   COALESCE(s.scheduled, 0) AS scheduled,
+	   COALESCE(s.claimed, 0) AS claimed,
+	   COALESCE(s.running, 0) AS running,
+	   COALESCE(s.expired, 0) AS expired,
+	   COALESCE(s.dead, 0) AS dead,
+	   COALESCE(s.done, 0) AS done,
+	   s.oldest_ready_age,
+	   s.oldest_claim_age,
+	   COALESCE(s.cancelled, 0) AS cancelled
+  FROM claimq.queue q
+  LEFT JOIN (
+	SELECT j.queue_id,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'pending'
+										 AND j.run_at OPERATOR(pg_catalog.<=) c.now) AS ready,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'pending'
+										 AND j.run_at OPERATOR(pg_catalog.>) c.now) AS scheduled,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'claimed') AS claimed,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'running') AS running,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])
+										 AND j.expires_at OPERATOR(pg_catalog.<) c.now) AS expired,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'dead') AS dead,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'done') AS done,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'cancelled') AS cancelled,
+		   c.now OPERATOR(pg_catalog.-) pg_catalog.min(j.run_at)
+			 FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'pending'
+					   AND j.run_at OPERATOR(pg_catalog.<=) c.now) AS oldest_ready_age,
+		   c.now OPERATOR(pg_catalog.-) pg_catalog.min(j.claimed_at)
+			 FILTER (WHERE j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])) AS oldest_claim_age
+	  FROM claimq.job j
+	 CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) c
+	 GROUP BY j.queue_id, c.now
+  ) s ON s.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+
+COMMENT ON VIEW claimq.queue_stats IS
+'per queue: jobs by state, expired claims, and the age of the oldest ready job and of the oldest claim';
+
+CREATE VIEW claimq.counters AS SELECT * FROM claimq.counters();
+
+COMMENT ON VIEW claimq.counters IS
+'cumulative counts per database and queue; see claimq.counters()';
+
+CREATE VIEW claimq.queue_latency AS
+SELECT l.queue, l.samples, l.wait_p50, l.wait_p90, l.wait_p99,
+	   l.run_p50, l.run_p90, l.run_p99
+  FROM claimq.queue_latency() l;
+
+COMMENT ON VIEW claimq.queue_latency IS
+'wait and run percentiles per queue; see claimq.queue_latency()';
+
+CREATE VIEW claimq.reclaimer_status AS SELECT * FROM claimq.reclaimer_status();
+
+COMMENT ON VIEW claimq.reclaimer_status IS
+'state of the background reclaimer per served database';
+
+CREATE VIEW claimq.jobs AS
+SELECT j.job_id, q.name AS queue, j.state, j.payload, j.priority, j.run_at,
+	   j.attempts, j.worker, j.expires_at, j.enqueued_at, j.dedup_key,
+	   j.last_error, j.group_key, j.max_attempts, j.finished_at, j.result
+  FROM claimq.job j
+  JOIN claimq.queue q ON q.queue_id OPERATOR(pg_catalog.=) j.queue_id;
+
+COMMENT ON VIEW claimq.jobs IS
+'every job of every queue, for inspection';
+
+/*
+ * Observing: per group with live jobs, its ready jobs, its jobs in flight,
+ * and whether the queue's limits keep every one of its ready jobs back.
+ */
+CREATE VIEW claimq.group_stats AS
+SELECT q.name AS queue,
+	   j.group_key,
+	   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'pending'
+									 AND j.run_at OPERATOR(pg_catalog.<=) c.now) AS ready,
+	   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])) AS in_flight,
+	   COALESCE(pg_catalog.bool_or(j.state OPERATOR(pg_catalog.=) 'pending'
+								   AND j.run_at OPERATOR(pg_catalog.<=) c.now), false)
+	   AND NOT COALESCE(pg_catalog.bool_or(j.state OPERATOR(pg_catalog.=) 'pending'
+										   AND j.run_at OPERATOR(pg_catalog.<=) c.now
+										   AND NOT j.held), false) AS blocked
+  FROM claimq.job j
+  JOIN claimq.queue q ON q.queue_id OPERATOR(pg_catalog.=) j.queue_id
+ CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) c
+ WHERE j.group_key IS NOT NULL
+   AND j.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[])
+ GROUP BY q.name, j.group_key;
+
+COMMENT ON VIEW claimq.group_stats IS
+'per group with live jobs: ready jobs, jobs claimed or running, and whether the queue''s limits hold all its ready jobs back';
+
+/*------------------------------------------------------------------------
+ * 12. Observing: metrics
+ *-----------------------------------------------------------------------*/
+
+/*
+ * queue_stats's rows for metrics(), without a pass over the job table:
+ * the counts per state from the census, and what depends on the time
+ * read from the indexes in bounded steps.  Scheduled jobs (pending, due
+ * later) are the tail of each priority's run_at order in the claim's
+ * index (one probe per distinct priority) and, for held jobs, the tail of
+ * each group's due order (one probe per group with a lock row); the
+ * oldest ready job is the head of those orders; expired leases and the
+ * oldest claim are read from the jobs in flight only.  Without a valid
+ * census (no preload, a standby, before the reclaimer's first count, a
+ * prepared transaction) the rows are queue_stats's own.  The counts are
+ * those committed when the scrape reads them; a change committed in the
+ * middle of a scrape can show in one figure and not yet in another.
+ */
+CREATE FUNCTION claimq.scrape_stats()
+RETURNS SETOF claimq.queue_stats
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	census jsonb := (SELECT pg_catalog.jsonb_object_agg(c.queue_id, pg_catalog.to_jsonb(c))
+					   FROM claimq.census() c);
+	now timestamptz := pg_catalog.clock_timestamp();
+	q record;
+	n jsonb;
+	f record;
+	h record;
+	l record;
+	scheduled bigint;
+	r claimq.queue_stats;
+BEGIN
+	IF census IS NULL OR NOT census OPERATOR(pg_catalog.?) '0' THEN
+		RETURN QUERY SELECT * FROM claimq.queue_stats;
+		RETURN;
+	END IF;
+	FOR q IN SELECT t.queue_id, t.name, t.paused FROM claimq.queue t ORDER BY t.name LOOP
+		n := COALESCE(census OPERATOR(pg_catalog.->) q.queue_id::text, '{}');
+
+		-- Free pending jobs: per priority, a skip through the claim's index.
+		WITH RECURSIVE p(priority) AS (
+			(SELECT j.priority FROM claimq.job j
+			  WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+				AND j.state OPERATOR(pg_catalog.=) 'pending' AND NOT j.held
+			  ORDER BY j.priority DESC LIMIT 1)
+			UNION ALL
+			SELECT (SELECT j.priority FROM claimq.job j
+					 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+					   AND j.state OPERATOR(pg_catalog.=) 'pending' AND NOT j.held
+					   AND j.priority OPERATOR(pg_catalog.<) p.priority
+					 ORDER BY j.priority DESC LIMIT 1)
+			  FROM p WHERE p.priority IS NOT NULL)
+		SELECT COALESCE(pg_catalog.sum(s.later), 0) AS later,
+			   pg_catalog.min(s.first) FILTER (WHERE s.first OPERATOR(pg_catalog.<=) now) AS first
+		  INTO f
+		  FROM p CROSS JOIN LATERAL (
+			SELECT (SELECT pg_catalog.count(*) FROM claimq.job j
+					 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+					   AND j.state OPERATOR(pg_catalog.=) 'pending' AND NOT j.held
+					   AND j.priority OPERATOR(pg_catalog.=) p.priority
+					   AND j.run_at OPERATOR(pg_catalog.>) now) AS later,
+				   (SELECT j.run_at FROM claimq.job j
+					 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+					   AND j.state OPERATOR(pg_catalog.=) 'pending' AND NOT j.held
+					   AND j.priority OPERATOR(pg_catalog.=) p.priority
+					 ORDER BY j.run_at LIMIT 1) AS first) s
+		 WHERE p.priority IS NOT NULL;
+
+		-- Held jobs: per group of a limited queue, its due order.
+		SELECT COALESCE(pg_catalog.sum(s.later), 0) AS later,
+			   pg_catalog.min(s.first) AS first
+		  INTO h
+		  FROM claimq.job_group g CROSS JOIN LATERAL (
+			SELECT (SELECT pg_catalog.count(*) FROM claimq.job j
+					 WHERE j.queue_id OPERATOR(pg_catalog.=) g.queue_id
+					   AND j.group_key OPERATOR(pg_catalog.=) g.group_key
+					   AND j.state OPERATOR(pg_catalog.=) 'pending' AND j.held
+					   AND j.run_at OPERATOR(pg_catalog.>) now) AS later,
+				   (SELECT j.run_at FROM claimq.job j
+					 WHERE j.queue_id OPERATOR(pg_catalog.=) g.queue_id
+					   AND j.group_key OPERATOR(pg_catalog.=) g.group_key
+					   AND j.state OPERATOR(pg_catalog.=) 'pending' AND j.held
+					   AND j.run_at OPERATOR(pg_catalog.<=) now
+					 ORDER BY j.run_at LIMIT 1) AS first) s
+		 WHERE g.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+
+		-- Jobs in flight, through the lease index.
+		SELECT pg_catalog.count(*) FILTER (WHERE j.expires_at OPERATOR(pg_catalog.<) now) AS expired,
+			   pg_catalog.min(j.claimed_at) AS first
+		  INTO l
+		  FROM claimq.job j
+		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+		   AND j.expires_at IS NOT NULL;
+
+		scheduled := f.later OPERATOR(pg_catalog.+) h.later;
+		r.queue := q.name;
+		r.paused := q.paused;
+		r.ready := GREATEST(COALESCE((n OPERATOR(pg_catalog.->>) 'pending')::bigint, 0)
+							OPERATOR(pg_catalog.-) scheduled, 0);
+		r.scheduled := scheduled;
+		r.claimed := COALESCE((n OPERATOR(pg_catalog.->>) 'claimed')::bigint, 0);
+		r.running := COALESCE((n OPERATOR(pg_catalog.->>) 'running')::bigint, 0);
+		r.expired := l.expired;
+		r.dead := COALESCE((n OPERATOR(pg_catalog.->>) 'dead')::bigint, 0);
+		r.done := COALESCE((n OPERATOR(pg_catalog.->>) 'done')::bigint, 0);
+		r.oldest_ready_age := now OPERATOR(pg_catalog.-) LEAST(f.first, h.first);
+		r.oldest_claim_age := now OPERATOR(pg_catalog.-) l.first;
+		r.cancelled := COALESCE((n OPERATOR(pg_catalog.->>) 'cancelled')::bigint, 0);
+		RETURN NEXT r;
+	END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.scrape_stats() IS
+'private: queue_stats''s rows from the census and bounded reads of the indexes, for metrics()';
+
+CREATE FUNCTION claimq.metrics()
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	-- Each source is read once; the counts come from the census.
+	stats jsonb := (SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(s) ORDER BY s.queue), '[]')
+					  FROM claimq.scrape_stats() s);
+	counts jsonb := (SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(c) ORDER BY c.queue), '[]')
+					   FROM claimq.counters() c WHERE c.queue IS NOT NULL);
+	lats jsonb := (SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(l) ORDER BY l.queue), '[]')
+					 FROM claimq.queue_latency() l);
+	family constant text := E'# HELP %1$s %2$s\n# TYPE %1$s %3$s\n';
+	out text;
+	f record;
+BEGIN
+	-- Families with HELP and TYPE, then their samples, one per line; label
+	-- values are queue names, which contain nothing that needs escaping.
+	out := pg_catalog.format(family, 'claimq_jobs',
+							 'Jobs per queue and state (expired: claimed or running jobs past their lease).',
+							 'gauge')
+		OPERATOR(pg_catalog.||)
+		COALESCE((SELECT pg_catalog.string_agg(
+					pg_catalog.format(E'claimq_jobs{queue="%s",state="%s"} %s\n',
+									  e.x OPERATOR(pg_catalog.->>) 'queue', v.state,
+									  e.x OPERATOR(pg_catalog.->>) v.state),
+					'' ORDER BY e.n, v.n)
+				  FROM pg_catalog.jsonb_array_elements(stats) WITH ORDINALITY AS e(x, n)
+				  CROSS JOIN pg_catalog.unnest('{ready,scheduled,claimed,running,expired,dead,done,cancelled}'::text[])
+							 WITH ORDINALITY AS v(state, n)), '');
+	FOR f IN SELECT * FROM (VALUES
+		('oldest_ready_age', 'Age of the oldest ready job per queue (0 if none).'),
+		('oldest_claim_age', 'Age of the oldest claim of a claimed or running job per queue (0 if none).')) AS v(name, help)
+	LOOP
+		out := out OPERATOR(pg_catalog.||)
+			pg_catalog.format(family, 'claimq_' OPERATOR(pg_catalog.||) f.name OPERATOR(pg_catalog.||) '_seconds', f.help, 'gauge')
+			OPERATOR(pg_catalog.||)
+			COALESCE((SELECT pg_catalog.string_agg(
+						pg_catalog.format(E'claimq_%s_seconds{queue="%s"} %s\n', f.name,
+										  e.x OPERATOR(pg_catalog.->>) 'queue',
+										  COALESCE(pg_catalog.date_part('epoch',
+												(e.x OPERATOR(pg_catalog.->>) f.name)::interval), 0)),
+						'' ORDER BY e.n)
+					  FROM pg_catalog.jsonb_array_elements(stats) WITH ORDINALITY AS e(x, n)), '');
+	END LOOP;
+	FOR f IN SELECT * FROM pg_catalog.unnest('{claimed,started,completed,failed,released,reclaimed,dead,stale,cancelled,snoozed}'::text[]) AS v(name)
+	LOOP
+		out := out OPERATOR(pg_catalog.||)
+			pg_catalog.format(family, 'claimq_' OPERATOR(pg_catalog.||) f.name OPERATOR(pg_catalog.||) '_total',
+							  pg_catalog.format('Jobs %s per queue since server start or reset_counters().',
+												CASE f.name WHEN 'stale' THEN 'refused as stale' ELSE f.name END),
+							  'counter')
+			OPERATOR(pg_catalog.||)
+			COALESCE((SELECT pg_catalog.string_agg(
+						pg_catalog.format(E'claimq_%s_total{queue="%s"} %s\n', f.name,
+										  e.x OPERATOR(pg_catalog.->>) 'queue', e.x OPERATOR(pg_catalog.->>) f.name),
+						'' ORDER BY e.n)
+					  FROM pg_catalog.jsonb_array_elements(counts) WITH ORDINALITY AS e(x, n)), '');
+	END LOOP;
+	FOR f IN SELECT * FROM (VALUES
+		('wait', 'Time from a job becoming ready to its claim, per queue.', 'samples'),
+		('run', 'Time from a job''s start to its complete or fail, per queue.', 'run_samples')) AS v(name, help, count)
+	LOOP
+		out := out OPERATOR(pg_catalog.||)
+			pg_catalog.format(family, 'claimq_' OPERATOR(pg_catalog.||) f.name OPERATOR(pg_catalog.||) '_seconds', f.help, 'summary')
+			OPERATOR(pg_catalog.||)
+			COALESCE((SELECT pg_catalog.string_agg(
+						pg_catalog.format(E'claimq_%1$s_seconds{queue="%2$s",quantile="0.5"} %3$s\n'
+										  'claimq_%1$s_seconds{queue="%2$s",quantile="0.9"} %4$s\n'
+										  'claimq_%1$s_seconds{queue="%2$s",quantile="0.99"} %5$s\n'
+										  'claimq_%1$s_seconds_sum{queue="%2$s"} %6$s\n'
+										  'claimq_%1$s_seconds_count{queue="%2$s"} %7$s\n',
+										  f.name, e.x OPERATOR(pg_catalog.->>) 'queue',
+										  COALESCE(pg_catalog.date_part('epoch', (e.x OPERATOR(pg_catalog.->>) (f.name OPERATOR(pg_catalog.||) '_p50'))::interval), 0),
+										  COALESCE(pg_catalog.date_part('epoch', (e.x OPERATOR(pg_catalog.->>) (f.name OPERATOR(pg_catalog.||) '_p90'))::interval), 0),
+										  COALESCE(pg_catalog.date_part('epoch', (e.x OPERATOR(pg_catalog.->>) (f.name OPERATOR(pg_catalog.||) '_p99'))::interval), 0),
+										  e.x OPERATOR(pg_catalog.->>) (f.name OPERATOR(pg_catalog.||) '_sum'),
+										  e.x OPERATOR(pg_catalog.->>) f.count),
+						'' ORDER BY e.n)
+					  FROM pg_catalog.jsonb_array_elements(lats) WITH ORDINALITY AS e(x, n)), '');
+	END LOOP;
+	RETURN out;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.metrics() IS
+'the current database''s queue figures in the Prometheus text exposition format';
+
+/*------------------------------------------------------------------------
+ * 13. Duties
+ *-----------------------------------------------------------------------*/
+
+CREATE FUNCTION claimq.duty_functions(duty text)
+RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	keys text[] := '{"claimq.claim_keys(text, text[], interval)",'
+				   '"claimq.release_keys(text, text[], bigint[])"}';
+	look text[] := '{"claimq.status(bigint[])",'
+				   '"claimq.wait_for(bigint[], interval)",'
+				   '"claimq.node_of(bigint)"}';
+	observe text[] := '{"claimq.counters()",'
+					  '"claimq.queue_latency()",'
+					  '"claimq.reclaimer_status()",'
+					  '"claimq.metrics()"}';
+BEGIN
+	CASE duty
+		WHEN 'observe' THEN
+			RETURN observe;
+		WHEN 'produce' THEN
+			RETURN keys OPERATOR(pg_catalog.||) look OPERATOR(pg_catalog.||) '{'
+				'"claimq.enqueue(text, jsonb, timestamptz, integer, text, integer, text, text)",'
+				'"claimq.enqueue_many(text, jsonb[], timestamptz, integer, text[], integer, text, text[])",'
+				'"claimq.cancel(bigint[])"}'::text[];
+		WHEN 'work' THEN
+			RETURN keys OPERATOR(pg_catalog.||) look OPERATOR(pg_catalog.||) '{'
+				'"claimq.claim(text, integer, interval, text, boolean, interval)",'
+				'"claimq.start(bigint[], bigint[], interval)",'
+				'"claimq.start(bigint, bigint, interval)",'
+				'"claimq.extend(bigint[], bigint[], interval)",'
+				'"claimq.extend(bigint, bigint, interval)",'
+				'"claimq.complete(bigint[], bigint[], jsonb[])",'
+				'"claimq.complete(bigint, bigint, jsonb)",'
+				'"claimq.fail(bigint[], bigint[], text, interval, boolean)",'
+				'"claimq.fail(bigint, bigint, text, interval, boolean)",'
+				'"claimq.release(bigint[], bigint[])",'
+				'"claimq.release(bigint, bigint)",'
+				'"claimq.snooze(bigint[], bigint[], interval)",'
+				'"claimq.snooze(bigint, bigint, interval)",'
+				'"claimq.release_worker(text, text)"}'::text[];
+		WHEN 'administer' THEN
+			RETURN look OPERATOR(pg_catalog.||) observe OPERATOR(pg_catalog.||) '{'
+				'"claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)",'
+				'"claimq.alter_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)",'
+				'"claimq.drop_queue(text, boolean)",'
+				'"claimq.pause_queue(text)",'
+				'"claimq.resume_queue(text)",'
+				'"claimq.purge_queue(text)",'
+				'"claimq.cancel(bigint[])",'
+				'"claimq.create_schedule(text, text, text, jsonb, text, integer, text)",'
+				'"claimq.alter_schedule(text, text, text, jsonb, text, integer, text, boolean)",'
+				'"claimq.drop_schedule(text)",'
+				'"claimq.fire_schedules(integer)",'
+				'"claimq.reclaim(text, integer)",'
+				'"claimq.retry_dead(text, bigint[])",'
+				'"claimq.prune(integer)",'
+				'"claimq.reset_counters()"}'::text[];
+		ELSE
+			RAISE EXCEPTION 'unknown duty "%"', duty
+				USING ERRCODE = '22023',
+					  HINT = 'The duties are produce, work, administer and observe.';
+	END CASE;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.duty_functions(text) IS
+'private: the functions that make up a duty';
+
+CREATE FUNCTION claimq.set_duty(role regrole, duty text, grant_it boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	verb text := CASE WHEN grant_it THEN 'GRANT %s ON %s TO %s'
+				 ELSE 'REVOKE %s ON %s FROM %s' END;
+	fn text;
+BEGIN
+	IF role IS NULL OR duty IS NULL THEN
+		RAISE EXCEPTION 'role and duty must not be null' USING ERRCODE = '22004';
+	END IF;
+	IF grant_it THEN
+		EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA claimq TO %s', role);
+	END IF;
+	FOREACH fn IN ARRAY claimq.duty_functions(duty) LOOP
+		EXECUTE pg_catalog.format(verb, 'EXECUTE', 'FUNCTION ' OPERATOR(pg_catalog.||) fn, role);
+	END LOOP;
+	IF duty OPERATOR(pg_catalog.=) ANY ('{administer,observe}'::text[]) THEN
+		EXECUTE pg_catalog.format(verb, 'SELECT',
+								  'claimq.queue_stats, claimq.counters, claimq.queue_latency, claimq.reclaimer_status, claimq.schedules, claimq.group_stats',
+								  role);
+	END IF;
+	IF duty OPERATOR(pg_catalog.=) 'administer' THEN
+		EXECUTE pg_catalog.format(verb, 'SELECT', 'claimq.jobs', role);
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.set_duty(regrole,text,boolean) IS
+'private: grant or revoke the privileges that make up a duty';
+
+CREATE FUNCTION claimq.grant_duty(role regrole, duty text)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT claimq.set_duty(role, duty, true) $$;
+
+COMMENT ON FUNCTION claimq.grant_duty(regrole,text) IS
+'grant a role one duty: produce (enqueue, cancel, status, dedup keys), work (claim and settle jobs, status, dedup keys), administer (queues, schedules, recovery, views) or observe (read the figures and metrics only)';
+
+CREATE FUNCTION claimq.revoke_duty(role regrole, duty text)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT claimq.set_duty(role, duty, false) $$;
+
+COMMENT ON FUNCTION claimq.revoke_duty(regrole,text) IS
+'take a duty back from a role (schema USAGE stays, and grants nothing by itself)';
+
+/*------------------------------------------------------------------------
+ * 14. PUBLIC gets nothing
+ *-----------------------------------------------------------------------*/
+
+/*
+ * CREATE FUNCTION grants EXECUTE to PUBLIC by default: take it back from
+ * each function, and everything else from every table, view and sequence.
+ */
+REVOKE ALL ON ALL TABLES IN SCHEMA claimq FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA claimq FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA claimq FROM PUBLIC;
+REVOKE ALL ON SCHEMA claimq FROM PUBLIC;

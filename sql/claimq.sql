@@ -175,17 +175,30 @@ CREATE TABLE claimq.job (
 
 ALTER SEQUENCE claimq.job_id_seq OWNED BY claimq.job.job_id;
 
+/*
+ * The claim's order: a queue's pending jobs that no group limit holds
+ * back, by priority, then due time, then id.
+ */
 CREATE INDEX job_ready_idx ON claimq.job
 	(queue_id, priority DESC, run_at, job_id)
 	WHERE state OPERATOR(pg_catalog.=) 'pending' AND NOT held;
 
+/*
+ * Jobs in flight by lease, queue first, so that a claim of a queue with
+ * max_in_flight counts that queue's jobs in flight and no other's.  The
+ * reclaimer, which looks for expired leases of every queue, reads all of
+ * it, as many entries as jobs are claimed or running.
+ */
 CREATE INDEX job_lease_idx ON claimq.job (queue_id, expires_at)
 	WHERE expires_at IS NOT NULL;
+
+/* A live job's dedup key is unique in its queue. */
 
 CREATE UNIQUE INDEX job_dedup_idx ON claimq.job (queue_id, dedup_key)
 	WHERE dedup_key IS NOT NULL
 	  AND state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[]);
 
+/* Finished jobs by age, for the reclaimer's pruning. */
 CREATE INDEX job_finished_idx ON claimq.job (queue_id, state, finished_at)
 	WHERE state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[]);
 

@@ -1,15 +1,63 @@
-/* claimq--0.5--0.6.sql: the census (jobs per queue and state kept as they commit), so that metrics() does not pass over the job table */
+/* claimq--0.5--0.6.sql: the census (jobs per queue and state kept as they commit), so that metrics() does not pass over the job table; the queue-name rule and the producer lock in C only */
 
 \echo Use "ALTER EXTENSION claimq UPDATE TO '0.6'" to load this file. \quit
+
+/*
+ * One place for the queue-name rule and for the producer lock's key: the
+ * C side (src/common.c).  The private helpers that applied them in SQL
+ * call it now, and so do the tables' CHECK constraints.
+ */
+CREATE FUNCTION claimq.valid_name(name text)
+RETURNS boolean
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_valid_name';
+
+COMMENT ON FUNCTION claimq.valid_name(text) IS
+'private: whether a text is a valid queue or schedule name (1 to 63 letters, digits, "_", "-", ".")';
+
+REVOKE ALL ON FUNCTION claimq.valid_name(text) FROM PUBLIC;
+
+ALTER TABLE claimq.queue
+	DROP CONSTRAINT queue_name_check,
+	ADD CONSTRAINT queue_name_check CHECK (claimq.valid_name(name));
+ALTER TABLE claimq.schedule
+	DROP CONSTRAINT schedule_name_check,
+	ADD CONSTRAINT schedule_name_check CHECK (claimq.valid_name(name));
+
+DROP FUNCTION claimq.check_queue_name(text);
+
+CREATE FUNCTION claimq.check_queue_name(queue text)
+RETURNS void
+LANGUAGE c IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_check_queue_name';
+
+COMMENT ON FUNCTION claimq.check_queue_name(text) IS
+'private: raise 22004 or 22023 unless queue is a valid queue name';
+
+REVOKE ALL ON FUNCTION claimq.check_queue_name(text) FROM PUBLIC;
+
+DROP FUNCTION claimq.lock_producers(text);
+
+CREATE FUNCTION claimq.lock_producers(queue text)
+RETURNS void
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_lock_producers';
+
+COMMENT ON FUNCTION claimq.lock_producers(text) IS
+'private: take a queue''s producer lock exclusive until the end of the transaction, waiting for enqueues in progress and holding new ones back';
+
+REVOKE ALL ON FUNCTION claimq.lock_producers(text) FROM PUBLIC;
 
 /*
  * The census's triggers (src/census.c): every row written to claimq.job
  * notes +1 for its new state and -1 for its old one, per queue; the
  * notes reach shared memory when the transaction commits.  Updates that
  * set neither the state nor the queue (extend, the held flag) fire
- * nothing.  TRUNCATE,
- * which fires no row trigger, makes the counts unknown until the
- * reclaimer counts again.
+ * nothing.  TRUNCATE, which fires no row trigger, makes the counts unknown
+ * until the reclaimer counts again.
  */
 CREATE FUNCTION claimq.job_census()
 RETURNS trigger
@@ -252,6 +300,26 @@ BEGIN
 	END IF;
 END
 $$;
+
+/* node_of reads the node number with the C side's shift (src/common.c). */
+ALTER FUNCTION claimq.node_of(bigint) RENAME TO node_of_0_5;
+
+CREATE FUNCTION claimq.node_of(job_id bigint)
+RETURNS integer
+LANGUAGE c IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_node_of';
+
+COMMENT ON FUNCTION claimq.node_of(bigint) IS
+'the node number (claimq.node_id of the server that issued it) in a job id';
+
+REVOKE ALL ON FUNCTION claimq.node_of(bigint) FROM PUBLIC;
+
+SELECT claimq.upgrade_copy_grants('claimq.node_of_0_5(bigint)'::regprocedure,
+								  'claimq.node_of(bigint)'::regprocedure,
+								  'pg_catalog.pg_proc');
+
+DROP FUNCTION claimq.node_of_0_5(bigint);
 
 /* metrics() reads scrape_stats() instead of queue_stats. */
 ALTER FUNCTION claimq.metrics() RENAME TO metrics_0_5;

@@ -80,6 +80,19 @@ $$;
  * job does.
  */
 
+/*
+ * The rule for queue and schedule names (src/common.c), which the tables'
+ * CHECK constraints and every function that takes a name apply.
+ */
+CREATE FUNCTION claimq.valid_name(name text)
+RETURNS boolean
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_valid_name';
+
+COMMENT ON FUNCTION claimq.valid_name(text) IS
+'private: whether a text is a valid queue or schedule name (1 to 63 letters, digits, "_", "-", ".")';
+
 CREATE SEQUENCE claimq.queue_id_seq AS integer;
 
 CREATE TABLE claimq.queue (
@@ -107,7 +120,7 @@ CREATE TABLE claimq.queue (
 	CONSTRAINT queue_pkey PRIMARY KEY (queue_id),
 	CONSTRAINT queue_name_key UNIQUE (name),
 	CONSTRAINT queue_name_check
-		CHECK (name OPERATOR(pg_catalog.~) '^[A-Za-z0-9_.-]{1,63}$')
+		CHECK (claimq.valid_name(name))
 );
 
 ALTER SEQUENCE claimq.queue_id_seq OWNED BY claimq.queue.queue_id;
@@ -117,20 +130,22 @@ ALTER SEQUENCE claimq.queue_id_seq OWNED BY claimq.queue.queue_id;
  * O(batch) through partial indexes, each covering only the rows one path
  * looks for:
  *
- *	job_ready_idx	pending jobs by queue, priority, run_at, id: the claim
- *					walks it one priority at a time, taking only the range
- *					run_at <= now, so scheduled, claimed, dead and done rows
- *					and other queues' rows are never visited.
- *	job_lease_idx	claimed and running jobs by expiry: reclaim reads the
- *					expired head of it and nothing else.  Its predicate is
+ *	job_ready_idx	pending jobs that no group limit holds, by queue,
+ *					priority, run_at, id: the claim walks it one priority at
+ *					a time, taking only the range run_at <= now, so held,
+ *					scheduled, claimed, dead and done rows and other queues'
+ *					rows are never visited.
+ *	job_lease_idx	claimed and running jobs by queue and expiry: reclaim
+ *					reads the expired part of it.  Its predicate is
  *					expires_at IS NOT NULL, which job_lease_check makes the
  *					same as "claimed or running"; written on expires_at, it
  *					cannot tempt the planner into scanning every lease when a
  *					settle call looks jobs up by id and state.
  *	job_dedup_idx	the dedup key of live (pending, claimed, running) jobs,
  *					unique: this index is what makes dedup race-free.
- *	job_finished_idx done and dead jobs by queue and age, for retention
- *					and redrive.
+ *	job_finished_idx done, dead and cancelled jobs by queue and age, for
+ *					retention and redrive.
+ *	job_group_idx, job_group_due_idx  a group's live jobs, for its limit.
  *
  * token is the fence: each claim stores a fresh one, and every later call
  * about the job must present it.
@@ -254,7 +269,7 @@ CREATE TABLE claimq.schedule (
 	CONSTRAINT schedule_queue_fkey FOREIGN KEY (queue_id)
 		REFERENCES claimq.queue (queue_id),
 	CONSTRAINT schedule_name_check
-		CHECK (name OPERATOR(pg_catalog.~) '^[A-Za-z0-9_.-]{1,63}$'),
+		CHECK (claimq.valid_name(name)),
 	CONSTRAINT schedule_missed_check CHECK (missed OPERATOR(pg_catalog.=) ANY
 		('{skip,once,all}'::text[]))
 );
@@ -298,21 +313,9 @@ SELECT pg_catalog.pg_extension_config_dump('claimq.job_group', '');
  */
 CREATE FUNCTION claimq.check_queue_name(queue text)
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE c IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-	IF queue IS NULL THEN
-		RAISE EXCEPTION 'argument "queue" must not be null'
-			USING ERRCODE = '22004';
-	END IF;
-	IF queue OPERATOR(pg_catalog.!~) '^[A-Za-z0-9_.-]{1,63}$' THEN
-		RAISE EXCEPTION 'invalid queue name "%"', pg_catalog.left(queue, 64)
-			USING ERRCODE = '22023',
-				  DETAIL = 'A queue name is 1 to 63 characters, each a letter, a digit, "_", "-" or ".".';
-	END IF;
-END
-$$;
+AS 'MODULE_PATHNAME', 'claimq_check_queue_name';
 
 COMMENT ON FUNCTION claimq.check_queue_name(text) IS
 'private: raise 22004 or 22023 unless queue is a valid queue name';
@@ -341,12 +344,9 @@ COMMENT ON FUNCTION claimq.lock_queue(text) IS
 
 CREATE FUNCTION claimq.lock_producers(queue text)
 RETURNS void
-LANGUAGE sql
+LANGUAGE c VOLATILE
 SET search_path = pg_catalog, pg_temp
-AS $$
-	SELECT pg_catalog.pg_advisory_xact_lock(1668050289,
-											pg_catalog.hashtext(queue COLLATE "C"))
-$$;
+AS 'MODULE_PATHNAME', 'claimq_lock_producers';
 
 COMMENT ON FUNCTION claimq.lock_producers(text) IS
 'private: take a queue''s producer lock exclusive until the end of the transaction, waiting for enqueues in progress and holding new ones back';
@@ -749,16 +749,9 @@ COMMENT ON FUNCTION claimq.wait_for(bigint[],interval) IS
 
 CREATE FUNCTION claimq.node_of(job_id bigint)
 RETURNS integer
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE c IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-	IF job_id IS NULL THEN
-		RAISE EXCEPTION 'argument "job_id" must not be null' USING ERRCODE = '22004';
-	END IF;
-	RETURN (job_id OPERATOR(pg_catalog.>>) 48)::integer;
-END
-$$;
+AS 'MODULE_PATHNAME', 'claimq_node_of';
 
 COMMENT ON FUNCTION claimq.node_of(bigint) IS
 'the node number (claimq.node_id of the server that issued it) in a job id';

@@ -332,11 +332,13 @@ extern ArrayType *cq_array_arg(FunctionCallInfo fcinfo, int argno,
  * (CQ_PRODUCER_LOCK_KEY, hashtext(queue name)).  enqueue holds it shared;
  * drop_queue and retry_dead hold it exclusive, so that no job is inserted
  * into a queue being dropped and no live dedup key appears while dead jobs
- * are redriven.  The SQL functions take it with pg_advisory_xact_lock().
+ * are redriven.  The SQL-language functions take it with
+ * claimq.lock_producers(), which is cq_lock_producers(name, true).
  */
 #define CQ_PRODUCER_LOCK_KEY	1668050289	/* 'clmq' */
-extern void cq_lock_producers(const char *queue_name);
-extern bool cq_try_lock_producers(const char *queue_name, bool wait);
+extern void cq_lock_producers(const char *queue_name, bool exclusive);
+extern bool cq_try_lock_producers(const char *queue_name, bool exclusive,
+								  bool wait);
 
 /*
  * Tokens (token.c): the timeline's epoch in bits 48 and up plus a value of

@@ -165,6 +165,47 @@ cq_interval_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
 }
 
 /*
+ * check_queue_name(queue) returns void: the queue-name rule for the
+ * SQL-language functions, with the C entry points' errors (22004 for
+ * NULL, 22023 for a bad name).
+ */
+PG_FUNCTION_INFO_V1(claimq_check_queue_name);
+
+Datum
+claimq_check_queue_name(PG_FUNCTION_ARGS)
+{
+	(void) cq_queue_name_arg(fcinfo, 0);
+	PG_RETURN_VOID();
+}
+
+/*
+ * valid_name(name) returns boolean: whether name follows the rule for queue
+ * and schedule names; the tables' CHECK constraints call it.
+ */
+PG_FUNCTION_INFO_V1(claimq_valid_name);
+
+Datum
+claimq_valid_name(PG_FUNCTION_ARGS)
+{
+	text	   *name = PG_GETARG_TEXT_PP(0);
+
+	PG_RETURN_BOOL(cq_valid_name(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name)));
+}
+
+/*
+ * lock_producers(queue) returns void: the queue's producer lock, exclusive
+ * (drop_queue, retry_dead), until the end of the transaction.
+ */
+PG_FUNCTION_INFO_V1(claimq_lock_producers);
+
+Datum
+claimq_lock_producers(PG_FUNCTION_ARGS)
+{
+	cq_lock_producers(cq_queue_name_arg(fcinfo, 0), true);
+	PG_RETURN_VOID();
+}
+
+/*
  * check_queue_settings(lease, run_lease, max_attempts, retry_base,
  * retry_max, keep_done, keep_dead) returns void: the checks of
  * create_queue and alter_queue, with the rules every C entry point uses.
@@ -470,17 +511,18 @@ cq_require_queue(const char *name, CqQueue *queue)
  * committed while this waited.
  */
 void
-cq_lock_producers(const char *queue_name)
+cq_lock_producers(const char *queue_name, bool exclusive)
 {
-	(void) cq_try_lock_producers(queue_name, true);
+	(void) cq_try_lock_producers(queue_name, exclusive, true);
 }
 
 /*
  * The same, but without waiting unless wait: returns false if the lock is
- * held exclusive (by a drop_queue or retry_dead in progress).
+ * held in a conflicting mode (shared: by a drop_queue or retry_dead in
+ * progress).
  */
 bool
-cq_try_lock_producers(const char *queue_name, bool wait)
+cq_try_lock_producers(const char *queue_name, bool exclusive, bool wait)
 {
 	LOCKTAG		tag;
 	int32		hash;
@@ -489,7 +531,8 @@ cq_try_lock_producers(const char *queue_name, bool wait)
 												 CStringGetTextDatum(queue_name)));
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) CQ_PRODUCER_LOCK_KEY,
 						 (uint32) hash, 2);
-	return LockAcquire(&tag, ShareLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
+	return LockAcquire(&tag, exclusive ? ExclusiveLock : ShareLock, false,
+					   !wait) != LOCKACQUIRE_NOT_AVAIL;
 }
 
 /*
@@ -501,4 +544,17 @@ int64
 cq_job_id_base(void)
 {
 	return (int64) cq_node_id << CQ_TOKEN_EPOCH_BITS;
+}
+
+/*
+ * node_of(job_id) returns integer: the node number in a job id, for a
+ * router.
+ */
+PG_FUNCTION_INFO_V1(claimq_node_of);
+
+Datum
+claimq_node_of(PG_FUNCTION_ARGS)
+{
+	cq_arg_not_null(fcinfo, 0, "job_id");
+	PG_RETURN_INT32((int32) (PG_GETARG_INT64(0) >> CQ_TOKEN_EPOCH_BITS));
 }

@@ -312,7 +312,7 @@ claimq_enqueue(PG_FUNCTION_ARGS)
 	if (!group_key_null)
 		cq_check_group_key(PG_GETARG_DATUM(7), "group_key");
 
-	cq_lock_producers(args.queue_name);
+	cq_lock_producers(args.queue_name, false);
 	SPI_connect();
 	cq_enqueue_queue(&args);
 	if (!group_key_null && cq_queue_groups_limited(&args.queue))
@@ -401,7 +401,7 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 
-	cq_lock_producers(args.queue_name);
+	cq_lock_producers(args.queue_name, false);
 	SPI_connect();
 	cq_enqueue_queue(&args);
 	if (npayloads == 0)

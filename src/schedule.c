@@ -443,7 +443,7 @@ cq_fire_schedules(int32 max_jobs)
 
 		bool		notify = DatumGetBool(SPI_getbinval(tuple, desc, 12, &isnull));
 
-		if (!cq_try_lock_producers(queue_name, false))
+		if (!cq_try_lock_producers(queue_name, false, false))
 			continue;
 		cq_cron_parse(TextDatumGetCString(SPI_getbinval(tuple, desc, 4, &isnull)),
 					  &cron, false);

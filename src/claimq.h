@@ -362,6 +362,28 @@ extern void cq_execute_latest(SPIPlanPtr plan, Datum *values,
 extern void cq_execute_in(SPIPlanPtr plan, Datum *values, const char *nulls,
 						  int expected, Snapshot snapshot);
 extern bool cq_lookup_queue(const char *name, CqQueue *queue);
+
+/*
+ * A call's input pairs matched against a statement's rows (common.c): a
+ * job id (str NULL) or a dedup key, and a token, mapped to a value.
+ */
+typedef struct CqPairKey
+{
+	const char *str;			/* a key (not copied), or NULL */
+	int64		num;			/* a job id, or 0 */
+	int64		token;
+} CqPairKey;
+
+typedef struct CqPairEntry
+{
+	CqPairKey	key;
+	int64		value;			/* settle: the result row; keys: the token won */
+	bool		done;			/* keys: already returned */
+} CqPairEntry;
+
+extern HTAB *cq_pair_table(const char *name, long size);
+extern CqPairEntry *cq_pair(HTAB *table, const char *str, int64 num,
+							int64 token, bool enter);
 extern void cq_require_queue(const char *name, CqQueue *queue);
 extern Datum cq_spi_value(int row, int col, bool *isnull);
 

@@ -536,6 +536,70 @@ cq_try_lock_producers(const char *queue_name, bool exclusive, bool wait)
 }
 
 /*
+ * Pair tables: a call's input pairs (a job id or a key, and a token)
+ * matched against the rows a statement returned, in O(n).  A key's text
+ * is not copied: it must outlive the table.
+ */
+static uint32
+cq_pair_hash(const void *key, Size keysize)
+{
+	const CqPairKey *pair = key;
+	uint32		h;
+
+	if (pair->str != NULL)
+		h = hash_bytes((const unsigned char *) pair->str, strlen(pair->str));
+	else
+		h = hash_bytes((const unsigned char *) &pair->num, sizeof(pair->num));
+	return h ^ hash_bytes_uint32((uint32) pair->token);
+}
+
+static int
+cq_pair_match(const void *key1, const void *key2, Size keysize)
+{
+	const CqPairKey *a = key1;
+	const CqPairKey *b = key2;
+
+	if (a->token != b->token || a->num != b->num ||
+		(a->str == NULL) != (b->str == NULL))
+		return 1;
+	return (a->str == NULL || strcmp(a->str, b->str) == 0) ? 0 : 1;
+}
+
+HTAB *
+cq_pair_table(const char *name, long size)
+{
+	HASHCTL		ctl;
+
+	ctl.keysize = sizeof(CqPairKey);
+	ctl.entrysize = sizeof(CqPairEntry);
+	ctl.hash = cq_pair_hash;
+	ctl.match = cq_pair_match;
+	ctl.hcxt = CurrentMemoryContext;
+	return hash_create(name, Max(size, 1), &ctl,
+					   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+}
+
+/*
+ * The entry of a pair (str NULL: the job id num), entered with value 0
+ * and done false if missing and enter, else NULL if missing.
+ */
+CqPairEntry *
+cq_pair(HTAB *table, const char *str, int64 num, int64 token, bool enter)
+{
+	CqPairKey	key = {str, num, token};
+	bool		found;
+	CqPairEntry *entry;
+
+	entry = hash_search(table, &key, enter ? HASH_ENTER : HASH_FIND, &found);
+	if (entry != NULL && !found)
+	{
+		entry->value = 0;
+		entry->done = false;
+	}
+	return entry;
+}
+
+/*
  * What to add to a value of claimq.job_id_seq to make a job id: this
  * server's node number in the high bits, so that a router can send every
  * call about a job to the server that issued it.

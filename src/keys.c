@@ -21,7 +21,7 @@
  * release_keys deletes only rows held with the given token, so a caller
  * can never free a key that somebody else won, including a key that
  * expired and was won again.  As in settle.c, the outcome of each input
- * pair is matched in C with hash tables, in O(n).
+ * pair is matched in C with the pair tables of common.c, in O(n).
  *
  *-------------------------------------------------------------------------
  */
@@ -37,53 +37,6 @@
 PG_FUNCTION_INFO_V1(claimq_claim_keys);
 PG_FUNCTION_INFO_V1(claimq_release_keys);
 
-/* A (key, token) pair as a hash key; the key text is not copied. */
-typedef struct CqKeyPair
-{
-	const char *key;
-	int64		token;
-} CqKeyPair;
-
-static uint32
-cq_key_pair_hash(const void *key, Size keysize)
-{
-	const CqKeyPair *pair = key;
-
-	return hash_bytes((const unsigned char *) pair->key, strlen(pair->key)) ^
-		hash_bytes_uint32((uint32) pair->token);
-}
-
-static int
-cq_key_pair_match(const void *key1, const void *key2, Size keysize)
-{
-	const CqKeyPair *a = key1;
-	const CqKeyPair *b = key2;
-
-	return (a->token == b->token && strcmp(a->key, b->key) == 0) ? 0 : 1;
-}
-
-/* What a table of pairs maps each pair to. */
-typedef struct CqKeyEntry
-{
-	CqKeyPair	pair;
-	int64		token;			/* claim_keys: the token that won the key */
-	bool		emitted;		/* claim_keys: already returned */
-} CqKeyEntry;
-
-static HTAB *
-cq_key_pair_table(const char *name, long size)
-{
-	HASHCTL		ctl;
-
-	ctl.keysize = sizeof(CqKeyPair);
-	ctl.entrysize = sizeof(CqKeyEntry);
-	ctl.hash = cq_key_pair_hash;
-	ctl.match = cq_key_pair_match;
-	ctl.hcxt = CurrentMemoryContext;
-	return hash_create(name, Max(size, 1), &ctl,
-					   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
-}
-
 /*
  * Enter the (key, token) rows of the last SPI result into won, keyed by
  * key alone.
@@ -94,14 +47,12 @@ cq_note_won_keys(HTAB *won)
 	for (uint64 row = 0; row < SPI_processed; row++)
 	{
 		bool		isnull;
-		CqKeyPair	pair;
-		CqKeyEntry *entry;
+		CqPairEntry *entry;
 
-		pair.key = TextDatumGetCString(cq_spi_value(row, 1, &isnull));
-		pair.token = 0;
-		entry = hash_search(won, &pair, HASH_ENTER, NULL);
-		entry->token = DatumGetInt64(cq_spi_value(row, 2, &isnull));
-		entry->emitted = false;
+		entry = cq_pair(won, TextDatumGetCString(cq_spi_value(row, 1, &isnull)),
+						0, 0, true);
+		entry->value = DatumGetInt64(cq_spi_value(row, 2, &isnull));
+		entry->done = false;
 	}
 }
 
@@ -166,7 +117,7 @@ claimq_claim_keys(PG_FUNCTION_ARGS)
 			" RETURNING k.key, k.token",
 			4, argtypes);
 	cq_execute(insert_plan, values, NULL, SPI_OK_INSERT_RETURNING);
-	won = cq_key_pair_table("claimq won keys", nkeys);
+	won = cq_pair_table("claimq won keys", nkeys);
 	cq_note_won_keys(won);
 
 	/* Some keys were held, perhaps only by claims that have expired. */
@@ -194,16 +145,16 @@ claimq_claim_keys(PG_FUNCTION_ARGS)
 					  &keyv, NULL, &nkeys);
 	for (int i = 0; i < nkeys; i++)
 	{
-		CqKeyPair	pair = {TextDatumGetCString(keyv[i]), 0};
-		CqKeyEntry *entry = hash_search(won, &pair, HASH_FIND, NULL);
+		CqPairEntry *entry = cq_pair(won, TextDatumGetCString(keyv[i]), 0, 0,
+									 false);
 		Datum		rowvalues[2];
 		bool		rownulls[2] = {false, false};
 
-		if (entry == NULL || entry->emitted)
+		if (entry == NULL || entry->done)
 			continue;
-		entry->emitted = true;
+		entry->done = true;
 		rowvalues[0] = keyv[i];
-		rowvalues[1] = Int64GetDatum(entry->token);
+		rowvalues[1] = Int64GetDatum(entry->value);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
 							 rowvalues, rownulls);
 	}
@@ -269,22 +220,18 @@ claimq_release_keys(PG_FUNCTION_ARGS)
 	values[2] = PointerGetDatum(tokens);
 	cq_execute(release_plan, values, NULL, SPI_OK_DELETE_RETURNING);
 
-	released = cq_key_pair_table("claimq released keys", SPI_processed);
+	released = cq_pair_table("claimq released keys", SPI_processed);
 	for (uint64 row = 0; row < SPI_processed; row++)
 	{
 		bool		isnull;
-		CqKeyPair	pair;
 
-		pair.key = TextDatumGetCString(cq_spi_value(row, 1, &isnull));
-		pair.token = DatumGetInt64(cq_spi_value(row, 2, &isnull));
-		(void) hash_search(released, &pair, HASH_ENTER, NULL);
+		(void) cq_pair(released,
+					   TextDatumGetCString(cq_spi_value(row, 1, &isnull)), 0,
+					   DatumGetInt64(cq_spi_value(row, 2, &isnull)), true);
 	}
 	for (int i = 0; i < nkeys && all_released; i++)
-	{
-		CqKeyPair	pair = {keystr[i], DatumGetInt64(tokenv[i])};
-
-		all_released = hash_search(released, &pair, HASH_FIND, NULL) != NULL;
-	}
+		all_released = cq_pair(released, keystr[i], 0,
+							   DatumGetInt64(tokenv[i]), false) != NULL;
 
 	/* Tell stale from missing: which of the keys are held now? */
 	if (!all_released)
@@ -294,29 +241,26 @@ claimq_release_keys(PG_FUNCTION_ARGS)
 				" WHERE k.scope = $1 AND k.key = ANY ($2)",
 				2, argtypes);
 		cq_execute(holders_plan, values, NULL, SPI_OK_SELECT);
-		held = cq_key_pair_table("claimq held keys", SPI_processed);
+		held = cq_pair_table("claimq held keys", SPI_processed);
 		for (uint64 row = 0; row < SPI_processed; row++)
 		{
 			bool		isnull;
-			CqKeyPair	pair;
 
-			pair.key = TextDatumGetCString(cq_spi_value(row, 1, &isnull));
-			pair.token = 0;
-			(void) hash_search(held, &pair, HASH_ENTER, NULL);
+			(void) cq_pair(held,
+						   TextDatumGetCString(cq_spi_value(row, 1, &isnull)),
+						   0, 0, true);
 		}
 	}
 
 	for (int i = 0; i < nkeys; i++)
 	{
-		CqKeyPair	pair = {keystr[i], DatumGetInt64(tokenv[i])};
-		CqKeyPair	anyholder = {keystr[i], 0};
 		const char *outcome;
 		Datum		outvalues[2];
 		bool		outnulls[2] = {false, false};
 
-		if (hash_search(released, &pair, HASH_FIND, NULL))
+		if (cq_pair(released, keystr[i], 0, DatumGetInt64(tokenv[i]), false))
 			outcome = "ok";
-		else if (hash_search(held, &anyholder, HASH_FIND, NULL))
+		else if (cq_pair(held, keystr[i], 0, 0, false))
 			outcome = "stale";
 		else
 			outcome = "missing";

@@ -25,7 +25,8 @@
  * stale (held by another claim, or not claimed), started (release only:
  * the job is running under this token), cancelled (the job was cancelled
  * while this token held it: see cancel.c) or missing (no such job).  The
- * pairing of input to outcome is done here in C with hash tables, so a
+ * pairing of input to outcome is done here in C with the pair tables of
+ * common.c (shared with keys.c), so a
  * batch of 10,000 costs O(n), whatever plan the planner would pick for
  * joining two unnested arrays of unknown size.  The scalar overloads run
  * the same statement for one pair and return whether it was settled.
@@ -257,18 +258,6 @@ static CqSettleOp cq_snooze_op = {
 	3, 0, false, NULL
 };
 
-typedef struct CqPair
-{
-	int64		job_id;
-	int64		token;
-} CqPair;
-
-typedef struct CqPairEntry
-{
-	CqPair		key;
-	int			row;			/* result row that settled this pair */
-} CqPairEntry;
-
 typedef struct CqJobEntry
 {
 	int64		job_id;
@@ -436,37 +425,27 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 
 	if (nunsettled > 0)
 	{
-		HASHCTL		ctl;
-		HTAB	   *pairs;
+		HTAB	   *pairs = cq_pair_table("claimq settled pairs", nsettled);
 		int64	   *unsettled = palloc(nunsettled * sizeof(int64));
 		int			nleft = 0;
 
 		/* Repeats of a settled pair are ok too. */
-		ctl.keysize = sizeof(CqPair);
-		ctl.entrysize = sizeof(CqPairEntry);
-		ctl.hcxt = CurrentMemoryContext;
-		pairs = hash_create("claimq settled pairs", Max(nsettled, 1), &ctl,
-							HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 		for (int i = 0; i < n; i++)
-		{
-			CqPair		key = {DatumGetInt64(ids[i]), DatumGetInt64(tokens[i])};
-
 			if (rowof[i] >= 0)
-				((CqPairEntry *) hash_search(pairs, &key, HASH_ENTER,
-											 NULL))->row = rowof[i];
-		}
+				cq_pair(pairs, NULL, DatumGetInt64(ids[i]),
+						DatumGetInt64(tokens[i]), true)->value = rowof[i];
 		for (int i = 0; i < n; i++)
 		{
-			CqPair		key = {DatumGetInt64(ids[i]), DatumGetInt64(tokens[i])};
 			CqPairEntry *entry;
 
 			if (rowof[i] >= 0)
 				continue;
-			entry = hash_search(pairs, &key, HASH_FIND, NULL);
+			entry = cq_pair(pairs, NULL, DatumGetInt64(ids[i]),
+							DatumGetInt64(tokens[i]), false);
 			if (entry)
-				rowof[i] = entry->row;
+				rowof[i] = (int) entry->value;
 			else
-				unsettled[nleft++] = key.job_id;
+				unsettled[nleft++] = DatumGetInt64(ids[i]);
 		}
 		if (nleft > 0)
 			jobs = cq_unsettled_jobs(unsettled, nleft);

@@ -31,7 +31,9 @@
  * counts (c0); without the lock it counts the jobs in that snapshot (n);
  * under the lock again it adds n - c0 to each count, which then holds n
  * plus whatever committed after the snapshot.  It marks the database's
- * census valid unless something made it unknown meanwhile (the epoch).
+ * census valid unless something made it unknown meanwhile: the epoch,
+ * read before anything else and bumped before any count changes (see
+ * cq_census_recount).
  *
  * What makes a database's census unknown, from the moment it commits: a
  * server start (shared memory is new), TRUNCATE of claimq.job (no row
@@ -43,7 +45,8 @@
  * TABLE ... DISABLE TRIGGER, pg_restore --disable-triggers) are not seen:
  * claimq.census_recount() counts again.  On a standby nothing is counted.
  * While a database's census is not valid, claimq.census() says so and
- * metrics() reads queue_stats instead.
+ * metrics() reads queue_stats instead; so it does to a transaction that
+ * changed jobs itself, whose changes the census does not hold yet.
  *
  * The price of the lock: from pre-commit on, a committing transaction that
  * changed jobs holds an LWLock, and so cannot be cancelled while it waits

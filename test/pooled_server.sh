@@ -1,0 +1,118 @@
+# Sourced by examples/test and clients/test: what both need to test clients
+# for real, a throwaway PostgreSQL server with claimq preloaded, reachable
+# only through a socket in $dir, and a pgbouncer in transaction mode on a
+# free port of 127.0.0.1 in front of it.
+#
+# The caller sets PGVER, DB, dir, logs, bindir, python, top, as_root and
+# as_server (see either script), and defines bail NAME [LOG], which reports
+# a failed step and exits.
+
+# Install the Debian packages of "$@" that are missing (a package whose
+# command is on the PATH counts as there: node and npm may come from
+# elsewhere), then build and install claimq from $top if the server has no
+# claimq.so.
+pooled_install() {
+	local need=() p
+	for p in "$@"; do
+		dpkg -s "$p" >/dev/null 2>&1 || command -v "${p/#nodejs/node}" >/dev/null 2>&1 ||
+			need+=("$p")
+	done
+	if [ ${#need[@]} -gt 0 ]; then
+		echo "# installing ${need[*]}"
+		{ "${as_root[@]}" apt-get update -qq &&
+			DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq \
+				--no-install-recommends "${need[@]}"; } >"$logs/apt.log" 2>&1 ||
+			bail "install ${need[*]}" "$logs/apt.log"
+	fi
+	export PG_CONFIG=$bindir/pg_config
+	if [ ! -f "$("$PG_CONFIG" --pkglibdir)/claimq.so" ]; then
+		echo "# building and installing claimq"
+		{ make -C "$top" -s PG_CONFIG="$PG_CONFIG" &&
+			"${as_root[@]}" make -C "$top" -s install PG_CONFIG="$PG_CONFIG"; } \
+			>"$logs/build.log" 2>&1 || bail "build and install claimq" "$logs/build.log"
+	fi
+}
+
+# Start the server with at most $1 connections; create database $DB with
+# claimq in it.  Job ids come from node 32: above 2^53, beyond what a double
+# holds exactly.
+pooled_server_start() {
+	[ ${#as_server[@]} -gt 0 ] && chown postgres: "$dir" "$logs"
+	cd "$dir" || exit 1
+	"${as_server[@]}" "$bindir/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --no-sync \
+		>"$logs/initdb.log" 2>&1 || bail "initdb" "$logs/initdb.log"
+	cat >>"$dir/data/postgresql.conf" <<-EOF
+	listen_addresses = ''
+	unix_socket_directories = '$dir'
+	port = 5432
+	max_connections = $1
+	fsync = off
+	synchronous_commit = off
+	shared_preload_libraries = 'claimq'
+	claimq.databases = '$DB'
+	claimq.node_id = 32
+	claimq.reclaim_interval = '200ms'
+	EOF
+	"${as_server[@]}" "$bindir/pg_ctl" -D "$dir/data" -l "$logs/server.log" -w start \
+		>/dev/null 2>&1 || bail "start the server" "$logs/server.log"
+	q -d postgres -c "CREATE DATABASE $DB" >/dev/null || bail "create database $DB"
+	q -c "CREATE EXTENSION claimq" >/dev/null || bail "create extension claimq"
+}
+
+# psql as the superuser over the server's socket, never the pooler.
+q() {
+	"$bindir/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$dir" -p 5432 -U postgres -d "$DB" "$@"
+}
+
+# Start pgbouncer with $1 server connections per user and database, for the
+# login roles "${@:2}"; clients then reach $DB through it only (PGHOST,
+# PGPORT, PGDATABASE), and it answers as the first role before this returns.
+pooled_bouncer_start() {
+	local pool=$1 role
+	shift
+	bport=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	: >"$dir/userlist.txt"
+	for role in "$@"; do
+		echo "\"$role\" \"\"" >>"$dir/userlist.txt"
+	done
+	cat >"$dir/pgbouncer.ini" <<-EOF
+	[databases]
+	$DB = host=$dir port=5432 dbname=$DB
+
+	[pgbouncer]
+	listen_addr = 127.0.0.1
+	listen_port = $bport
+	unix_socket_dir =
+	auth_type = trust
+	auth_file = $dir/userlist.txt
+	pool_mode = transaction
+	default_pool_size = $pool
+	min_pool_size = 0
+	reserve_pool_size = 0
+	max_client_conn = 200
+	server_login_retry = 1
+	logfile = $logs/pgbouncer.log
+	pidfile = $dir/pgbouncer.pid
+	EOF
+	[ ${#as_server[@]} -gt 0 ] && chown postgres: "$dir/pgbouncer.ini" "$dir/userlist.txt"
+	"${as_server[@]}" pgbouncer -d "$dir/pgbouncer.ini" >"$logs/pgbouncer.start" 2>&1 ||
+		bail "start pgbouncer" "$logs/pgbouncer.start"
+	export PGHOST=127.0.0.1 PGPORT=$bport PGDATABASE=$DB
+	unset DATABASE_URL PGSERVICE PGOPTIONS PGUSER
+	for _ in $(seq 50); do
+		PGUSER=$1 "$bindir/psql" -X -A -t -c 'SELECT 1' >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+}
+
+# Stop pgbouncer and the server, whatever state they are in.
+pooled_stop() {
+	if [ -f "$dir/pgbouncer.pid" ]; then
+		kill -TERM "$(cat "$dir/pgbouncer.pid")" 2>/dev/null
+	fi
+	if [ -f "$dir/data/postmaster.pid" ]; then
+		(cd "$dir" && { "${as_server[@]}" "$bindir/pg_ctl" -D "$dir/data" -m fast -w stop ||
+			"${as_server[@]}" "$bindir/pg_ctl" -D "$dir/data" -m immediate stop; } \
+			>/dev/null 2>&1)
+	fi
+}

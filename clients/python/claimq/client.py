@@ -67,6 +67,31 @@ def _pairs(jobs: Iterable[Pair]) -> Tuple[List[int], List[int]]:
     return ids, tokens
 
 
+# The statements of the working calls, one text each for Client and the
+# workers (AsyncWorker runs them on its own connection): the job ids and
+# tokens come first, as bigint[].
+SQL_CLAIM = ("SELECT job_id, token, payload, attempts, priority, enqueued_at, expires_at"
+             "  FROM claimq.claim(%s, %s, lease => %s, worker => %s, start => %s, wait => %s)")
+SQL_START = "SELECT * FROM claimq.start(%s::bigint[], %s::bigint[], %s)"
+SQL_EXTEND = "SELECT * FROM claimq.extend(%s::bigint[], %s::bigint[], %s)"
+SQL_COMPLETE = "SELECT * FROM claimq.complete(%s::bigint[], %s::bigint[], %s::jsonb[])"
+SQL_FAIL = "SELECT * FROM claimq.fail(%s::bigint[], %s::bigint[], %s, %s, %s)"
+SQL_RELEASE = "SELECT * FROM claimq.release(%s::bigint[], %s::bigint[])"
+SQL_SNOOZE = "SELECT * FROM claimq.snooze(%s::bigint[], %s::bigint[], %s)"
+
+
+def job_of(row: Sequence[Any]) -> Job:
+    """A Job from a row of SQL_CLAIM."""
+    return Job(int(row[0]), int(row[1]), row[2], row[3], row[4], row[5], row[6])
+
+
+def results_param(results: Optional[Sequence[Any]]) -> Optional[List[Optional[Jsonb]]]:
+    """complete's results argument: NULL, or one jsonb (or NULL) per job."""
+    if results is None:
+        return None
+    return [Jsonb(r) if r is not None else None for r in results]
+
+
 class Client:
     """One connection to a database with claimq, and a method per function.
 
@@ -166,10 +191,9 @@ class Client:
               worker: Optional[str] = None, start: bool = False,
               wait: Seconds = 0) -> List[Job]:
         rows = self.conn.execute(
-            "SELECT job_id, token, payload, attempts, priority, enqueued_at, expires_at"
-            "  FROM claimq.claim(%s, %s, lease => %s, worker => %s, start => %s, wait => %s)",
-            (queue, max_jobs, _interval(lease), worker, start, _interval(wait))).fetchall()
-        return [Job(int(r[0]), int(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows]
+            SQL_CLAIM, (queue, max_jobs, _interval(lease), worker, start,
+                        _interval(wait))).fetchall()
+        return [job_of(r) for r in rows]
 
     def _settle(self, sql: str, jobs: Iterable[Pair], *extra: Any) -> List[tuple]:
         ids, tokens = _pairs(jobs)
@@ -177,40 +201,32 @@ class Client:
 
     def start(self, jobs: Iterable[Pair], lease: Optional[Seconds] = None
               ) -> List[Tuple[int, Outcome, Optional[_dt.datetime]]]:
-        rows = self._settle("SELECT * FROM claimq.start(%s::bigint[], %s::bigint[], %s)",
-                            jobs, _interval(lease))
+        rows = self._settle(SQL_START, jobs, _interval(lease))
         return [(int(r[0]), Outcome(r[1]), r[2]) for r in rows]
 
     def extend(self, jobs: Iterable[Pair], lease: Optional[Seconds] = None
                ) -> List[Tuple[int, Outcome, Optional[_dt.datetime]]]:
-        rows = self._settle("SELECT * FROM claimq.extend(%s::bigint[], %s::bigint[], %s)",
-                            jobs, _interval(lease))
+        rows = self._settle(SQL_EXTEND, jobs, _interval(lease))
         return [(int(r[0]), Outcome(r[1]), r[2]) for r in rows]
 
     def complete(self, jobs: Iterable[Pair], results: Optional[Sequence[Any]] = None
                  ) -> List[Tuple[int, Outcome]]:
-        rows = self._settle(
-            "SELECT * FROM claimq.complete(%s::bigint[], %s::bigint[], %s::jsonb[])", jobs,
-            [Jsonb(r) if r is not None else None for r in results] if results is not None
-            else None)
+        rows = self._settle(SQL_COMPLETE, jobs, results_param(results))
         return [(int(r[0]), Outcome(r[1])) for r in rows]
 
     def fail(self, jobs: Iterable[Pair], error: Optional[str] = None, *,
              retry_in: Optional[Seconds] = None, permanent: bool = False
              ) -> List[Tuple[int, Outcome, Optional[str], Optional[_dt.datetime]]]:
-        rows = self._settle(
-            "SELECT * FROM claimq.fail(%s::bigint[], %s::bigint[], %s, %s, %s)", jobs,
-            error, _interval(retry_in), permanent)
+        rows = self._settle(SQL_FAIL, jobs, error, _interval(retry_in), permanent)
         return [(int(r[0]), Outcome(r[1]), r[2], r[3]) for r in rows]
 
     def release(self, jobs: Iterable[Pair]) -> List[Tuple[int, Outcome]]:
-        rows = self._settle("SELECT * FROM claimq.release(%s::bigint[], %s::bigint[])", jobs)
+        rows = self._settle(SQL_RELEASE, jobs)
         return [(int(r[0]), Outcome(r[1])) for r in rows]
 
     def snooze(self, jobs: Iterable[Pair], delay: Seconds
                ) -> List[Tuple[int, Outcome, Optional[_dt.datetime]]]:
-        rows = self._settle("SELECT * FROM claimq.snooze(%s::bigint[], %s::bigint[], %s)",
-                            jobs, _interval(delay))
+        rows = self._settle(SQL_SNOOZE, jobs, _interval(delay))
         return [(int(r[0]), Outcome(r[1]), r[2]) for r in rows]
 
     def release_worker(self, queue: str, worker: str) -> int:

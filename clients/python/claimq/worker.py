@@ -41,9 +41,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple
 
 import psycopg
-from psycopg.types.json import Jsonb
 
-from .client import Client, Job, Outcome
+from .client import (SQL_CLAIM, SQL_COMPLETE, SQL_EXTEND, SQL_FAIL, SQL_RELEASE,
+                     SQL_SNOOZE, SQL_START, Client, Job, Outcome, job_of,
+                     results_param)
 
 log = logging.getLogger("claimq.worker")
 
@@ -341,12 +342,9 @@ class Worker(_Base):
             with conn.transaction():
                 assert self.on_complete is not None
                 self.on_complete(job, result, conn)
-                row = conn.execute(
-                    "SELECT outcome FROM claimq.complete(%s::bigint[], %s::bigint[],"
-                    " %s::jsonb[])", ([job.id], [job.token],
-                                      [Jsonb(result) if result is not None else None])
-                ).fetchone()
-                outcome = Outcome(row[0]) if row else Outcome.MISSING
+                row = conn.execute(SQL_COMPLETE, ([job.id], [job.token],
+                                                  results_param([result]))).fetchone()
+                outcome = Outcome(row[1]) if row else Outcome.MISSING
                 if outcome is not Outcome.OK:
                     raise _Refused(outcome)
         except psycopg.OperationalError:
@@ -441,9 +439,8 @@ class AsyncWorker(_Base):
                     continue
                 try:
                     rows = await self._db(
-                        "SELECT job_id, token, payload, attempts, priority, enqueued_at,"
-                        " expires_at FROM claimq.claim(%s, %s, lease => %s, worker => %s)",
-                        (self.queue, free, _dt.timedelta(seconds=self.lease), self.name),
+                        SQL_CLAIM, (self.queue, free, _dt.timedelta(seconds=self.lease),
+                                    self.name, False, _dt.timedelta(0)),
                         retry=False)
                 except ConnectionError:
                     rows = []
@@ -456,7 +453,7 @@ class AsyncWorker(_Base):
                     continue
                 idle = self.idle
                 for r in rows:
-                    job = Job(int(r[0]), int(r[1]), r[2], r[3], r[4], r[5], r[6])
+                    job = job_of(r)
                     self.held[job.id] = job
                     self.tasks[job.id] = asyncio.create_task(self._run_job(job))
         finally:
@@ -483,12 +480,11 @@ class AsyncWorker(_Base):
                 continue
             try:
                 rows = await self._db(
-                    "SELECT job_id, outcome FROM claimq.extend(%s::bigint[], %s::bigint[], %s)",
-                    ([j.id for j in jobs], [j.token for j in jobs],
-                     _dt.timedelta(seconds=self.lease)), retry=False)
+                    SQL_EXTEND, ([j.id for j in jobs], [j.token for j in jobs],
+                                 _dt.timedelta(seconds=self.lease)), retry=False)
             except ConnectionError:
                 continue
-            for job_id, outcome in rows:
+            for job_id, outcome, _ in rows:
                 if outcome != "ok" and job_id in self.held:
                     self._stop_job(job_id, Outcome(outcome))
                     task = self.tasks.get(job_id)
@@ -503,12 +499,10 @@ class AsyncWorker(_Base):
         assert self.stopping is not None
         try:
             if self.stopping.is_set():
-                await self._settle("SELECT * FROM claimq.release(%s::bigint[], %s::bigint[])", job)
+                await self._settle(SQL_RELEASE, job)
                 return
             self.started.add(job.id)
-            out = await self._settle(
-                "SELECT * FROM claimq.start(%s::bigint[], %s::bigint[], %s)", job,
-                _dt.timedelta(seconds=self.lease))
+            out = await self._settle(SQL_START, job, _dt.timedelta(seconds=self.lease))
             if out is not Outcome.OK:
                 log.info("job %s: %s at start, skipped", job.id, out.value)
                 return
@@ -523,32 +517,26 @@ class AsyncWorker(_Base):
             self.tasks.pop(job.id, None)
 
     async def _handle(self, job: Job) -> None:
-        from psycopg.types.json import Jsonb
         try:
             result = await self.handler(job)
         except JobStopped:
             self._log_stopped(job)
             return
         except Snooze as s:
-            out = await self._settle(
-                "SELECT * FROM claimq.snooze(%s::bigint[], %s::bigint[], %s)", job,
-                _dt.timedelta(seconds=s.seconds))
+            out = await self._settle(SQL_SNOOZE, job, _dt.timedelta(seconds=s.seconds))
             self._log_settled(job, "snooze", out, f"snoozed for {s.seconds:.1f} s")
             return
         except Exception as e:  # noqa: BLE001
             msg, retry_in, permanent = self._failure(e)
             out = await self._settle(
-                "SELECT * FROM claimq.fail(%s::bigint[], %s::bigint[], %s, %s, %s)", job,
-                msg, _dt.timedelta(seconds=retry_in) if retry_in is not None else None,
-                permanent)
+                SQL_FAIL, job, msg,
+                _dt.timedelta(seconds=retry_in) if retry_in is not None else None, permanent)
             self._log_settled(job, "fail", out, f"failed: {msg}")
             return
         if job.stop_reason is not None:
             self._log_stopped(job)
             return
-        out = await self._settle(
-            "SELECT * FROM claimq.complete(%s::bigint[], %s::bigint[], %s::jsonb[])", job,
-            [Jsonb(result)] if result is not None else None)
+        out = await self._settle(SQL_COMPLETE, job, results_param([result]))
         if out is Outcome.OK:
             self.completed += 1
         else:

@@ -159,6 +159,19 @@ cq_census_shmem_init(LWLock *lock, LWLock *gate)
 							  HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
 }
 
+/* The key of the current database's entry of a queue (0: its header). */
+static CqCensusKey
+cq_census_key(Oid relid, int32 queue_id)
+{
+	CqCensusKey key;
+
+	memset(&key, 0, sizeof(key));	/* the padding too: keys are hashed */
+	key.dboid = MyDatabaseId;
+	key.relid = relid;
+	key.queue_id = queue_id;
+	return key;
+}
+
 /*
  * Take the lock exclusive.  A recount, or a commit that needs new entries,
  * closes the gate first: shared holders come and go without pause, and an
@@ -222,12 +235,8 @@ cq_census_enter(const CqCensusKey *key)
 static CqCensusEntry *
 cq_census_header(Oid relid)
 {
-	CqCensusKey key;
+	CqCensusKey key = cq_census_key(relid, 0);
 
-	memset(&key, 0, sizeof(key));
-	key.dboid = MyDatabaseId;
-	key.relid = relid;
-	key.queue_id = 0;
 	return cq_census_enter(&key);
 }
 
@@ -266,11 +275,7 @@ cq_census_reset_notes(void)
 static void
 cq_census_pre_commit(void)
 {
-	CqCensusKey key;
-
-	memset(&key, 0, sizeof(key));
-	key.dboid = MyDatabaseId;
-	key.relid = cq_notes_relid;
+	CqCensusKey key = cq_census_key(cq_notes_relid, 0);
 
 	for (int attempt = 0;; attempt++)
 	{
@@ -551,15 +556,12 @@ cq_census_recount(void)
 	HASH_SEQ_STATUS status;
 	CqCensusEntry *entry;
 	CqCensusCopy *copy;
-	CqCensusKey key;
+	CqCensusKey key = cq_census_key(relid, 0);
 	bool		valid;
 
 	if (!cq_shmem_ready || RecoveryInProgress())
 		return false;
 
-	memset(&key, 0, sizeof(key));
-	key.dboid = MyDatabaseId;
-	key.relid = relid;
 	LWLockAcquire(cq_census_lock, LW_SHARED);
 	header = hash_search(cq_census, &key, HASH_FIND, NULL);
 	valid = header != NULL && header->valid;
@@ -736,9 +738,7 @@ claimq_census(PG_FUNCTION_ARGS)
 	 */
 	if (!cq_shmem_ready || cq_nnotes > 0 || cq_census_unknown)
 		return (Datum) 0;
-	memset(&key, 0, sizeof(key));
-	key.dboid = MyDatabaseId;
-	key.relid = cq_job_relid();
+	key = cq_census_key(cq_job_relid(), 0);
 
 	/* Copy under the lock, hand out after. */
 	LWLockAcquire(cq_census_lock, LW_SHARED);

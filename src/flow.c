@@ -378,15 +378,23 @@ cq_flow_bucket_start(const CqQueue *queue, bool *full)
 	*full = SPI_processed == 1 && DatumGetBool(cq_spi_value(0, 1, &isnull));
 }
 
+/* A queue's rate_period in microseconds (check_flow_settings: at most a day). */
+static int64
+cq_flow_period(const CqQueue *queue)
+{
+	return queue->rate_period.time + (int64) queue->rate_period.day * USECS_PER_DAY;
+}
+
 /*
- * Milliseconds until a bucket holding tokens (less than one) that refills
- * rate_limit tokens per period (microseconds) holds a whole token: how long
- * a claim that found it empty waits before it looks again.
+ * Milliseconds until the queue's bucket, holding tokens (less than one),
+ * holds a whole token: how long a claim that found it empty waits before it
+ * looks again.
  */
 static long
-cq_flow_refill_ms(double tokens, int64 period, int32 rate_limit)
+cq_flow_refill_ms(double tokens, const CqQueue *queue)
 {
-	double		usecs = (1.0 - Max(tokens, 0.0)) * (double) period / rate_limit;
+	double		per_token = (double) cq_flow_period(queue) / queue->rate_limit;
+	double		usecs = (1.0 - Max(tokens, 0.0)) * per_token;
 
 	return Max(1, (long) ceil(usecs / 1000.0));
 }
@@ -413,8 +421,7 @@ cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 {
 	Oid			relid = cq_job_relid();
 	TimestampTz now = GetCurrentTimestamp();
-	int64		period = queue->rate_period.time +
-	(int64) queue->rate_period.day * USECS_PER_DAY;
+	int64		period = cq_flow_period(queue);
 	CqFlowSlot *slot;
 	CqFlowHeld *held;
 	int64		others;
@@ -476,8 +483,7 @@ cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 		cq_flow_refill(slot, now);
 		ticket->tokens = (int32) Min((double) max_jobs, floor(slot->tokens));
 		if (ticket->tokens == 0)
-			ticket->refill_ms = cq_flow_refill_ms(slot->tokens, period,
-												  queue->rate_limit);
+			ticket->refill_ms = cq_flow_refill_ms(slot->tokens, queue);
 		slot->tokens -= ticket->tokens;
 		ticket->allowed = ticket->tokens;
 	}
@@ -598,10 +604,7 @@ cq_flow_allowance(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 		ticket->row_tokens = DatumGetFloat8(cq_spi_value(0, 2, &isnull));
 		allowed = (int32) Max(0, Min((double) allowed, floor(ticket->row_tokens)));
 		if (ticket->row_tokens < 1)
-			ticket->refill_ms = cq_flow_refill_ms(ticket->row_tokens,
-												  queue->rate_period.time +
-												  (int64) queue->rate_period.day * USECS_PER_DAY,
-												  queue->rate_limit);
+			ticket->refill_ms = cq_flow_refill_ms(ticket->row_tokens, queue);
 	}
 	return allowed;
 }

@@ -17,61 +17,73 @@
  * extend, fire nothing; the few others that keep both add up to nothing.
  *
  * Shared memory holds, per database and installation (the OID of
- * claimq.job) and queue, one count per state; absent means all zero.
- * A transaction adds its notes to them after its commit is visible
- * (XACT_EVENT_COMMIT), having taken the census lock shared before it
- * (XACT_EVENT_PRE_COMMIT); it keeps the lock until then.  So whoever
- * holds the lock exclusive sees counts that hold exactly the changes of
- * the transactions committed in a snapshot taken then: none is between
- * its commit and its addition.
+ * claimq.job) and queue, one count per state (absent means all zero), in
+ * a table of claimq.census_entries entries shared by every database; and
+ * one commit slot per backend.  A transaction with notes publishes its
+ * xid in its commit slot at pre-commit and, once its commit is visible
+ * (XACT_EVENT_COMMIT), adds its notes to the counts and clears the slot.
  *
- * That is what a recount uses (cq_census_recount, by the reclaimer once
- * per database after a start, failover or anything that made the counts
- * unknown): under the exclusive lock it takes a snapshot and copies the
- * counts (c0); without the lock it counts the jobs in that snapshot (n);
- * under the lock again it adds n - c0 to each count, which then holds n
- * plus whatever committed after the snapshot.  It marks the database's
- * census valid unless something made it unknown meanwhile: the epoch,
- * read before anything else and bumped before any count changes (see
- * cq_census_recount).
+ * Locking.  No lock is held across commit: the census lock is taken only
+ * inside a callback, around work in memory, and nothing is waited for
+ * while it is held (but ProcArrayLock, by a recount's snapshot).  A commit
+ * takes it shared to add its notes, exclusive to make missing entries; a
+ * recount and the removal of entries take it exclusive.  A gate in front
+ * of it keeps an exclusive taker from starving behind shared ones.  So a
+ * commit may wait only for another backend's few memory operations,
+ * never for another transaction, a NOTIFY, a standby or a recount's
+ * count.  Making a database's census unknown takes no lock at all: it
+ * bumps the database's epoch, an atomic in its header (queue_id 0).
+ *
+ * A recount (cq_census_recount, by the reclaimer once per database after a
+ * start, failover or anything that made the counts unknown) reads the
+ * epoch first, then, under the exclusive lock, takes a snapshot, copies
+ * the counts (c0) and looks at the commit slots: a transaction of the
+ * database whose slot is set and that the snapshot sees as finished has a
+ * commit the count will see and notes not yet added, so the recount tries
+ * again a moment later.  Otherwise c0 holds exactly the notes of the
+ * transactions the snapshot sees: every one of them added before the
+ * lock was taken, and none that it does not see added yet.  Without the
+ * lock it counts the jobs in the snapshot (n); under the lock again it
+ * adds n - c0 to each count, which then holds n plus whatever committed
+ * after the snapshot.  It marks the census valid unless the epoch moved
+ * meanwhile.
  *
  * What makes a database's census unknown, from the moment it commits: a
  * server start (shared memory is new), TRUNCATE of claimq.job (no row
- * triggers; its lock is let go after the commit callbacks, so a recount
- * that waited for it finds the epoch changed), PREPARE TRANSACTION of a
- * transaction that changed jobs (another backend decides its fate; the
- * recount waits until no transaction of the database is prepared), and no
- * room for a queue's entry.  Writes with the triggers disabled (ALTER
- * TABLE ... DISABLE TRIGGER, pg_restore --disable-triggers) are not seen:
+ * triggers), PREPARE TRANSACTION of a transaction that changed jobs
+ * (another backend decides its fate; the recount waits until no
+ * transaction of the database is prepared), and no room for a queue's
+ * entry when the table is full (the notes without one are dropped).
+ * Entries whose counts are all zero make room when the table is full;
+ * those of dropped databases are freed by the launcher (and by a recount
+ * that finds no room).  Writes with the triggers disabled (ALTER TABLE ...
+ * DISABLE TRIGGER, pg_restore --disable-triggers) are not seen:
  * claimq.census_recount() counts again.  On a standby nothing is counted.
  * While a database's census is not valid, claimq.census() says so and
  * metrics() reads queue_stats instead; so it does to a transaction that
  * changed jobs itself, whose changes the census does not hold yet.
- *
- * The price of the lock: from pre-commit on, a committing transaction that
- * changed jobs holds an LWLock, and so cannot be cancelled while it waits
- * in the rest of its commit (for the NOTIFY queue's lock, or for a
- * synchronous standby, which it could not be cancelled in anyway); and
- * while a recount waits for the lock exclusive, such commits wait for the
- * slowest one in progress.  Recounts are rare (after a start, and after
- * whatever made the census unknown).
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/transam.h"
 #include "access/xact.h"
 #include "commands/trigger.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
+#include "storage/backendid.h"
+#include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/wait_event.h"
 
 #include "claimq.h"
 
@@ -95,8 +107,6 @@ static const char *const cq_state_names[CQ_NSTATES] = {
 	"pending", "claimed", "running", "done", "dead", "cancelled"
 };
 
-#define CQ_CENSUS_SLOTS		(1024 + CQ_MAX_DATABASES)
-
 typedef struct CqCensusKey
 {
 	Oid			dboid;
@@ -108,14 +118,28 @@ typedef struct CqCensusEntry
 {
 	CqCensusKey key;
 	pg_atomic_uint64 counts[CQ_NSTATES];	/* int64, two's complement */
-	/* The header's, changed under the exclusive lock: */
-	bool		valid;
-	uint64		epoch;			/* bumped by whatever makes it unknown */
+	/* The header's: */
+	pg_atomic_uint64 epoch;		/* bumped by whatever makes it unknown */
+	uint64		valid_epoch;	/* set by a recount, under the exclusive lock */
 } CqCensusEntry;
+
+/* A backend's commit, from its pre-commit until its notes are added. */
+typedef struct CqCommitSlot
+{
+	pg_atomic_uint32 xid;		/* its top transaction, or 0 */
+	Oid			dboid;
+} CqCommitSlot;
+
+typedef struct CqCensusShared
+{
+	int			nslots;
+	CqCommitSlot slots[FLEXIBLE_ARRAY_MEMBER];
+} CqCensusShared;
 
 static LWLock *cq_census_lock = NULL;
 static LWLock *cq_census_gate = NULL;
 static HTAB *cq_census = NULL;
+static CqCensusShared *cq_census_shared = NULL;
 
 /* This transaction's notes, per queue and subtransaction level. */
 typedef struct CqCensusNote
@@ -123,14 +147,13 @@ typedef struct CqCensusNote
 	int32		queue_id;
 	int			level;
 	int64		delta[CQ_NSTATES];
-	CqCensusEntry *entry;		/* found at pre-commit */
 } CqCensusNote;
 
 static CqCensusNote *cq_notes = NULL;
 static int	cq_nnotes = 0;
 static int	cq_notes_size = 0;
 static Oid	cq_notes_relid = InvalidOid;
-static bool cq_census_held = false; /* the lock, from pre-commit to commit */
+static CqCommitSlot *cq_my_slot = NULL; /* set from pre-commit to commit */
 static bool cq_census_unknown = false;	/* make it unknown at commit */
 static bool cq_census_callbacks = false;
 
@@ -142,21 +165,39 @@ static AttrNumber cq_state_attr;
 Size
 cq_census_shmem_size(void)
 {
-	return hash_estimate_size(CQ_CENSUS_SLOTS, sizeof(CqCensusEntry));
+	return add_size(hash_estimate_size(cq_census_entries, sizeof(CqCensusEntry)),
+					add_size(offsetof(CqCensusShared, slots),
+							 mul_size(MaxBackends, sizeof(CqCommitSlot))));
 }
 
 void
 cq_census_shmem_init(LWLock *lock, LWLock *gate)
 {
 	HASHCTL		ctl;
+	bool		found;
 
 	ctl.keysize = sizeof(CqCensusKey);
 	ctl.entrysize = sizeof(CqCensusEntry);
 	cq_census_lock = lock;
 	cq_census_gate = gate;
-	cq_census = ShmemInitHash("claimq census", CQ_CENSUS_SLOTS,
-							  CQ_CENSUS_SLOTS, &ctl,
+	cq_census = ShmemInitHash("claimq census", cq_census_entries,
+							  cq_census_entries, &ctl,
 							  HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+	cq_census_shared = ShmemInitStruct("claimq census commits",
+									   add_size(offsetof(CqCensusShared, slots),
+												mul_size(MaxBackends,
+														 sizeof(CqCommitSlot))),
+									   &found);
+	if (!found)
+	{
+		cq_census_shared->nslots = MaxBackends;
+		for (int i = 0; i < MaxBackends; i++)
+		{
+			pg_atomic_init_u32(&cq_census_shared->slots[i].xid,
+							   InvalidTransactionId);
+			cq_census_shared->slots[i].dboid = InvalidOid;
+		}
+	}
 }
 
 /* The key of the current database's entry of a queue (0: its header). */
@@ -173,22 +214,39 @@ cq_census_key(Oid relid, int32 queue_id)
 }
 
 /*
- * Take the lock exclusive.  A recount, or a commit that needs new entries,
- * closes the gate first: shared holders come and go without pause, and an
- * exclusive waiter would otherwise wait for a moment when there is none.
+ * Take the lock.  An exclusive taker closes the gate first: shared holders
+ * come and go without pause, and it would otherwise wait for a moment when
+ * there is none.  Every holder only works in memory.
  */
 static void
-cq_census_lock_exclusive(void)
+cq_census_acquire(LWLockMode mode)
 {
-	LWLockAcquire(cq_census_gate, LW_EXCLUSIVE);
-	LWLockAcquire(cq_census_lock, LW_EXCLUSIVE);
-	LWLockRelease(cq_census_gate);
+	if (mode == LW_EXCLUSIVE)
+	{
+		LWLockAcquire(cq_census_gate, LW_EXCLUSIVE);
+		LWLockAcquire(cq_census_lock, LW_EXCLUSIVE);
+		LWLockRelease(cq_census_gate);
+	}
+	else
+	{
+		LWLockAcquire(cq_census_gate, LW_SHARED);
+		LWLockRelease(cq_census_gate);
+		LWLockAcquire(cq_census_lock, LW_SHARED);
+	}
+}
+
+/* Whether a header's counts are valid; under the lock, either mode. */
+static bool
+cq_census_is_valid(CqCensusEntry *header)
+{
+	return header != NULL && header->valid_epoch != 0 &&
+		header->valid_epoch == pg_atomic_read_u64(&header->epoch);
 }
 
 /*
  * The entry of a key, added with zero counts if missing, or NULL if there
- * is no room even after the entries that are all zero (the same as absent)
- * were removed.  The caller holds the lock exclusive.
+ * is no room even after the queues' entries that are all zero (the same as
+ * absent) were removed.  The caller holds the lock exclusive.
  */
 static CqCensusEntry *
 cq_census_enter(const CqCensusKey *key)
@@ -206,8 +264,8 @@ cq_census_enter(const CqCensusKey *key)
 			{
 				for (int s = 0; s < CQ_NSTATES; s++)
 					pg_atomic_init_u64(&entry->counts[s], 0);
-				entry->valid = false;
-				entry->epoch = 0;
+				pg_atomic_init_u64(&entry->epoch, 1);
+				entry->valid_epoch = 0;
 			}
 			return entry;
 		}
@@ -231,110 +289,130 @@ cq_census_enter(const CqCensusKey *key)
 	return NULL;
 }
 
-/* The database's header (queue_id 0); the caller holds the lock exclusive. */
-static CqCensusEntry *
-cq_census_header(Oid relid)
-{
-	CqCensusKey key = cq_census_key(relid, 0);
-
-	return cq_census_enter(&key);
-}
-
 /*
- * Make the current database's census unknown until the next recount.
- * Takes the lock exclusive; not while this backend holds it.
+ * Make the current database's census unknown until the next recount: bump
+ * its epoch.  Takes the lock shared to find the header; without one, the
+ * census is unknown already.
  */
 static void
 cq_census_forget(Oid relid)
 {
+	CqCensusKey key = cq_census_key(relid, 0);
 	CqCensusEntry *header;
 
-	Assert(!LWLockHeldByMe(cq_census_lock));
-	cq_census_lock_exclusive();
-	header = cq_census_header(relid);
+	cq_census_acquire(LW_SHARED);
+	header = hash_search(cq_census, &key, HASH_FIND, NULL);
 	if (header != NULL)
+		pg_atomic_fetch_add_u64(&header->epoch, 1);
+	LWLockRelease(cq_census_lock);
+}
+
+/*
+ * Before the commit: publish the transaction in this backend's commit
+ * slot, so that a recount can tell a commit it sees whose notes are not
+ * added yet.
+ */
+static void
+cq_census_pre_commit(void)
+{
+	TransactionId xid = GetTopTransactionIdIfAny();
+	int			index = (int) MyBackendId - 1;	/* backend ids count from 1 */
+
+	if (!TransactionIdIsValid(xid) || index < 0 ||
+		index >= cq_census_shared->nslots)
 	{
-		header->valid = false;
-		header->epoch++;
+		/* Nothing a recount could tell apart: unknown once it commits. */
+		cq_census_unknown = true;
+		return;
+	}
+	cq_my_slot = &cq_census_shared->slots[index];
+	cq_my_slot->dboid = MyDatabaseId;
+	pg_write_barrier();
+	pg_atomic_write_u32(&cq_my_slot->xid, xid);
+}
+
+/* Clear this backend's commit slot, after every addition it covers. */
+static void
+cq_census_clear_slot(void)
+{
+	if (cq_my_slot == NULL)
+		return;
+	pg_write_barrier();
+	pg_atomic_write_u32(&cq_my_slot->xid, InvalidTransactionId);
+	cq_my_slot = NULL;
+}
+
+/* Add one note to its entry. */
+static void
+cq_census_add(CqCensusEntry *entry, const CqCensusNote *note)
+{
+	for (int s = 0; s < CQ_NSTATES; s++)
+		if (note->delta[s] != 0)
+			pg_atomic_fetch_add_u64(&entry->counts[s], note->delta[s]);
+}
+
+/*
+ * After the commit is visible: add the notes (making missing entries
+ * under the exclusive lock; where there is no room, the census is unknown
+ * from now on), then clear the commit slot.  Nothing here may fail.
+ */
+static void
+cq_census_commit(void)
+{
+	CqCensusKey key = cq_census_key(cq_notes_relid, 0);
+	int			missing = 0;
+
+	cq_census_acquire(LW_SHARED);
+	for (int i = 0; i < cq_nnotes; i++)
+	{
+		CqCensusEntry *entry;
+
+		key.queue_id = cq_notes[i].queue_id;
+		entry = hash_search(cq_census, &key, HASH_FIND, NULL);
+		if (entry != NULL)
+			cq_census_add(entry, &cq_notes[i]);
+		else
+			cq_notes[missing++] = cq_notes[i];
 	}
 	LWLockRelease(cq_census_lock);
+
+	if (missing > 0)
+	{
+		cq_census_acquire(LW_EXCLUSIVE);
+		for (int i = 0; i < missing; i++)
+		{
+			CqCensusEntry *entry;
+
+			key.queue_id = cq_notes[i].queue_id;
+			entry = cq_census_enter(&key);
+			if (entry != NULL)
+				cq_census_add(entry, &cq_notes[i]);
+			else
+				cq_census_unknown = true;
+		}
+		LWLockRelease(cq_census_lock);
+	}
+
+	/*
+	 * Unknown before the slot is cleared: a recount that saw this commit in
+	 * its snapshot either found the slot set or finds the epoch changed.
+	 */
+	if (cq_census_unknown)
+		cq_census_forget(cq_notes_relid);
+	cq_census_clear_slot();
 }
 
 static void
 cq_census_reset_notes(void)
 {
 	cq_nnotes = 0;
-	cq_census_held = false;
 	cq_census_unknown = false;
-}
-
-/*
- * Before the commit: find every noted queue's entry, making those that are
- * missing, and keep the lock shared until the commit is visible and added.
- */
-static void
-cq_census_pre_commit(void)
-{
-	CqCensusKey key = cq_census_key(cq_notes_relid, 0);
-
-	for (int attempt = 0;; attempt++)
-	{
-		bool		missing = false;
-
-		LWLockAcquire(cq_census_gate, LW_SHARED);
-		LWLockRelease(cq_census_gate);
-		LWLockAcquire(cq_census_lock, LW_SHARED);
-		for (int i = 0; i < cq_nnotes; i++)
-		{
-			key.queue_id = cq_notes[i].queue_id;
-			cq_notes[i].entry = hash_search(cq_census, &key, HASH_FIND, NULL);
-			missing |= cq_notes[i].entry == NULL;
-		}
-		if (!missing || attempt == 2)
-			break;
-		LWLockRelease(cq_census_lock);
-
-		cq_census_lock_exclusive();
-		for (int i = 0; i < cq_nnotes; i++)
-		{
-			key.queue_id = cq_notes[i].queue_id;
-			if (cq_census_enter(&key) == NULL || attempt == 1)
-			{
-				/*
-				 * No room (or no luck): the notes without an entry are
-				 * dropped, and the census is unknown once this commits.
-				 */
-				cq_census_unknown = true;
-				break;
-			}
-		}
-		LWLockRelease(cq_census_lock);
-	}
-	cq_census_held = true;
-}
-
-/* After the commit is visible: add the notes, let the lock go. */
-static void
-cq_census_commit(void)
-{
-	Assert(LWLockHeldByMeInMode(cq_census_lock, LW_SHARED));
-	for (int i = 0; i < cq_nnotes; i++)
-	{
-		CqCensusEntry *entry = cq_notes[i].entry;
-
-		if (entry == NULL)
-			continue;
-		for (int s = 0; s < CQ_NSTATES; s++)
-			if (cq_notes[i].delta[s] != 0)
-				pg_atomic_fetch_add_u64(&entry->counts[s], cq_notes[i].delta[s]);
-	}
-	LWLockRelease(cq_census_lock);
 }
 
 static void
 cq_census_xact_callback(XactEvent event, void *arg)
 {
-	if (cq_nnotes == 0 && !cq_census_unknown)
+	if (cq_nnotes == 0 && !cq_census_unknown && cq_my_slot == NULL)
 		return;
 	switch (event)
 	{
@@ -343,16 +421,9 @@ cq_census_xact_callback(XactEvent event, void *arg)
 				cq_census_pre_commit();
 			return;
 		case XACT_EVENT_COMMIT:
-			if (cq_census_held)
+			if (cq_nnotes > 0 && cq_my_slot != NULL)
 				cq_census_commit();
-
-			/*
-			 * What made the census unknown counts from the commit: a recount
-			 * whose snapshot missed it finds the epoch changed. (A TRUNCATE's
-			 * lock is let go only after this, so a recount that waited for it
-			 * does too.)
-			 */
-			if (cq_census_unknown)
+			else if (cq_census_unknown || cq_nnotes > 0)
 				cq_census_forget(cq_notes_relid);
 			break;
 		case XACT_EVENT_PRE_PREPARE:
@@ -367,7 +438,8 @@ cq_census_xact_callback(XactEvent event, void *arg)
 			cq_census_forget(cq_notes_relid);
 			break;
 		default:
-			/* Abort, which has let the lock go already. */
+			/* Abort: its notes go, and so does its commit slot. */
+			cq_census_clear_slot();
 			break;
 	}
 	cq_census_reset_notes();
@@ -530,17 +602,87 @@ typedef struct CqCensusCopy
 	bool		counted;		/* n - c0 added already */
 } CqCensusCopy;
 
+/* How often a recount looks again for commits it sees but not their notes. */
+#define CQ_RECOUNT_TRIES	20
+
+/*
+ * Whether a transaction of this database has a commit that the snapshot
+ * sees and notes not added yet.  The caller holds the lock exclusive, so
+ * no addition is under way.
+ */
+static bool
+cq_census_commits_pending(Snapshot snapshot)
+{
+	for (int i = 0; i < cq_census_shared->nslots; i++)
+	{
+		CqCommitSlot *slot = &cq_census_shared->slots[i];
+		TransactionId xid = pg_atomic_read_u32(&slot->xid);
+
+		if (!TransactionIdIsValid(xid))
+			continue;
+		pg_read_barrier();
+		if (slot->dboid == MyDatabaseId && !XidInMVCCSnapshot(xid, snapshot))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Free the entries of databases that no longer exist.  Inside a
+ * transaction (it reads pg_database), without the lock.
+ */
+void
+cq_census_free_dropped(void)
+{
+	HASH_SEQ_STATUS status;
+	CqCensusEntry *entry;
+	Oid		   *dboids;
+	int			ndbs = 0;
+	int			ndropped = 0;
+
+	if (!cq_shmem_ready)
+		return;
+	dboids = palloc(sizeof(Oid) * cq_census_entries);
+	cq_census_acquire(LW_SHARED);
+	hash_seq_init(&status, cq_census);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		if (entry->key.queue_id == 0 && ndbs < cq_census_entries)
+			dboids[ndbs++] = entry->key.dboid;
+	LWLockRelease(cq_census_lock);
+
+	for (int i = 0; i < ndbs; i++)
+		if (!SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(dboids[i])))
+			dboids[ndropped++] = dboids[i];
+
+	/* Without its header, a database's entries are dropped too. */
+	if (ndropped > 0)
+	{
+		cq_census_acquire(LW_EXCLUSIVE);
+		hash_seq_init(&status, cq_census);
+		while ((entry = hash_seq_search(&status)) != NULL)
+			for (int i = 0; i < ndropped; i++)
+				if (entry->key.dboid == dboids[i])
+				{
+					(void) hash_search(cq_census, &entry->key, HASH_REMOVE, NULL);
+					break;
+				}
+		LWLockRelease(cq_census_lock);
+	}
+	pfree(dboids);
+}
+
 /*
  * Count the current database's jobs again (see the file header), if its
  * census is not valid.  Called by the reclaimer inside a transaction that
  * has written nothing, connected to SPI, as the extension's owner.
  * Returns true if the census is valid afterwards.
  *
- * The epoch is read first and checked at the end, where it is also bumped
- * before any count changes: a transaction prepared before the first read
- * is listed by the check that follows it (or committed before the
- * snapshot), anything that made the census unknown since changes the
- * epoch, and of two recounts at once only the first to finish adds.
+ * The epoch is read first and, at the end, moved on by one before any
+ * count changes (only if it is still what was read): a transaction
+ * prepared before the first read is listed by the check that follows it
+ * (or committed before the snapshot), anything that made the census
+ * unknown since changes the epoch, and of two recounts at once only the
+ * first to finish adds.
  */
 bool
 cq_census_recount(void)
@@ -550,7 +692,8 @@ cq_census_recount(void)
 	Oid			relid = cq_job_relid();
 	CqCensusEntry *header;
 	Snapshot	snapshot;
-	uint64		epoch;
+	uint64		epoch = 0;
+	uint64		expected;
 	HTAB	   *copies;
 	HASHCTL		ctl;
 	HASH_SEQ_STATUS status;
@@ -562,23 +705,31 @@ cq_census_recount(void)
 	if (!cq_shmem_ready || RecoveryInProgress())
 		return false;
 
-	LWLockAcquire(cq_census_lock, LW_SHARED);
+	cq_census_acquire(LW_SHARED);
 	header = hash_search(cq_census, &key, HASH_FIND, NULL);
-	valid = header != NULL && header->valid;
-	epoch = header != NULL ? header->epoch : 0;
+	valid = cq_census_is_valid(header);
+	if (header != NULL)
+		epoch = pg_atomic_read_u64(&header->epoch);
 	LWLockRelease(cq_census_lock);
 	if (valid)
 		return true;
 	if (header == NULL)
 	{
-		/* The database's first count: make its header (epoch 0). */
-		cq_census_lock_exclusive();
-		header = cq_census_header(relid);
-		valid = header != NULL && header->valid;
-		epoch = header != NULL ? header->epoch : 0;
+		/* The database's first count: make its header. */
+		cq_census_acquire(LW_EXCLUSIVE);
+		header = cq_census_enter(&key);
+		valid = cq_census_is_valid(header);
+		if (header != NULL)
+			epoch = pg_atomic_read_u64(&header->epoch);
 		LWLockRelease(cq_census_lock);
-		if (valid || header == NULL)
-			return valid;
+		if (header == NULL)
+		{
+			/* No room: make some for the next pass. */
+			cq_census_free_dropped();
+			return false;
+		}
+		if (valid)
+			return true;
 	}
 
 	/*
@@ -600,11 +751,28 @@ cq_census_recount(void)
 						 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 
 	/*
-	 * Under the exclusive lock: the snapshot and c0.  No commit is between
-	 * its pre-commit and the addition of its notes.
+	 * Under the exclusive lock: the snapshot and c0, once no commit it sees
+	 * has notes still to add.  Such a commit is between its visibility and
+	 * its callback, a matter of moments.
 	 */
-	cq_census_lock_exclusive();
-	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	for (int attempt = 0;; attempt++)
+	{
+		cq_census_acquire(LW_EXCLUSIVE);
+		snapshot = GetLatestSnapshot();
+		if (!cq_census_commits_pending(snapshot))
+			break;
+		LWLockRelease(cq_census_lock);
+		if (attempt == CQ_RECOUNT_TRIES)
+		{
+			hash_destroy(copies);
+			return false;
+		}
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 1 + attempt, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	snapshot = RegisterSnapshot(snapshot);
 	hash_seq_init(&status, cq_census);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
@@ -634,11 +802,12 @@ cq_census_recount(void)
 	UnregisterSnapshot(snapshot);
 
 	/* Under the exclusive lock: add n - c0 to each count. */
-	cq_census_lock_exclusive();
-	header = cq_census_header(relid);
-	valid = header != NULL && header->epoch == epoch;
-	if (valid)
-		header->epoch++;		/* before any count changes */
+	cq_census_acquire(LW_EXCLUSIVE);
+	key.queue_id = 0;
+	header = hash_search(cq_census, &key, HASH_FIND, NULL);
+	expected = epoch;
+	valid = header != NULL &&
+		pg_atomic_compare_exchange_u64(&header->epoch, &expected, epoch + 1);
 	for (uint64 r = 0; valid && r < SPI_processed; r++)
 	{
 		bool		isnull;
@@ -678,8 +847,8 @@ cq_census_recount(void)
 		for (int s = 0; s < CQ_NSTATES; s++)
 			pg_atomic_fetch_sub_u64(&entry->counts[s], copy->c0[s]);
 	}
-	if (header != NULL && header->epoch == epoch + 1)
-		header->valid = valid;
+	if (valid)
+		header->valid_epoch = epoch + 1;
 	LWLockRelease(cq_census_lock);
 	hash_destroy(copies);
 	return valid;
@@ -741,9 +910,9 @@ claimq_census(PG_FUNCTION_ARGS)
 	key = cq_census_key(cq_job_relid(), 0);
 
 	/* Copy under the lock, hand out after. */
-	LWLockAcquire(cq_census_lock, LW_SHARED);
+	cq_census_acquire(LW_SHARED);
 	header = hash_search(cq_census, &key, HASH_FIND, NULL);
-	if (header != NULL && header->valid)
+	if (cq_census_is_valid(header))
 	{
 		rows = palloc(sizeof(CqCensusCopy) * hash_get_num_entries(cq_census));
 		hash_seq_init(&status, cq_census);

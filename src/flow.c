@@ -31,10 +31,10 @@
  * waiting claims and lower the queue's claim floor at commit.
  *
  * Queue-wide limits, with the preload.  Shared memory holds, per queue with
- * max_in_flight or rate_limit that was claimed from lately (a fixed number
- * of slots, like the claim floors'), the slots reserved by claims whose
- * transactions are still in progress and the rate limit's token bucket.
- * A claim, under the slot's spinlock only:
+ * max_in_flight or rate_limit that was claimed from lately (a table of
+ * claimq.flow_slots slots for the whole server), the slots reserved by
+ * claims whose transactions are still in progress and the rate limit's
+ * token bucket.  A claim, under the slot's spinlock:
  *
  *	1. reserves max_jobs slots and takes up to max_jobs tokens, and notes
  *	   what the other transactions in progress had reserved (r);
@@ -53,14 +53,34 @@
  * left room for all of them.  Claims never wait for each other, and
  * settling a job touches no shared memory: the count is the job table's.
  *
- * A bucket's first use is recorded in the queue's row; a bucket set up
- * again after a restart, a failover or the loss of its slot starts empty
- * rather than full, so that no restart lets a burst through.
+ * When the table is full.  A slot is taken over for another queue only if
+ * that loses nothing: no transaction has reserved on it and its bucket is
+ * full.  A queue that finds no slot so free takes the slow path: its
+ * claims take turns on the queue's row, as without the preload (below).
+ * The two paths never mix for a queue: a claim on the row is noted, per
+ * hash of its key, until its transaction ends, and no slot is made for
+ * the queue while one is; and a slot with reservations is never taken
+ * over, so the claims through shared memory have all ended when a claim
+ * on the row counts (with the latest snapshot).  A transaction that
+ * claims from more than CQ_FLOW_HELD limited queues takes nothing more.
  *
- * Every claim of the server takes this path, so that no claim escapes the
- * reservations of another; one that finds no slot (all of its key's are
- * reserved, or its transaction already claims from CQ_FLOW_HELD such
- * queues) takes nothing that time.
+ * The bucket.  The queue's row holds a record of it (rate_tokens at
+ * rate_at): written by every claim on the row, and by the reclaimer for a
+ * bucket in shared memory whose row had none (the claim that made it may
+ * roll back), but only while the row's rate is still the bucket's.  A
+ * bucket is made from the row (cq_flow_row_tokens): full without a record
+ * (the first use, or a new rate: alter_queue clears it), else the record
+ * refilled to now, and, after a server start, no more than have refilled
+ * since the start, so that no restart lets a burst through.  A bucket in
+ * shared memory never holds more than its row would give, so one that is
+ * full when its slot is taken over is made again full: eviction neither
+ * refills nor empties a bucket.  Buckets in shared memory are not written
+ * back; a failover starts them from the row like a restart.
+ *
+ * The locks: the flow lock, shared to find a slot and change it under
+ * its spinlock, exclusive to make or take over a slot; held only around
+ * work in memory, never across a statement or a commit.  The launcher
+ * frees the slots of dropped databases.
  *
  * Queue-wide limits without the preload: a claim updates the queue's row
  * and so holds it until its transaction ends, counts the jobs in flight
@@ -77,9 +97,13 @@
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
+#include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
 
 #include "claimq.h"
 
@@ -207,19 +231,24 @@ cq_groups_sync(CqGroups *groups)
 	"  WHERE j.expires_at IS NOT NULL AND j.queue_id = $1)"
 
 /*
- * The queue-wide limits' shared memory (see the file header).
+ * The queue-wide limits' shared memory (see the file header): a table of
+ * claimq.flow_slots slots under the flow lock, each slot's fields under
+ * its own spinlock; and, per key hash, how many transactions claim on
+ * their queue's row.
  */
-#define CQ_FLOW_SLOTS	256
-#define CQ_FLOW_PROBES	8		/* slots a key may occupy */
-
-typedef struct CqFlowSlot
+typedef struct CqFlowKey
 {
-	bool		used;
 	Oid			dboid;
 	Oid			relid;
 	int32		queue_id;
+} CqFlowKey;
+
+typedef struct CqFlowSlot
+{
+	CqFlowKey	key;
+	slock_t		mutex;			/* the fields below */
 	int64		reserved;		/* by transactions in progress */
-	uint64		generation;		/* changes when the slot changes hands */
+	uint64		generation;		/* new for every slot made */
 	bool		bucket_valid;
 	bool		marked;			/* the queue row records the bucket's use */
 	int32		rate_limit;		/* the bucket was made for these */
@@ -230,152 +259,81 @@ typedef struct CqFlowSlot
 
 typedef struct CqFlowShared
 {
-	slock_t		mutex;
-	bool		any_used;		/* a slot was ever assigned */
-	uint64		next_generation;
-	CqFlowSlot	slots[CQ_FLOW_SLOTS];
+	pg_atomic_uint32 any_used;	/* a slot was ever made */
+	pg_atomic_uint64 next_generation;
+	int			nrows;
+	pg_atomic_uint32 row_claims[FLEXIBLE_ARRAY_MEMBER];
 } CqFlowShared;
 
+static LWLock *cq_flow_lock = NULL;
+static HTAB *cq_flow_table = NULL;
 static CqFlowShared *cq_flow = NULL;
 
-/* The slots this backend's transaction has reserved. */
+static void cq_flow_xact_callback(XactEvent event, void *arg);
+
+/* What this backend's transaction holds: slots reserved, rows claimed on. */
+#define CQ_FLOW_HELD	16		/* queues one transaction claims from */
 typedef struct CqFlowHeld
 {
-	int			slot;
-	int32		queue_id;
+	CqFlowSlot *slot;
+	uint64		generation;
 	int64		reserved;
 } CqFlowHeld;
 
-#define CQ_FLOW_HELD	16		/* queues one transaction claims from */
 static CqFlowHeld cq_flow_held[CQ_FLOW_HELD];
 static int	cq_flow_nheld = 0;
+static uint32 cq_flow_rows[CQ_FLOW_HELD];	/* indexes into row_claims */
+static int	cq_flow_nrows = 0;
 static bool cq_flow_callback = false;
+
+static Size
+cq_flow_shared_size(void)
+{
+	return add_size(offsetof(CqFlowShared, row_claims),
+					mul_size(cq_flow_slots, sizeof(pg_atomic_uint32)));
+}
 
 Size
 cq_flow_shmem_size(void)
 {
-	return sizeof(CqFlowShared);
+	return add_size(hash_estimate_size(cq_flow_slots, sizeof(CqFlowSlot)),
+					cq_flow_shared_size());
 }
 
 void
-cq_flow_shmem_init(void)
+cq_flow_shmem_init(LWLock *lock)
 {
+	HASHCTL		ctl;
 	bool		found;
 
-	cq_flow = ShmemInitStruct("claimq queue limits", cq_flow_shmem_size(),
-							  &found);
+	ctl.keysize = sizeof(CqFlowKey);
+	ctl.entrysize = sizeof(CqFlowSlot);
+	cq_flow_lock = lock;
+	cq_flow_table = ShmemInitHash("claimq queue limits", cq_flow_slots,
+								  cq_flow_slots, &ctl,
+								  HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+	cq_flow = ShmemInitStruct("claimq queue limits' rows",
+							  cq_flow_shared_size(), &found);
 	if (!found)
 	{
-		memset(cq_flow, 0, cq_flow_shmem_size());
-		SpinLockInit(&cq_flow->mutex);
+		pg_atomic_init_u32(&cq_flow->any_used, 0);
+		pg_atomic_init_u64(&cq_flow->next_generation, 1);
+		cq_flow->nrows = cq_flow_slots;
+		for (int i = 0; i < cq_flow_slots; i++)
+			pg_atomic_init_u32(&cq_flow->row_claims[i], 0);
 	}
 }
 
-/*
- * At the end of a transaction, give back every slot it reserved.
- */
-static void
-cq_flow_xact_callback(XactEvent event, void *arg)
+static CqFlowKey
+cq_flow_key(int32 queue_id)
 {
-	/*
-	 * A prepared transaction's claims stay uncommitted after this backend has
-	 * moved on, and nothing would hold their slots meanwhile.
-	 */
-	if (event == XACT_EVENT_PRE_PREPARE)
-	{
-		for (int i = 0; i < cq_flow_nheld; i++)
-			if (cq_flow_held[i].reserved > 0)
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot prepare a transaction that claimed jobs of a queue with max_in_flight")));
-		return;
-	}
-	if (event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT &&
-		event != XACT_EVENT_PARALLEL_COMMIT &&
-		event != XACT_EVENT_PARALLEL_ABORT)
-		return;
-	if (cq_flow_nheld == 0)
-		return;
-	SpinLockAcquire(&cq_flow->mutex);
-	for (int i = 0; i < cq_flow_nheld; i++)
-		cq_flow->slots[cq_flow_held[i].slot].reserved -= cq_flow_held[i].reserved;
-	SpinLockRelease(&cq_flow->mutex);
-	cq_flow_nheld = 0;
-}
+	CqFlowKey	key;
 
-/*
- * The queue's slot, or NULL.  With create, a missing slot is assigned: one
- * nobody holds reservations on is taken over (its bucket is lost), and
- * NULL means all the key's slots are reserved.  Called with the mutex held
- * (or, for a look without create whose answer may be stale, without).
- */
-static CqFlowSlot *
-cq_flow_slot(Oid dboid, Oid relid, int32 queue_id, bool create)
-{
-	uint32		home = cq_queue_key_hash(dboid, relid, queue_id) % CQ_FLOW_SLOTS;
-	CqFlowSlot *victim = NULL;
-
-	for (int i = 0; i < CQ_FLOW_PROBES; i++)
-	{
-		CqFlowSlot *slot = &cq_flow->slots[(home + i) % CQ_FLOW_SLOTS];
-
-		if (slot->used && slot->dboid == dboid && slot->relid == relid &&
-			slot->queue_id == queue_id)
-			return slot;
-		if (slot->reserved == 0 && (victim == NULL || !slot->used))
-			victim = slot;
-	}
-	if (!create || victim == NULL)
-		return NULL;
-	cq_flow->any_used = true;
-	victim->used = true;
-	victim->dboid = dboid;
-	victim->relid = relid;
-	victim->queue_id = queue_id;
-	victim->reserved = 0;
-	victim->generation = ++cq_flow->next_generation;
-	victim->bucket_valid = false;
-	return victim;
-}
-
-/* This transaction's entry for a slot, made if missing; or NULL. */
-static CqFlowHeld *
-cq_flow_held_entry(int slot, int32 queue_id)
-{
-	for (int i = 0; i < cq_flow_nheld; i++)
-		if (cq_flow_held[i].slot == slot)
-			return &cq_flow_held[i];
-	if (cq_flow_nheld == CQ_FLOW_HELD)
-		return NULL;
-	cq_flow_held[cq_flow_nheld].slot = slot;
-	cq_flow_held[cq_flow_nheld].queue_id = queue_id;
-	cq_flow_held[cq_flow_nheld].reserved = 0;
-	return &cq_flow_held[cq_flow_nheld++];
-}
-
-/*
- * Where a bucket set up in shared memory starts: full if the queue's row
- * has no record of a bucket (its first use, or a new rate), empty
- * otherwise (after a restart, a failover, a restore or the loss of its
- * slot), so that no restart lets a burst through.  The record is written
- * by the reclaimer (cq_flow_upkeep), in a transaction of its own, since the
- * claim that sets the bucket up may roll back.  Sets *full.  The caller
- * has connected SPI.
- */
-static void
-cq_flow_bucket_start(const CqQueue *queue, bool *full)
-{
-	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[1] = {INT4OID};
-	Datum		values[1];
-	bool		isnull;
-
-	cq_plan(&plan,
-			"SELECT q.rate_at IS NULL FROM claimq.queue q WHERE q.queue_id = $1",
-			1, argtypes);
-	values[0] = Int32GetDatum(queue->queue_id);
-	cq_execute_latest(plan, values, NULL, SPI_OK_SELECT);
-	*full = SPI_processed == 1 && DatumGetBool(cq_spi_value(0, 1, &isnull));
+	memset(&key, 0, sizeof(key));	/* the padding too: keys are hashed */
+	key.dboid = MyDatabaseId;
+	key.relid = cq_job_relid();
+	key.queue_id = queue_id;
+	return key;
 }
 
 /* A queue's rate_period in microseconds (check_flow_settings: at most a day). */
@@ -399,56 +357,310 @@ cq_flow_refill_ms(double tokens, const CqQueue *queue)
 	return Max(1, (long) ceil(usecs / 1000.0));
 }
 
-/* The bucket refilled to now; the caller holds the mutex. */
-static void
-cq_flow_refill(CqFlowSlot *slot, TimestampTz now)
+/* A bucket's tokens at now; the caller holds the slot's spinlock. */
+static double
+cq_flow_tokens_at(const CqFlowSlot *slot, TimestampTz now)
 {
-	if (now > slot->at)
-	{
-		slot->tokens = Min((double) slot->rate_limit,
-						   slot->tokens + (double) (now - slot->at) *
-						   slot->rate_limit / slot->period);
-		slot->at = now;
-	}
+	if (now <= slot->at)
+		return slot->tokens;
+	return Min((double) slot->rate_limit,
+			   slot->tokens + (double) (now - slot->at) *
+			   slot->rate_limit / slot->period);
 }
 
 /*
- * Steps 1 and 2 of a claim with the preload (see the file header).
- * Returns false, having changed nothing, if no slot could be had.
+ * Whether a slot can be given to another queue without losing anything:
+ * no transaction has reserved on it, and its bucket, if any, is full (a
+ * bucket made again from the queue's row is then full too: see
+ * cq_flow_bucket_start).  The caller holds the lock exclusive.
  */
 static bool
-cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
+cq_flow_evictable(CqFlowSlot *slot, TimestampTz now)
 {
-	Oid			relid = cq_job_relid();
-	TimestampTz now = GetCurrentTimestamp();
-	int64		period = cq_flow_period(queue);
-	CqFlowSlot *slot;
-	CqFlowHeld *held;
-	int64		others;
-	bool		full = false;
-	bool		started = false;
+	return slot->reserved == 0 &&
+		(!slot->bucket_valid ||
+		 cq_flow_tokens_at(slot, now) >= (double) slot->rate_limit);
+}
 
+/*
+ * The queue's slot, made if missing, with the lock held (shared or
+ * exclusive: the caller just lets it go).  NULL, without the lock, when
+ * none can be had: every slot is in use and none can be taken over, or a
+ * transaction claims on the queue's row (see cq_flow_row_enter).
+ */
+static CqFlowSlot *
+cq_flow_slot(const CqFlowKey *key, TimestampTz now)
+{
+	uint32		hash = get_hash_value(cq_flow_table, key);
+	CqFlowSlot *slot;
+	bool		found;
+
+	LWLockAcquire(cq_flow_lock, LW_SHARED);
+	slot = hash_search_with_hash_value(cq_flow_table, key, hash, HASH_FIND, NULL);
+	if (slot != NULL)
+		return slot;
+	LWLockRelease(cq_flow_lock);
+
+	LWLockAcquire(cq_flow_lock, LW_EXCLUSIVE);
+	slot = hash_search_with_hash_value(cq_flow_table, key, hash, HASH_FIND, NULL);
+	if (slot != NULL)
+		return slot;
+	if (pg_atomic_read_u32(&cq_flow->row_claims[hash % cq_flow->nrows]) == 0)
+	{
+		slot = hash_search_with_hash_value(cq_flow_table, key, hash,
+										   HASH_ENTER_NULL, &found);
+		if (slot == NULL)
+		{
+			/* Full: take over a slot that loses nothing, if there is one. */
+			HASH_SEQ_STATUS status;
+			CqFlowSlot *victim;
+
+			hash_seq_init(&status, cq_flow_table);
+			while ((victim = hash_seq_search(&status)) != NULL)
+				if (cq_flow_evictable(victim, now))
+				{
+					hash_seq_term(&status);
+					break;
+				}
+			if (victim != NULL)
+			{
+				(void) hash_search(cq_flow_table, &victim->key, HASH_REMOVE, NULL);
+				slot = hash_search_with_hash_value(cq_flow_table, key, hash,
+												   HASH_ENTER_NULL, &found);
+			}
+		}
+	}
+	if (slot == NULL)
+	{
+		LWLockRelease(cq_flow_lock);
+		return NULL;
+	}
+	SpinLockInit(&slot->mutex);
+	slot->reserved = 0;
+	slot->generation = pg_atomic_fetch_add_u64(&cq_flow->next_generation, 1);
+	slot->bucket_valid = false;
+	slot->marked = false;
+	pg_atomic_write_u32(&cq_flow->any_used, 1);
+	return slot;
+}
+
+static void
+cq_flow_register_callback(void)
+{
 	if (!cq_flow_callback)
 	{
 		RegisterXactCallback(cq_flow_xact_callback, NULL);
 		cq_flow_callback = true;
 	}
+}
 
+/*
+ * Note that this transaction claims on the queue's row, which keeps a
+ * slot from being made for the queue until it ends.  False if the queue
+ * has a slot after all (claim through it), or if this transaction claims
+ * on too many rows already.
+ */
+static bool
+cq_flow_row_enter(const CqFlowKey *key, bool *too_many)
+{
+	uint32		hash = get_hash_value(cq_flow_table, key);
+	uint32		index = hash % cq_flow->nrows;
+	bool		mine = false;
+
+	*too_many = false;
+	cq_flow_register_callback();
+	LWLockAcquire(cq_flow_lock, LW_SHARED);
+	if (hash_search_with_hash_value(cq_flow_table, key, hash, HASH_FIND, NULL) != NULL)
+	{
+		LWLockRelease(cq_flow_lock);
+		return false;
+	}
+	for (int i = 0; i < cq_flow_nrows; i++)
+		mine |= cq_flow_rows[i] == index;
+	if (!mine && cq_flow_nrows == CQ_FLOW_HELD)
+	{
+		LWLockRelease(cq_flow_lock);
+		*too_many = true;
+		return false;
+	}
+	if (!mine)
+	{
+		pg_atomic_fetch_add_u32(&cq_flow->row_claims[index], 1);
+		cq_flow_rows[cq_flow_nrows++] = index;
+	}
+	LWLockRelease(cq_flow_lock);
+	return true;
+}
+
+/*
+ * At the end of a transaction, give back every slot it reserved and every
+ * row it claimed on.
+ */
+static void
+cq_flow_xact_callback(XactEvent event, void *arg)
+{
+	/*
+	 * A prepared transaction's claims stay uncommitted after this backend has
+	 * moved on, and nothing would hold their slots meanwhile.
+	 */
+	if (event == XACT_EVENT_PRE_PREPARE)
+	{
+		bool		reserved = cq_flow_nrows > 0;
+
+		for (int i = 0; i < cq_flow_nheld; i++)
+			reserved |= cq_flow_held[i].reserved > 0;
+		if (reserved)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot prepare a transaction that claimed jobs of a queue with max_in_flight or rate_limit")));
+		return;
+	}
+	if (event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT &&
+		event != XACT_EVENT_PARALLEL_COMMIT &&
+		event != XACT_EVENT_PARALLEL_ABORT && event != XACT_EVENT_PREPARE)
+		return;
+	if (cq_flow_nheld > 0)
+	{
+		LWLockAcquire(cq_flow_lock, LW_SHARED);
+		for (int i = 0; i < cq_flow_nheld; i++)
+		{
+			CqFlowHeld *held = &cq_flow_held[i];
+
+			/* A slot with reservations is never taken over. */
+			if (held->reserved == 0)
+				continue;
+			SpinLockAcquire(&held->slot->mutex);
+			Assert(held->slot->generation == held->generation);
+			held->slot->reserved -= held->reserved;
+			SpinLockRelease(&held->slot->mutex);
+		}
+		LWLockRelease(cq_flow_lock);
+		cq_flow_nheld = 0;
+	}
+	for (int i = 0; i < cq_flow_nrows; i++)
+		pg_atomic_fetch_sub_u32(&cq_flow->row_claims[cq_flow_rows[i]], 1);
+	cq_flow_nrows = 0;
+}
+
+/* This transaction's entry for a slot, made if missing; or NULL. */
+static CqFlowHeld *
+cq_flow_held_entry(CqFlowSlot *slot)
+{
+	for (int i = 0; i < cq_flow_nheld; i++)
+		if (cq_flow_held[i].slot == slot &&
+			cq_flow_held[i].generation == slot->generation)
+			return &cq_flow_held[i];
+	/* An entry of a slot taken over since (it had no reservations) goes. */
+	for (int i = 0; i < cq_flow_nheld; i++)
+		if (cq_flow_held[i].reserved == 0)
+		{
+			cq_flow_held[i] = cq_flow_held[--cq_flow_nheld];
+			i--;
+		}
+	if (cq_flow_nheld == CQ_FLOW_HELD)
+		return NULL;
+	cq_flow_held[cq_flow_nheld].slot = slot;
+	cq_flow_held[cq_flow_nheld].generation = slot->generation;
+	cq_flow_held[cq_flow_nheld].reserved = 0;
+	return &cq_flow_held[cq_flow_nheld++];
+}
+
+/*
+ * The queue's bucket at now as its row has it: full if the row has no
+ * record of a bucket (its first use, or a new rate), else the recorded
+ * tokens refilled to now, and after a server start no more than have
+ * refilled since (the tokens spent before it were not recorded).  Used
+ * both to make a bucket in shared memory and by a claim on the row.  So a
+ * bucket in shared memory never holds more than its row would give, and
+ * one that is full when its slot is taken over is made again full.
+ *
+ * rate_tokens and rate_at are the row's, NULL as isnull says.
+ */
+static double
+cq_flow_row_tokens(const CqQueue *queue, bool isnull, double rate_tokens,
+				   TimestampTz rate_at, TimestampTz now)
+{
+	double		per_usec = (double) queue->rate_limit / cq_flow_period(queue);
+	double		tokens;
+
+	if (isnull)
+		return queue->rate_limit;
+	tokens = rate_tokens + (double) Max(now - rate_at, 0) * per_usec;
+	if (cq_shmem_ready)
+		tokens = Min(tokens, (double) Max(now - PgStartTime, 0) * per_usec);
+	return Min((double) queue->rate_limit, tokens);
+}
+
+/*
+ * Read the queue row's bucket with the latest snapshot: the claims that
+ * last wrote it have ended.  Sets *tokens and *recorded.  The caller has
+ * connected SPI.
+ */
+static void
+cq_flow_bucket_start(const CqQueue *queue, TimestampTz now, double *tokens,
+					 bool *recorded)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {INT4OID};
+	Datum		values[1];
+	bool		isnull;
+	double		rate_tokens = 0;
+	TimestampTz rate_at = 0;
+
+	cq_plan(&plan,
+			"SELECT q.rate_tokens, q.rate_at FROM claimq.queue q WHERE q.queue_id = $1",
+			1, argtypes);
+	values[0] = Int32GetDatum(queue->queue_id);
+	cq_execute_latest(plan, values, NULL, SPI_OK_SELECT);
+	*recorded = false;
+	if (SPI_processed == 1)
+	{
+		(void) cq_spi_value(0, 2, &isnull);
+		if (!isnull)
+		{
+			*recorded = true;
+			rate_at = DatumGetTimestampTz(cq_spi_value(0, 2, &isnull));
+			rate_tokens = DatumGetFloat8(cq_spi_value(0, 1, &isnull));
+			if (isnull)
+				rate_tokens = 0;
+		}
+	}
+	*tokens = cq_flow_row_tokens(queue, !*recorded, rate_tokens, rate_at, now);
+}
+
+/*
+ * Steps 1 and 2 of a claim with the preload (see the file header).
+ * Returns false, having changed nothing, if the queue has no slot and
+ * none can be had: the claim then takes turns on the queue's row.
+ */
+static bool
+cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
+{
+	CqFlowKey	key = cq_flow_key(queue->queue_id);
+	TimestampTz now = GetCurrentTimestamp();
+	int64		period = cq_flow_period(queue);
+	CqFlowSlot *slot;
+	CqFlowHeld *held;
+	int64		others;
+	double		start_tokens = 0;
+	bool		recorded = false;
+	bool		started = false;
+
+	cq_flow_register_callback();
 	for (;;)
 	{
-		SpinLockAcquire(&cq_flow->mutex);
-		slot = cq_flow_slot(MyDatabaseId, relid, queue->queue_id, true);
+		slot = cq_flow_slot(&key, now);
 		if (slot == NULL)
-		{
-			SpinLockRelease(&cq_flow->mutex);
 			return false;
-		}
-		held = cq_flow_held_entry(slot - cq_flow->slots, queue->queue_id);
+		held = cq_flow_held_entry(slot);
 		if (held == NULL)
 		{
-			SpinLockRelease(&cq_flow->mutex);
-			return false;
+			/* Claims from too many limited queues: nothing this time. */
+			LWLockRelease(cq_flow_lock);
+			ticket->allowed = 0;
+			return true;
 		}
+		SpinLockAcquire(&slot->mutex);
 		if (queue->rate_limit <= 0 ||
 			(slot->bucket_valid && slot->rate_limit == queue->rate_limit &&
 			 slot->period == period))
@@ -457,21 +669,22 @@ cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 		{
 			/* A new bucket for the queue's current rate. */
 			slot->bucket_valid = true;
-			slot->marked = !full;
+			slot->marked = recorded;
 			slot->rate_limit = queue->rate_limit;
 			slot->period = period;
-			slot->tokens = full ? queue->rate_limit : 0;
+			slot->tokens = start_tokens;
 			slot->at = now;
 			break;
 		}
-		SpinLockRelease(&cq_flow->mutex);
-		cq_flow_bucket_start(queue, &full);
+		SpinLockRelease(&slot->mutex);
+		LWLockRelease(cq_flow_lock);
+		cq_flow_bucket_start(queue, now, &start_tokens, &recorded);
 		started = true;
 	}
 
 	/* Step 1: reserve, take tokens, note the others' reservations. */
 	others = slot->reserved - held->reserved;
-	ticket->slot = slot - cq_flow->slots;
+	ticket->slot = slot;
 	ticket->generation = slot->generation;
 	ticket->reserved = queue->max_in_flight > 0 ? max_jobs : 0;
 	slot->reserved += ticket->reserved;
@@ -480,14 +693,16 @@ cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 	ticket->tokens = 0;
 	if (queue->rate_limit > 0)
 	{
-		cq_flow_refill(slot, now);
+		slot->tokens = cq_flow_tokens_at(slot, now);
+		slot->at = Max(slot->at, now);
 		ticket->tokens = (int32) Min((double) max_jobs, floor(slot->tokens));
 		if (ticket->tokens == 0)
 			ticket->refill_ms = cq_flow_refill_ms(slot->tokens, queue);
 		slot->tokens -= ticket->tokens;
 		ticket->allowed = ticket->tokens;
 	}
-	SpinLockRelease(&cq_flow->mutex);
+	SpinLockRelease(&slot->mutex);
+	LWLockRelease(cq_flow_lock);
 
 	/* Step 2: the jobs in flight, as committed by now. */
 	if (queue->max_in_flight > 0)
@@ -512,17 +727,71 @@ cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 /*
  * Jobs of the queue left flight (settled, cancelled or reclaimed): if the
  * queue has queue-wide limits, claims waiting on it are woken at commit.
- * "Has" means a claim set up its slot; the slots are read without the
- * lock, as a stale answer costs only a wake-up for nothing, or a waiting
- * claim's look a second later.
+ * "Has" means a claim set up its slot; a queue whose claims take turns on
+ * its row is looked at again by its waiting claims within a second.
  */
 void
 cq_flow_freed(int32 queue_id)
 {
-	if (!cq_shmem_ready || !((volatile CqFlowShared *) cq_flow)->any_used)
+	CqFlowKey	key;
+	bool		found;
+
+	if (!cq_shmem_ready || pg_atomic_read_u32(&cq_flow->any_used) == 0)
 		return;
-	if (cq_flow_slot(MyDatabaseId, cq_job_relid(), queue_id, false) != NULL)
+	key = cq_flow_key(queue_id);
+	LWLockAcquire(cq_flow_lock, LW_SHARED);
+	found = hash_search(cq_flow_table, &key, HASH_FIND, NULL) != NULL;
+	LWLockRelease(cq_flow_lock);
+	if (found)
 		cq_freed_on_commit(queue_id);
+}
+
+/*
+ * Free the slots of databases that no longer exist.  Inside a transaction
+ * (it reads pg_database), without the lock.
+ */
+void
+cq_flow_free_dropped(void)
+{
+	HASH_SEQ_STATUS status;
+	CqFlowSlot *slot;
+	Oid		   *dboids;
+	int			ndbs = 0;
+	int			ndropped = 0;
+
+	if (!cq_shmem_ready || pg_atomic_read_u32(&cq_flow->any_used) == 0)
+		return;
+	dboids = palloc(sizeof(Oid) * cq_flow_slots);
+	LWLockAcquire(cq_flow_lock, LW_SHARED);
+	hash_seq_init(&status, cq_flow_table);
+	while ((slot = hash_seq_search(&status)) != NULL)
+	{
+		bool		seen = false;
+
+		for (int i = 0; i < ndbs && !seen; i++)
+			seen = dboids[i] == slot->key.dboid;
+		if (!seen && ndbs < cq_flow_slots)
+			dboids[ndbs++] = slot->key.dboid;
+	}
+	LWLockRelease(cq_flow_lock);
+
+	for (int i = 0; i < ndbs; i++)
+		if (!SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(dboids[i])))
+			dboids[ndropped++] = dboids[i];
+	if (ndropped > 0)
+	{
+		LWLockAcquire(cq_flow_lock, LW_EXCLUSIVE);
+		hash_seq_init(&status, cq_flow_table);
+		while ((slot = hash_seq_search(&status)) != NULL)
+			for (int i = 0; i < ndropped; i++)
+				if (slot->key.dboid == dboids[i])
+				{
+					(void) hash_search(cq_flow_table, &slot->key, HASH_REMOVE, NULL);
+					break;
+				}
+		LWLockRelease(cq_flow_lock);
+	}
+	pfree(dboids);
 }
 
 /*
@@ -535,35 +804,50 @@ cq_flow_allowance(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 {
 	static SPIPlanPtr lock_plan = NULL;
 	static SPIPlanPtr count_plan = NULL;
-	Oid			argtypes[2] = {INT4OID, TIMESTAMPTZOID};
-	Datum		values[2];
+	Oid			argtypes[1] = {INT4OID};
+	Datum		values[1];
 	bool		isnull;
 	int32		allowed = max_jobs;
 
-	ticket->slot = -1;
+	ticket->slot = NULL;
 	ticket->row_bucket = false;
 	ticket->refill_ms = 0;
 	if (queue->max_in_flight <= 0 && queue->rate_limit <= 0)
 		return max_jobs;
 	if (cq_shmem_ready)
 	{
+		CqFlowKey	key = cq_flow_key(queue->queue_id);
+		bool		on_row = false;
+
 		/*
-		 * One path per server: a claim that fell back to the queue's row
-		 * would not see the shared reservations, nor they its claims.  With
-		 * no slot to be had (all of the key's reserved, or this transaction
-		 * claims from too many limited queues) the claim takes nothing now.
+		 * Shared memory if the queue has a slot or can have one; else its
+		 * row, noted so that no slot is made while the claim is in progress
+		 * (nor a claim on the row is made while a slot has reservations: a
+		 * slot with them is never taken over).  So the claims of a queue in
+		 * progress at any moment all took the same path.
 		 */
-		if (cq_flow_shared(queue, max_jobs, ticket))
-			return ticket->allowed;
-		return 0;
+		for (int attempt = 0; attempt < 3 && !on_row; attempt++)
+		{
+			bool		too_many;
+
+			if (cq_flow_shared(queue, max_jobs, ticket))
+				return ticket->allowed;
+			on_row = cq_flow_row_enter(&key, &too_many);
+			if (too_many)
+				return 0;
+		}
+		if (!on_row)
+			return 0;
 	}
 
 	/*
-	 * The fallback.  Take turns on the queue's row first; what follows runs
-	 * with a newer snapshot, which sees the previous holder's claims and
-	 * bucket.  The lock is an update, so that under REPEATABLE READ a claim
-	 * whose snapshot is older than the previous holder's commit fails to
-	 * serialize instead of counting from that snapshot.
+	 * The row.  Take turns on it first; what follows runs with a newer
+	 * snapshot, which sees the previous holder's claims and bucket.  The
+	 * lock is an update, so that under REPEATABLE READ a claim whose
+	 * snapshot is older than the previous holder's commit fails to
+	 * serialize instead of counting from that snapshot.  With the preload,
+	 * the count takes the latest snapshot: the claims through shared memory
+	 * that came before have ended, but did not write the row.
 	 */
 	cq_plan(&lock_plan,
 			"UPDATE claimq.queue q SET rate_at = q.rate_at WHERE q.queue_id = $1",
@@ -571,23 +855,15 @@ cq_flow_allowance(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 	values[0] = Int32GetDatum(queue->queue_id);
 	cq_execute(lock_plan, values, NULL, SPI_OK_UPDATE);
 
-	/*
-	 * The jobs in flight, and the bucket refilled to now: full when new,
-	 * never above the limit.
-	 */
 	cq_plan(&count_plan,
-			"SELECT " CQ_IN_FLIGHT_SQL ","
-			"       LEAST(q.rate_limit::float8,"
-			"             COALESCE(q.rate_tokens"
-			"                      + pg_catalog.date_part('epoch', $2 - q.rate_at)"
-			"                        / pg_catalog.date_part('epoch', q.rate_period)"
-			"                        * q.rate_limit,"
-			"                      q.rate_limit))"
+			"SELECT " CQ_IN_FLIGHT_SQL ", q.rate_tokens, q.rate_at"
 			"  FROM claimq.queue q WHERE q.queue_id = $1",
-			2, argtypes);
+			1, argtypes);
 	ticket->at = GetCurrentTimestamp();
-	values[1] = TimestampTzGetDatum(ticket->at);
-	cq_execute(count_plan, values, NULL, SPI_OK_SELECT);
+	if (cq_shmem_ready)
+		cq_execute_latest(count_plan, values, NULL, SPI_OK_SELECT);
+	else
+		cq_execute(count_plan, values, NULL, SPI_OK_SELECT);
 	if (SPI_processed != 1)
 		return 0;				/* dropped meanwhile */
 
@@ -600,8 +876,14 @@ cq_flow_allowance(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 	}
 	if (queue->rate_limit > 0)
 	{
+		bool		no_record;
+		TimestampTz rate_at = DatumGetTimestampTz(cq_spi_value(0, 3, &no_record));
+		double		rate_tokens = DatumGetFloat8(cq_spi_value(0, 2, &isnull));
+
 		ticket->row_bucket = true;
-		ticket->row_tokens = DatumGetFloat8(cq_spi_value(0, 2, &isnull));
+		ticket->row_tokens = cq_flow_row_tokens(queue, no_record,
+												isnull ? 0 : rate_tokens,
+												rate_at, ticket->at);
 		allowed = (int32) Max(0, Min((double) allowed, floor(ticket->row_tokens)));
 		if (ticket->row_tokens < 1)
 			ticket->refill_ms = cq_flow_refill_ms(ticket->row_tokens, queue);
@@ -611,8 +893,8 @@ cq_flow_allowance(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 
 /*
  * After a claim that took n jobs: give back the slots and tokens it did not
- * use (shared memory), or store the bucket in the queue's row (the
- * fallback; this runs SPI).
+ * use (shared memory), or store the bucket in the queue's row (this runs
+ * SPI).
  */
 void
 cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket, int32 n)
@@ -621,26 +903,30 @@ cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket, int32 n)
 	Oid			argtypes[3] = {INT4OID, FLOAT8OID, TIMESTAMPTZOID};
 	Datum		values[3];
 
-	if (ticket->slot >= 0)
+	if (ticket->slot != NULL)
 	{
-		CqFlowSlot *slot = &cq_flow->slots[ticket->slot];
+		CqFlowSlot *slot = ticket->slot;
 		CqFlowHeld *held = NULL;
 
 		for (int i = 0; i < cq_flow_nheld; i++)
-			if (cq_flow_held[i].slot == ticket->slot)
+			if (cq_flow_held[i].slot == slot &&
+				cq_flow_held[i].generation == ticket->generation)
 				held = &cq_flow_held[i];
 		Assert(held != NULL && n <= ticket->allowed);
-		SpinLockAcquire(&cq_flow->mutex);
+		LWLockAcquire(cq_flow_lock, LW_SHARED);
+		SpinLockAcquire(&slot->mutex);
 		if (ticket->reserved > 0)
 		{
 			slot->reserved -= ticket->reserved - n;
 			held->reserved -= ticket->reserved - n;
 		}
-		if (queue->rate_limit > 0 && slot->bucket_valid &&
-			slot->generation == ticket->generation)
+		/* Tokens go back only to the bucket they came from. */
+		if (queue->rate_limit > 0 && slot->generation == ticket->generation &&
+			slot->bucket_valid)
 			slot->tokens += ticket->tokens - n;
-		SpinLockRelease(&cq_flow->mutex);
-		ticket->slot = -1;
+		SpinLockRelease(&slot->mutex);
+		LWLockRelease(cq_flow_lock);
+		ticket->slot = NULL;
 		return;
 	}
 	if (!ticket->row_bucket || n == 0)
@@ -659,8 +945,10 @@ cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket, int32 n)
  * The reclaimer's share of flow control, once a pass, in a transaction of
  * its own:
  *
- *	- record in their queues' rows the buckets set up in shared memory for
- *	  this database (see cq_flow_bucket_start);
+ *	- record in their queues' rows the buckets made in shared memory for
+ *	  this database whose rows had no record, with the tokens they hold
+ *	  now, only while the row's rate is still the bucket's (an alter_queue
+ *	  that changed the rate since has made a new, full one);
  *	- sync the groups that have held jobs but fewer free jobs than their
  *	  limit.  Every call that changes a group syncs it, so such a group is
  *	  one whose sync had to skip a row another transaction held, or one
@@ -674,48 +962,85 @@ cq_flow_upkeep(void)
 {
 	static SPIPlanPtr mark_plan = NULL;
 	static SPIPlanPtr stuck_plan = NULL;
-	Oid			argtypes[2] = {INT4ARRAYOID, TIMESTAMPTZOID};
-	Datum		values[2];
-	Datum	   *ids;
-	uint64		marked[CQ_FLOW_SLOTS];
-	int			n = 0;
-	Oid			relid = cq_job_relid();
+	Oid			argtypes[5] = {INT4ARRAYOID, INT4ARRAYOID, INTERVALARRAYOID,
+	FLOAT8ARRAYOID, TIMESTAMPTZOID};
+	Datum		values[5];
 	uint64		synced = 0;
 	SPITupleTable *stuck;
 	uint64		nstuck;
 
-	if (cq_shmem_ready && cq_flow->any_used)
+	if (cq_shmem_ready && pg_atomic_read_u32(&cq_flow->any_used) != 0)
 	{
-		ids = palloc(CQ_FLOW_SLOTS * sizeof(Datum));
-		SpinLockAcquire(&cq_flow->mutex);
-		for (int i = 0; i < CQ_FLOW_SLOTS; i++)
-		{
-			CqFlowSlot *slot = &cq_flow->slots[i];
+		CqFlowKey	key = cq_flow_key(0);
+		Datum	   *ids = palloc(sizeof(Datum) * cq_flow_slots);
+		Datum	   *rates = palloc(sizeof(Datum) * cq_flow_slots);
+		Datum	   *periods = palloc(sizeof(Datum) * cq_flow_slots);
+		Datum	   *tokens = palloc(sizeof(Datum) * cq_flow_slots);
+		uint64	   *generations = palloc(sizeof(uint64) * cq_flow_slots);
+		TimestampTz now = GetCurrentTimestamp();
+		HASH_SEQ_STATUS status;
+		CqFlowSlot *slot;
+		int			n = 0;
 
-			if (slot->used && slot->dboid == MyDatabaseId && slot->relid == relid &&
-				slot->bucket_valid && !slot->marked)
+		LWLockAcquire(cq_flow_lock, LW_SHARED);
+		hash_seq_init(&status, cq_flow_table);
+		while ((slot = hash_seq_search(&status)) != NULL)
+		{
+			if (slot->key.dboid != key.dboid || slot->key.relid != key.relid)
+				continue;
+			SpinLockAcquire(&slot->mutex);
+			if (slot->bucket_valid && !slot->marked)
 			{
-				ids[n] = Int32GetDatum(slot->queue_id);
-				marked[n++] = slot->generation;
+				Interval   *period = palloc0(sizeof(Interval));
+
+				period->time = slot->period;
+				ids[n] = Int32GetDatum(slot->key.queue_id);
+				rates[n] = Int32GetDatum(slot->rate_limit);
+				periods[n] = IntervalPGetDatum(period);
+				tokens[n] = Float8GetDatum(cq_flow_tokens_at(slot, now));
+				generations[n++] = slot->generation;
 			}
+			SpinLockRelease(&slot->mutex);
 		}
-		SpinLockRelease(&cq_flow->mutex);
+		LWLockRelease(cq_flow_lock);
 		if (n > 0)
 		{
 			cq_plan(&mark_plan,
-					"UPDATE claimq.queue q SET rate_tokens = 0, rate_at = $2"
-					" WHERE q.queue_id = ANY ($1) AND q.rate_at IS NULL",
-					2, argtypes);
+					"UPDATE claimq.queue q SET rate_tokens = v.tokens, rate_at = $5"
+					"  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
+					"                 pg_catalog.unnest($3), pg_catalog.unnest($4))"
+					"       v(queue_id, rate_limit, period, tokens)"
+					" WHERE q.queue_id = v.queue_id AND q.rate_at IS NULL"
+					"   AND q.rate_limit = v.rate_limit AND q.rate_period = v.period",
+					5, argtypes);
 			values[0] = PointerGetDatum(construct_array(ids, n, INT4OID, sizeof(int32),
 														true, TYPALIGN_INT));
-			values[1] = TimestampTzGetDatum(GetCurrentTimestamp());
+			values[1] = PointerGetDatum(construct_array(rates, n, INT4OID, sizeof(int32),
+														true, TYPALIGN_INT));
+			values[2] = PointerGetDatum(construct_array(periods, n, INTERVALOID,
+														sizeof(Interval), false,
+														TYPALIGN_DOUBLE));
+			values[3] = PointerGetDatum(construct_array(tokens, n, FLOAT8OID,
+														sizeof(float8), FLOAT8PASSBYVAL,
+														TYPALIGN_DOUBLE));
+			values[4] = TimestampTzGetDatum(now);
 			cq_execute(mark_plan, values, NULL, SPI_OK_UPDATE);
-			SpinLockAcquire(&cq_flow->mutex);
-			for (int i = 0; i < CQ_FLOW_SLOTS; i++)
+
+			/*
+			 * Marked whether or not the row matched: a row whose rate changed
+			 * makes the next claim set up a new bucket.
+			 */
+			LWLockAcquire(cq_flow_lock, LW_SHARED);
+			hash_seq_init(&status, cq_flow_table);
+			while ((slot = hash_seq_search(&status)) != NULL)
+			{
+				SpinLockAcquire(&slot->mutex);
 				for (int k = 0; k < n; k++)
-					if (cq_flow->slots[i].generation == marked[k])
-						cq_flow->slots[i].marked = true;
-			SpinLockRelease(&cq_flow->mutex);
+					if (slot->generation == generations[k])
+						slot->marked = true;
+				SpinLockRelease(&slot->mutex);
+			}
+			LWLockRelease(cq_flow_lock);
 		}
 	}
 

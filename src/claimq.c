@@ -26,6 +26,10 @@ int			cq_reclaim_interval = 1000;
 int			cq_reclaim_batch = 10000;
 bool		cq_claim_floors = true;
 bool		cq_reclaimer_enabled = true;
+int			cq_census_entries = 16384;
+int			cq_flow_slots = 1024;
+int			cq_counter_entries = 1024;
+int			cq_floor_slots = 1024;
 
 /* Set once this backend has attached to claimq's shared memory. */
 bool		cq_shmem_ready = false;
@@ -93,6 +97,43 @@ _PG_init(void)
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 
+	/*
+	 * The shared-memory tables' sizes.  Each table is safe when full: what
+	 * finds no room takes a slower path with the same guarantees.
+	 */
+	DefineCustomIntVariable("claimq.census_entries",
+							"Queues with jobs, over all databases, that the census counts (one more per database).",
+							"When it is full, the databases that need more are counted as unknown and metrics() reads the job table.",
+							&cq_census_entries,
+							16384, 64, 10000000,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("claimq.flow_slots",
+							"Queues with max_in_flight or rate_limit whose limits are kept in shared memory.",
+							"When every slot is in use, a claim of another such queue takes turns on its queue's row, as without the preload.",
+							&cq_flow_slots,
+							1024, 16, 10000000,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("claimq.counter_entries",
+							"Queues, over all databases, with their own counters and latency histograms.",
+							"Further queues of a database share its overflow entry.",
+							&cq_counter_entries,
+							1024, 16, 1000000,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("claimq.floor_slots",
+							"Queues with a claim floor in shared memory.",
+							"A queue without one starts its claims at the head of its index.",
+							&cq_floor_slots,
+							1024, 16, 10000000,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
+
 	MarkGUCPrefixReserved("claimq");
 
 	prev_shmem_request_hook = shmem_request_hook;
@@ -114,8 +155,11 @@ cq_shmem_request(void)
 													  cq_floor_shmem_size())),
 									add_size(cq_flow_shmem_size(),
 											 cq_census_shmem_size())));
-	/* The reclaimer's and counters' lock, the census's lock and gate. */
-	RequestNamedLWLockTranche("claimq", 3);
+	/*
+	 * The reclaimer's and counters' lock, the census's lock and gate, the
+	 * queue-wide limits' lock.
+	 */
+	RequestNamedLWLockTranche("claimq", 4);
 }
 
 static void
@@ -133,7 +177,7 @@ cq_shmem_startup(void)
 	cq_census_shmem_init(&locks[1].lock, &locks[2].lock);
 	cq_wakeup_shmem_init();
 	cq_floor_shmem_init();
-	cq_flow_shmem_init();
+	cq_flow_shmem_init(&locks[3].lock);
 	LWLockRelease(AddinShmemInitLock);
 	cq_shmem_ready = true;
 }

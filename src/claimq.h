@@ -81,6 +81,11 @@ extern int	cq_reclaim_interval;
 extern int	cq_reclaim_batch;
 extern bool cq_claim_floors;
 extern bool cq_reclaimer_enabled;
+/* The sizes of the shared-memory tables (claimq.c; see docs/operations.md) */
+extern int	cq_census_entries;
+extern int	cq_flow_slots;
+extern int	cq_counter_entries;
+extern int	cq_floor_slots;
 extern bool cq_shmem_ready;
 
 /* Shared counters (counters.c), one set per database and queue. */
@@ -147,6 +152,7 @@ extern void cq_count(int32 queue_id, const char *queue_name,
 extern void cq_count_add(CqCountBatch *batch, int32 queue_id,
 						 CqCounter counter, uint64 n);
 extern void cq_count_flush(CqCountBatch *batch);
+extern void cq_counters_free_dropped(void);
 extern void cq_latency_add(CqCountBatch *batch, int32 queue_id,
 						   CqLatencyKind kind, int64 usecs);
 
@@ -154,6 +160,7 @@ extern void cq_latency_add(CqCountBatch *batch, int32 queue_id,
 extern Size cq_census_shmem_size(void);
 extern void cq_census_shmem_init(LWLock *lock, LWLock *gate);
 extern bool cq_census_recount(void);
+extern void cq_census_free_dropped(void);
 
 /* The background reclaimer (reclaimer.c) */
 extern Size cq_reclaimer_shmem_size(void);
@@ -267,7 +274,7 @@ typedef struct CqGroups
 
 typedef struct CqFlowTicket
 {
-	int			slot;			/* shared memory: the queue's slot, or -1 */
+	struct CqFlowSlot *slot;	/* shared memory: the queue's slot, or NULL */
 	uint64		generation;		/* the slot's, when the claim took it */
 	int32		reserved;		/* slots reserved by the claim */
 	int32		tokens;			/* tokens taken by the claim */
@@ -283,7 +290,8 @@ extern void cq_groups_note(CqGroups *groups, int32 queue_id, Datum key);
 extern void cq_groups_sync(CqGroups *groups);
 extern void cq_sync_groups(int32 queue_id, Datum keys);
 extern Size cq_flow_shmem_size(void);
-extern void cq_flow_shmem_init(void);
+extern void cq_flow_shmem_init(LWLock *lock);
+extern void cq_flow_free_dropped(void);
 extern void cq_flow_freed(int32 queue_id);
 extern uint64 cq_flow_upkeep(void);
 extern int32 cq_flow_allowance(const CqQueue *queue, int32 max_jobs,

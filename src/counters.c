@@ -8,7 +8,7 @@
  *		and reset_counters().
  *
  * The counters live in a fixed-size shared hash table keyed by database
- * and queue id, so memory is bounded.  Once CQ_MAX_COUNTER_SLOTS queues
+ * and queue id, so memory is bounded.  Once claimq.counter_entries queues
  * have entries, further queues of a database share one overflow entry
  * (queue_id 0, reported with a NULL queue name).  When no entry can be
  * had, the entries of databases that no longer exist are freed first; if
@@ -48,8 +48,6 @@ PG_FUNCTION_INFO_V1(claimq_queue_latency);
 PG_FUNCTION_INFO_V1(claimq_latency_histogram);
 PG_FUNCTION_INFO_V1(claimq_reset_counters);
 
-#define CQ_MAX_COUNTER_SLOTS 1024
-
 typedef struct CqCounterKey
 {
 	Oid			dboid;
@@ -73,7 +71,7 @@ Size
 cq_counters_shmem_size(void)
 {
 	/* Room for every queue's entry plus one overflow entry per database. */
-	return add_size(hash_estimate_size(CQ_MAX_COUNTER_SLOTS + CQ_MAX_DATABASES,
+	return add_size(hash_estimate_size(cq_counter_entries + CQ_MAX_DATABASES,
 									   sizeof(CqCounterEntry)),
 					sizeof(pg_atomic_uint64) * CQ_NCOUNTERS);
 }
@@ -88,9 +86,9 @@ cq_counters_shmem_init(LWLock *lock)
 	ctl.entrysize = sizeof(CqCounterEntry);
 	cq_counters_lock = lock;
 	cq_counters = ShmemInitHash("claimq counters",
-								CQ_MAX_COUNTER_SLOTS + CQ_MAX_DATABASES,
-								CQ_MAX_COUNTER_SLOTS + CQ_MAX_DATABASES,
-								&ctl, HASH_ELEM | HASH_BLOBS);
+								cq_counter_entries + CQ_MAX_DATABASES,
+								cq_counter_entries + CQ_MAX_DATABASES,
+								&ctl, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
 	cq_counters_lost = ShmemInitStruct("claimq lost counts",
 									   sizeof(pg_atomic_uint64) * CQ_NCOUNTERS,
 									   &found);
@@ -103,7 +101,7 @@ cq_counters_shmem_init(LWLock *lock)
  * Free the entries of databases that no longer exist.  Called without the
  * lock, inside a transaction (it reads pg_database).
  */
-static void
+void
 cq_counters_free_dropped(void)
 {
 	HASH_SEQ_STATUS status;
@@ -112,10 +110,6 @@ cq_counters_free_dropped(void)
 	int			ndbs = 0;
 	long		room;
 
-	/*
-	 * The table can hold more entries than it was sized for (the hash table
-	 * takes spare shared memory): size the array by its count.
-	 */
 	LWLockAcquire(cq_counters_lock, LW_SHARED);
 	room = hash_get_num_entries(cq_counters);
 	dboids = palloc(sizeof(Oid) * Max(room, 1));
@@ -162,7 +156,7 @@ cq_counter_entry(int32 queue_id, const char *queue_name)
 	memset(&key, 0, sizeof(key));
 	key.dboid = MyDatabaseId;
 	key.queue_id = queue_id;
-	if (hash_get_num_entries(cq_counters) >= CQ_MAX_COUNTER_SLOTS &&
+	if (hash_get_num_entries(cq_counters) >= cq_counter_entries &&
 		hash_search(cq_counters, &key, HASH_FIND, NULL) == NULL)
 	{
 		key.queue_id = 0;

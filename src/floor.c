@@ -11,8 +11,8 @@
  * has no pending job; a claim that knows it starts its scan there.
  *
  * With shared_preload_libraries = 'claimq', shared memory holds one floor
- * per recently claimed queue (a fixed number of slots; a queue without one
- * just starts at the head).  The floor is only ever raised by a claim and
+ * per recently claimed queue (claimq.floor_slots slots; a queue without
+ * one just starts at the head).  The floor is only ever raised by a claim and
  * lowered by the transitions that make jobs pending:
  *
  *	- A claim that read the floor, then took its statement's snapshot, and
@@ -62,7 +62,6 @@
 
 #include "claimq.h"
 
-#define CQ_FLOOR_SLOTS		256
 #define CQ_FLOOR_PROBES		8	/* slots a key may occupy */
 #define CQ_FLOOR_MAX_AGE_MS	1000
 #define CQ_FLOOR_LOG		32	/* recent lowerings a slot remembers */
@@ -87,7 +86,8 @@ typedef struct CqFloorShared
 {
 	slock_t		mutex;
 	uint64		next_incarnation;
-	CqFloorSlot slots[CQ_FLOOR_SLOTS];
+	int			nslots;
+	CqFloorSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } CqFloorShared;
 
 static CqFloorShared *cq_floors = NULL;
@@ -95,7 +95,8 @@ static CqFloorShared *cq_floors = NULL;
 Size
 cq_floor_shmem_size(void)
 {
-	return sizeof(CqFloorShared);
+	return add_size(offsetof(CqFloorShared, slots),
+					mul_size(cq_floor_slots, sizeof(CqFloorSlot)));
 }
 
 void
@@ -108,6 +109,7 @@ cq_floor_shmem_init(void)
 	if (!found)
 	{
 		memset(cq_floors, 0, cq_floor_shmem_size());
+		cq_floors->nslots = cq_floor_slots;
 		SpinLockInit(&cq_floors->mutex);
 		cq_floors->next_incarnation = 1;
 	}
@@ -116,7 +118,7 @@ cq_floor_shmem_init(void)
 static uint32
 cq_floor_home(Oid dboid, Oid relid, int32 queue_id)
 {
-	return cq_queue_key_hash(dboid, relid, queue_id) % CQ_FLOOR_SLOTS;
+	return cq_queue_key_hash(dboid, relid, queue_id) % cq_floors->nslots;
 }
 
 /*
@@ -132,7 +134,7 @@ cq_floor_slot(Oid dboid, Oid relid, int32 queue_id, bool create)
 
 	for (int i = 0; i < CQ_FLOOR_PROBES; i++)
 	{
-		CqFloorSlot *slot = &cq_floors->slots[(home + i) % CQ_FLOOR_SLOTS];
+		CqFloorSlot *slot = &cq_floors->slots[(home + i) % cq_floors->nslots];
 
 		if (slot->used && slot->dboid == dboid && slot->relid == relid &&
 			slot->queue_id == queue_id)
@@ -306,7 +308,7 @@ cq_floor_drop_database(Oid dboid)
 		return;
 
 	SpinLockAcquire(&cq_floors->mutex);
-	for (int i = 0; i < CQ_FLOOR_SLOTS; i++)
+	for (int i = 0; i < cq_floors->nslots; i++)
 	{
 		CqFloorSlot *slot = &cq_floors->slots[i];
 

@@ -36,6 +36,10 @@
  * CREATE DATABASE using it as a template) holds while it waits for
  * sessions to leave, and exits if it cannot get it.
  *
+ * The launcher also frees, once a second, what databases that no longer
+ * exist left in shared memory (the census's, the counters' and the
+ * queue-wide limits' entries), whether or not it serves them.
+ *
  * Shared state: one status slot per served database, under claimq's
  * LWLock.  The launcher assigns slots; each worker writes only its own.
  *
@@ -363,6 +367,11 @@ cq_launcher_sync(void)
 		if (now >= cq_launcher_slots[slotno].not_before)
 			cq_start_worker(slotno);
 	}
+
+	/* Room in shared memory: what dropped databases left there goes. */
+	cq_census_free_dropped();
+	cq_counters_free_dropped();
+	cq_flow_free_dropped();
 	CommitTransactionCommand();
 
 	/* Stop serving databases taken off the list. */

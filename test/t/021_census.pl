@@ -89,7 +89,8 @@ SELECT count(*) FROM claimq.enqueue_many(CASE WHEN :r = 1 THEN 'ca' ELSE 'cb' EN
 SELECT count(*) FROM claimq.claim('ca', 2, start => (:r = 4)) c,
 	LATERAL claimq.complete(c.job_id, c.token) WHERE :r IN (3, 4);
 SELECT count(*) FROM claimq.claim('ca', 2, start => true) c,
-	LATERAL claimq.fail(c.job_id, c.token, 'no') WHERE :r = 5;
+	LATERAL claimq.fail(c.job_id, c.token, 'no', permanent => c.job_id % 2 = 0)
+ WHERE :r = 5;
 SELECT count(*) FROM claimq.cancel(ARRAY(SELECT job_id FROM claimq.job
 										  WHERE state = 'pending' ORDER BY job_id DESC LIMIT 1))
  WHERE :r = 6;

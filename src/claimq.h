@@ -35,6 +35,13 @@
  * Whether this backend has claimq's shared memory (the preload) is asked
  * one way everywhere: cq_shmem_ready.
  *
+ * Shared memory's rules, kept by every file that has a table in it
+ * (census.c, flow.c, counters.c, floor.c, wakeup.c, reclaimer.c): no lock
+ * is held across a commit, a statement or anything else that can wait on
+ * another session (NOTIFY's commit lock, a synchronous standby, a row
+ * lock); every table is sized by a setting, and a full table makes the
+ * work slower, never wrong, and never makes it wait for another session.
+ *
  * Every SQL statement lives next to the transition it performs and runs
  * through SPI with a kept plan; rows are claimed and fenced in the same
  * statement, never read first and written later from C.

@@ -22,7 +22,9 @@
  * Locking: the table's lock (claimq's LWLock) is taken shared to find an
  * entry and bump its counters, which are atomics, and exclusive to add or
  * remove entries.  Calls count into a CqCountBatch first and flush it once
- * at their end, so a batch of 10,000 jobs takes the lock once.
+ * at their end, so a batch of 10,000 jobs takes the lock once.  It is held
+ * only around work in memory, never across a statement or a commit, and
+ * its holders wait for nothing else.
  *
  * Without shared_preload_libraries = 'claimq' there is no shared memory
  * and nothing is counted.

@@ -49,7 +49,9 @@
  *
  * Slots are keyed by database, the OID of claimq.job (a dropped and
  * re-created extension starts afresh) and queue id.  One spinlock guards
- * them all; every operation is a few comparisons.
+ * them all; every operation is a few comparisons (dropping a database's
+ * floors, a pass over claimq.floor_slots slots), and nothing else is
+ * waited for, or held across a commit, while it is held.
  *
  *-------------------------------------------------------------------------
  */

@@ -261,6 +261,7 @@ typedef struct CqFlowShared
 {
 	pg_atomic_uint32 any_used;	/* a slot was ever made */
 	pg_atomic_uint64 next_generation;
+	TimestampTz started;		/* when this shared memory was made */
 	int			nrows;
 	pg_atomic_uint32 row_claims[FLEXIBLE_ARRAY_MEMBER];
 } CqFlowShared;
@@ -318,6 +319,7 @@ cq_flow_shmem_init(LWLock *lock)
 	{
 		pg_atomic_init_u32(&cq_flow->any_used, 0);
 		pg_atomic_init_u64(&cq_flow->next_generation, 1);
+		cq_flow->started = GetCurrentTimestamp();
 		cq_flow->nrows = cq_flow_slots;
 		for (int i = 0; i < cq_flow_slots; i++)
 			pg_atomic_init_u32(&cq_flow->row_claims[i], 0);
@@ -587,7 +589,7 @@ cq_flow_row_tokens(const CqQueue *queue, bool isnull, double rate_tokens,
 		return queue->rate_limit;
 	tokens = rate_tokens + (double) Max(now - rate_at, 0) * per_usec;
 	if (cq_shmem_ready)
-		tokens = Min(tokens, (double) Max(now - PgStartTime, 0) * per_usec);
+		tokens = Min(tokens, (double) Max(now - cq_flow->started, 0) * per_usec);
 	return Min((double) queue->rate_limit, tokens);
 }
 

@@ -17,7 +17,10 @@
  * The slots are read without a lock.  A slot's owner writes its queue
  * first and the flag after a write barrier; a reader checks the flag,
  * then reads the queue after a read barrier.  A stale read at worst sets a
- * latch for nothing, which every latch user tolerates.
+ * latch for nothing, which every latch user tolerates.  There is one slot
+ * per backend (MaxBackends), so the table is never full; a transaction
+ * that touched more queues than it remembers wakes every waiter of its
+ * database instead.
  *
  * Without the preload there are no slots and claim() polls instead.
  *

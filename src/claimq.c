@@ -155,6 +155,7 @@ cq_shmem_request(void)
 													  cq_floor_shmem_size())),
 									add_size(cq_flow_shmem_size(),
 											 cq_census_shmem_size())));
+
 	/*
 	 * The reclaimer's and counters' lock, the census's lock and gate, the
 	 * queue-wide limits' lock.

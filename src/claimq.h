@@ -88,6 +88,7 @@ extern int	cq_reclaim_interval;
 extern int	cq_reclaim_batch;
 extern bool cq_claim_floors;
 extern bool cq_reclaimer_enabled;
+
 /* The sizes of the shared-memory tables (claimq.c; see docs/operations.md) */
 extern int	cq_census_entries;
 extern int	cq_flow_slots;

@@ -844,12 +844,12 @@ cq_flow_allowance(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 
 	/*
 	 * The row.  Take turns on it first; what follows runs with a newer
-	 * snapshot, which sees the previous holder's claims and bucket.  The
-	 * lock is an update, so that under REPEATABLE READ a claim whose
-	 * snapshot is older than the previous holder's commit fails to
-	 * serialize instead of counting from that snapshot.  With the preload,
-	 * the count takes the latest snapshot: the claims through shared memory
-	 * that came before have ended, but did not write the row.
+	 * snapshot, which sees the previous holder's claims and bucket.  The lock
+	 * is an update, so that under REPEATABLE READ a claim whose snapshot is
+	 * older than the previous holder's commit fails to serialize instead of
+	 * counting from that snapshot.  With the preload, the count takes the
+	 * latest snapshot: the claims through shared memory that came before have
+	 * ended, but did not write the row.
 	 */
 	cq_plan(&lock_plan,
 			"UPDATE claimq.queue q SET rate_at = q.rate_at WHERE q.queue_id = $1",

@@ -176,6 +176,13 @@ extern bool cq_wait_begin(int32 queue_id);
 extern void cq_wait_end(void);
 #define CQ_POLL_MIN_MS	10		/* without wake-ups, poll after 10 ms, */
 #define CQ_POLL_MAX_MS	100		/* doubling up to 100 ms */
+/*
+ * With wake-ups, the longest a waiter sleeps between looks when a commit
+ * it waits for may wake nobody: a claim's scheduled jobs coming due, and
+ * work committed by COMMIT PREPARED, which runs none of claimq's commit
+ * hooks (the transaction's PREPARE does, long before).
+ */
+#define CQ_WAKE_RECHECK_MS	1000
 extern void cq_wait_sleep(bool waiting, long recheck_ms, long *poll_ms,
 						  TimestampTz deadline);
 extern void cq_ready_on_commit(int32 queue_id, TimestampTz run_at);

@@ -226,6 +226,7 @@ claimq_claim(PG_FUNCTION_ARGS)
 	MemoryContext oldcontext;
 	ResourceOwner oldowner;
 
+	cq_require_primary(fcinfo);
 	queue_name = cq_queue_name_arg(fcinfo, 0);
 	max_jobs = cq_int_arg(fcinfo, 1, "max_jobs", 1, CQ_MAX_BATCH);
 	lease = cq_lease_arg(fcinfo, 2, "lease", false);

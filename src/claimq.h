@@ -311,6 +311,7 @@ extern void cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket,
 	" * (1 - 0.2 * pg_catalog.random()))"
 
 /* common.c: argument checks; each raises the contract's SQLSTATE */
+extern void cq_require_primary(FunctionCallInfo fcinfo);
 extern void cq_arg_not_null(FunctionCallInfo fcinfo, int argno,
 							const char *argname);
 extern char *cq_name_arg(FunctionCallInfo fcinfo, int argno, const char *what);

@@ -230,6 +230,7 @@ typedef struct CqCron
 } CqCron;
 
 extern void cq_cron_parse(const char *text, CqCron *cron, bool check_every);
+extern void cq_cron_check_fires(const char *text, const CqCron *cron);
 extern TimestampTz cq_cron_next(const CqCron *cron, pg_tz *tz,
 								TimestampTz after, TimestampTz anchor);
 extern pg_tz *cq_time_zone(const char *name);

@@ -70,8 +70,9 @@ cq_missed_value(const char *missed)
 }
 
 /*
- * The next occurrence after `after` of a schedule given by its cron text
- * and time zone (anchor: when they were set).  NULL if there is none.
+ * The next occurrence after `after` of a schedule being set, given by its
+ * cron text and time zone (anchor: now).  Refuses an expression that would
+ * never fire.  NULL if there is none.
  */
 static TimestampTz
 cq_schedule_next(const char *cron_text, const char *zone, TimestampTz after,
@@ -80,6 +81,7 @@ cq_schedule_next(const char *cron_text, const char *zone, TimestampTz after,
 	CqCron		cron;
 
 	cq_cron_parse(cron_text, &cron, true);
+	cq_cron_check_fires(cron_text, &cron);
 	return cq_cron_next(&cron, cq_time_zone(zone), after, anchor);
 }
 

@@ -94,7 +94,7 @@ Datum
 claimq_cancel(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	ArrayType  *ids = cq_job_ids_arg(fcinfo, 0);
+	ArrayType  *ids;
 	Datum	   *idv;
 	int			n;
 	HASHCTL		ctl;
@@ -104,6 +104,8 @@ claimq_cancel(PG_FUNCTION_ARGS)
 	int32		freed_queue = 0;
 	uint64		ncancelled = 0;
 
+	cq_require_primary(fcinfo);
+	ids = cq_job_ids_arg(fcinfo, 0);
 	deconstruct_array(ids, INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
 					  TYPALIGN_DOUBLE, &idv, NULL, &n);
 	InitMaterializedSRF(fcinfo, 0);

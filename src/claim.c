@@ -34,7 +34,10 @@
  * the lock lands on the claimed version, whose recheck fails), and that
  * lock must not outlive the try, or the job's holder could not complete
  * it while this call sleeps.  With the preload,
- * a commit that makes jobs of the queue ready sets the latch (wakeup.c);
+ * a commit that makes jobs of the queue ready sets the latch (wakeup.c),
+ * and the call looks again at least every CQ_WAKE_RECHECK_MS anyway (for
+ * scheduled jobs coming due, and for jobs enqueued or released by a
+ * transaction committed with COMMIT PREPARED, which wakes nobody);
  * without, the call polls.  Under READ COMMITTED each try sees jobs
  * committed meanwhile; under REPEATABLE READ it cannot, so waiting there
  * only delays the empty answer.
@@ -51,9 +54,6 @@
 #include "claimq.h"
 
 PG_FUNCTION_INFO_V1(claimq_claim);
-
-/* With wake-ups, how often a waiter looks anyway (scheduled jobs). */
-#define CQ_WAKE_RECHECK_MS	1000
 
 /*
  * Claim up to max_jobs ready jobs of the queue into the result store.
@@ -226,6 +226,7 @@ claimq_claim(PG_FUNCTION_ARGS)
 	MemoryContext oldcontext;
 	ResourceOwner oldowner;
 
+	cq_require_primary(fcinfo);
 	queue_name = cq_queue_name_arg(fcinfo, 0);
 	max_jobs = cq_int_arg(fcinfo, 1, "max_jobs", 1, CQ_MAX_BATCH);
 	lease = cq_lease_arg(fcinfo, 2, "lease", false);

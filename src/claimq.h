@@ -191,6 +191,13 @@ extern bool cq_wait_begin(int32 queue_id);
 extern void cq_wait_end(void);
 #define CQ_POLL_MIN_MS	10		/* without wake-ups, poll after 10 ms, */
 #define CQ_POLL_MAX_MS	100		/* doubling up to 100 ms */
+/*
+ * With wake-ups, the longest a waiter sleeps between looks when a commit
+ * it waits for may wake nobody: a claim's scheduled jobs coming due, and
+ * work committed by COMMIT PREPARED, which runs none of claimq's commit
+ * hooks (the transaction's PREPARE does, long before).
+ */
+#define CQ_WAKE_RECHECK_MS	1000
 extern void cq_wait_sleep(bool waiting, long recheck_ms, long *poll_ms,
 						  TimestampTz deadline);
 extern void cq_ready_on_commit(int32 queue_id, TimestampTz run_at);
@@ -238,6 +245,7 @@ typedef struct CqCron
 } CqCron;
 
 extern void cq_cron_parse(const char *text, CqCron *cron, bool check_every);
+extern void cq_cron_check_fires(const char *text, const CqCron *cron);
 extern TimestampTz cq_cron_next(const CqCron *cron, pg_tz *tz,
 								TimestampTz after, TimestampTz anchor);
 extern pg_tz *cq_time_zone(const char *name);
@@ -320,6 +328,7 @@ extern void cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket,
 	" * (1 - 0.2 * pg_catalog.random()))"
 
 /* common.c: argument checks; each raises the contract's SQLSTATE */
+extern void cq_require_primary(FunctionCallInfo fcinfo);
 extern void cq_arg_not_null(FunctionCallInfo fcinfo, int argno,
 							const char *argname);
 extern char *cq_name_arg(FunctionCallInfo fcinfo, int argno, const char *what);

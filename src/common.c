@@ -19,6 +19,7 @@
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
+#include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_extension.h"
@@ -34,6 +35,24 @@
 #include "utils/snapmgr.h"
 
 #include "claimq.h"
+
+/*
+ * Raise 25006 during recovery: the first thing every entry point that
+ * writes does, so that a call on a standby gets this rather than the
+ * error of claimq's own SQL (with that SQL in its context), and before
+ * its arguments are judged.
+ */
+void
+cq_require_primary(FunctionCallInfo fcinfo)
+{
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot run claimq.%s() during recovery",
+						get_func_name(fcinfo->flinfo->fn_oid)),
+				 errdetail("This server is a standby: claimq's jobs, key claims and schedules change only on the primary."),
+				 errhint("Connect to the primary server.")));
+}
 
 /*
  * Raise 22004 if argument argno is NULL.

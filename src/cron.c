@@ -239,6 +239,18 @@ cq_cron_parse(const char *text, CqCron *cron, bool check_every)
 			PG_END_TRY();
 			if (span == NULL)
 				cq_cron_error(text, "@every", "@every takes an interval, such as \"90 seconds\".");
+
+			/*
+			 * Parts of one sign only: "1 mon -29 days" is a day in one month
+			 * and less than nothing in another, and its steps from the anchor
+			 * would go irregularly or backwards (or stop).  With months, days
+			 * and time all at least zero, every step moves forward.
+			 */
+			if (check_every &&
+				(span->month > 0 || span->day > 0 || span->time > 0) &&
+				(span->month < 0 || span->day < 0 || span->time < 0))
+				cq_cron_error(text, "@every",
+							  "The interval's months, days and time must not have mixed signs, as in \"1 mon -29 days\": such a step is not the same, or not forward, at every point of the calendar.");
 			/* At least 1 second and at most 100 years, at this moment. */
 			if (check_every &&
 				(span->month > 1200 || span->month < -1200 ||
@@ -282,6 +294,33 @@ cq_cron_parse(const char *text, CqCron *cron, bool check_every)
 	cron->hour_star = stars[1];
 	cron->mday_star = stars[2];
 	cron->wday_star = stars[4];
+}
+
+/*
+ * Raise 22023 if cron (parsed from text) can never fire: with the day of
+ * week "*" (the day of month alone decides), no listed month has a listed
+ * day of the month, February counting 29.  With both day fields
+ * restricted, either may match, and every month has every day of the
+ * week; with the day of month "*", day 1 comes on each day of the week in
+ * turn.  A structural check, for when a schedule is set.
+ */
+void
+cq_cron_check_fires(const char *text, const CqCron *cron)
+{
+	static const int days_in[13] = {0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+
+	if (cron->every || cron->mday_star || !cron->wday_star)
+		return;
+	for (int month = 1; month <= 12; month++)
+		if ((cron->months >> month) & 1)
+			for (int day = 1; day <= days_in[month]; day++)
+				if ((cron->mdays >> day) & 1)
+					return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("cron expression \"%s\" never matches", text),
+			 errdetail("None of the months it lists has a day of the month it lists (February has 29 days)."),
+			 errhint("List a day of the month that exists in one of the months.")));
 }
 
 /*

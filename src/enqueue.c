@@ -307,6 +307,7 @@ claimq_enqueue(PG_FUNCTION_ARGS)
 	bool		group_key_null = PG_NARGS() <= 7 || PG_ARGISNULL(7);
 	Datum		groups = (Datum) 0;
 
+	cq_require_primary(fcinfo);
 	cq_enqueue_args(fcinfo, &args);
 	cq_arg_not_null(fcinfo, 1, "payload");
 	if (!group_key_null)
@@ -370,6 +371,7 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 	ArrayType  *group_keys = NULL;
 	int			npayloads;
 
+	cq_require_primary(fcinfo);
 	cq_enqueue_args(fcinfo, &args);
 	payloads = cq_array_arg(fcinfo, 1, "payloads", false);
 	npayloads = ArrayGetNItems(ARR_NDIM(payloads), ARR_DIMS(payloads));

@@ -126,6 +126,18 @@ claimq_check_flow_settings(PG_FUNCTION_ARGS)
 	for (int argno = 0; argno < 3; argno++)
 		if (!PG_ARGISNULL(argno))
 			(void) cq_int_arg(fcinfo, argno, names[argno], 1, CQ_MAX_LIMIT);
+
+	/*
+	 * The bucket counts a period in days and time (cq_flow_period): a month
+	 * has no fixed length, and "1 mon -30 days" would pass the check below in
+	 * a 31-day month while counting as -30 days.
+	 */
+	if (!PG_ARGISNULL(3) && PG_GETARG_INTERVAL_P(3)->month != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("rate_period must not have a month part"),
+				 errdetail("A rate period is at most a day, and a month's length depends on the calendar."),
+				 errhint("Give the rate period in days, hours, minutes or seconds.")));
 	(void) cq_interval_arg(fcinfo, 3, "rate_period", false,
 						   &cq_max_rate_period, "1 day");
 	PG_RETURN_VOID();
@@ -338,11 +350,33 @@ cq_flow_key(int32 queue_id)
 	return key;
 }
 
-/* A queue's rate_period in microseconds (check_flow_settings: at most a day). */
+/*
+ * A queue's rate_period in microseconds: its days and time, greater than
+ * zero and at most a day.  check_flow_settings refuses anything else, but a
+ * queue row written by an earlier release may hold a month part (which
+ * this leaves out, as the calendar gives a month no fixed length) and so a
+ * length of zero, below or above: that raises an error rather than handing
+ * out nothing, since a queue that silently never hands out looks like one
+ * that is only rate limited, for ever, while the error says what to mend.
+ * Only a queue with a rate_limit is judged.  cq_flow_shared calls this
+ * before it takes the spinlock, so that its later call under the lock (by
+ * cq_flow_refill_ms) finds the same period valid; a claim on the row
+ * raises it when it makes the bucket (cq_flow_row_tokens).
+ */
 static int64
 cq_flow_period(const CqQueue *queue)
 {
-	return queue->rate_period.time + (int64) queue->rate_period.day * USECS_PER_DAY;
+	int64		period = queue->rate_period.time +
+	(int64) queue->rate_period.day * USECS_PER_DAY;
+
+	if (queue->rate_limit > 0 &&
+		(period <= 0 || period > cq_max_rate_period.day * USECS_PER_DAY))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("rate_period of queue \"%s\" cannot be used", queue->name),
+				 errdetail("Counted in days and time, leaving out its month part, it is not greater than zero and at most 1 day."),
+				 errhint("Set it again with claimq.alter_queue, in days, hours, minutes or seconds.")));
+	return period;
 }
 
 /*

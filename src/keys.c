@@ -85,6 +85,7 @@ claimq_claim_keys(PG_FUNCTION_ARGS)
 	bool		isnull;
 	HTAB	   *won;
 
+	cq_require_primary(fcinfo);
 	(void) cq_scope_arg(fcinfo);
 	keys = cq_array_arg(fcinfo, 1, "keys", false);
 	cq_arg_not_null(fcinfo, 2, "ttl");
@@ -187,6 +188,7 @@ claimq_release_keys(PG_FUNCTION_ARGS)
 	HTAB	   *held = NULL;
 	bool		all_released = true;
 
+	cq_require_primary(fcinfo);
 	(void) cq_scope_arg(fcinfo);
 	keys = cq_array_arg(fcinfo, 1, "keys", false);
 	tokens = cq_array_arg(fcinfo, 2, "tokens", false);

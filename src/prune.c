@@ -78,9 +78,11 @@ cq_prune_finished(int32 max_jobs)
 Datum
 claimq_prune(PG_FUNCTION_ARGS)
 {
-	int32		max_jobs = cq_int_arg(fcinfo, 0, "max_jobs", 1, CQ_MAX_BATCH);
+	int32		max_jobs;
 	uint64		n;
 
+	cq_require_primary(fcinfo);
+	max_jobs = cq_int_arg(fcinfo, 0, "max_jobs", 1, CQ_MAX_BATCH);
 	SPI_connect();
 	n = cq_prune_finished(max_jobs) + cq_sweep_keys(max_jobs);
 	SPI_finish();

@@ -157,6 +157,7 @@ claimq_reclaim(PG_FUNCTION_ARGS)
 	CqQueue		queue;
 	uint64		total;
 
+	cq_require_primary(fcinfo);
 	if (!PG_ARGISNULL(0))
 		queue_name = cq_queue_name_arg(fcinfo, 0);
 	max_jobs = cq_int_arg(fcinfo, 1, "max_jobs", 1, CQ_MAX_BATCH);

@@ -70,8 +70,9 @@ cq_missed_value(const char *missed)
 }
 
 /*
- * The next occurrence after `after` of a schedule given by its cron text
- * and time zone (anchor: when they were set).  NULL if there is none.
+ * The next occurrence after `after` of a schedule being set, given by its
+ * cron text and time zone (anchor: now).  Refuses an expression that would
+ * never fire.  NULL if there is none.
  */
 static TimestampTz
 cq_schedule_next(const char *cron_text, const char *zone, TimestampTz after,
@@ -80,6 +81,7 @@ cq_schedule_next(const char *cron_text, const char *zone, TimestampTz after,
 	CqCron		cron;
 
 	cq_cron_parse(cron_text, &cron, true);
+	cq_cron_check_fires(cron_text, &cron);
 	return cq_cron_next(&cron, cq_time_zone(zone), after, anchor);
 }
 
@@ -95,14 +97,17 @@ claimq_create_schedule(PG_FUNCTION_ARGS)
 	INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
 	Datum		values[9];
 	char		nulls[9] = "         ";
-	char	   *name = cq_name_arg(fcinfo, 0, "schedule");
-	char	   *queue_name = cq_queue_name_arg(fcinfo, 1);
+	char	   *name;
+	char	   *queue_name;
 	char	   *cron_text;
 	char	   *zone;
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz next;
 	CqQueue		queue;
 
+	cq_require_primary(fcinfo);
+	name = cq_name_arg(fcinfo, 0, "schedule");
+	queue_name = cq_queue_name_arg(fcinfo, 1);
 	cq_arg_not_null(fcinfo, 2, "cron");
 	cq_arg_not_null(fcinfo, 3, "payload");
 	cq_arg_not_null(fcinfo, 4, "time_zone");
@@ -156,7 +161,7 @@ claimq_alter_schedule(PG_FUNCTION_ARGS)
 	INT4OID, TEXTOID, BOOLOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
 	Datum		values[10];
 	char		nulls[10] = "          ";
-	char	   *name = cq_name_arg(fcinfo, 0, "schedule");
+	char	   *name;
 	TimestampTz now = GetCurrentTimestamp();
 	bool		isnull;
 	char	   *cron_text;
@@ -167,6 +172,8 @@ claimq_alter_schedule(PG_FUNCTION_ARGS)
 	bool		next_null;
 	int32		queue_id;
 
+	cq_require_primary(fcinfo);
+	name = cq_name_arg(fcinfo, 0, "schedule");
 	if (!PG_ARGISNULL(6))
 		(void) cq_missed_value(text_to_cstring(PG_GETARG_TEXT_PP(6)));
 
@@ -247,8 +254,10 @@ claimq_drop_schedule(PG_FUNCTION_ARGS)
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		values[1];
-	char	   *name = cq_name_arg(fcinfo, 0, "schedule");
+	char	   *name;
 
+	cq_require_primary(fcinfo);
+	name = cq_name_arg(fcinfo, 0, "schedule");
 	SPI_connect();
 	cq_plan(&plan, "DELETE FROM claimq.schedule s WHERE s.name = $1",
 			1, argtypes);
@@ -521,9 +530,11 @@ cq_fire_schedules(int32 max_jobs)
 Datum
 claimq_fire_schedules(PG_FUNCTION_ARGS)
 {
-	int32		max_jobs = cq_int_arg(fcinfo, 0, "max_jobs", 1, CQ_MAX_BATCH);
+	int32		max_jobs;
 	uint64		fired;
 
+	cq_require_primary(fcinfo);
+	max_jobs = cq_int_arg(fcinfo, 0, "max_jobs", 1, CQ_MAX_BATCH);
 	SPI_connect();
 	fired = cq_fire_schedules(max_jobs);
 	SPI_finish();

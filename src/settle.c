@@ -584,8 +584,8 @@ static Datum
 cq_settle_many(FunctionCallInfo fcinfo, CqSettleOp *op)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	ArrayType  *ids = cq_array_arg(fcinfo, 0, "job_ids", false);
-	ArrayType  *tokens = cq_array_arg(fcinfo, 1, "tokens", false);
+	ArrayType  *ids;
+	ArrayType  *tokens;
 	Datum	   *idv;
 	Datum	   *tokenv;
 	int			n;
@@ -593,6 +593,9 @@ cq_settle_many(FunctionCallInfo fcinfo, CqSettleOp *op)
 	Datum		extra[3];
 	char		extranulls[3];
 
+	cq_require_primary(fcinfo);
+	ids = cq_array_arg(fcinfo, 0, "job_ids", false);
+	tokens = cq_array_arg(fcinfo, 1, "tokens", false);
 	deconstruct_array(ids, INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
 					  TYPALIGN_DOUBLE, &idv, NULL, &n);
 	deconstruct_array(tokens, INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
@@ -633,6 +636,7 @@ cq_settle_one(FunctionCallInfo fcinfo, CqSettleOp *op)
 	char		extranulls[3];
 	uint64		settled;
 
+	cq_require_primary(fcinfo);
 	cq_arg_not_null(fcinfo, 0, "job_id");
 	cq_arg_not_null(fcinfo, 1, "token");
 	cq_settle_extra(fcinfo, op, 2, extra, extranulls);
@@ -730,12 +734,14 @@ claimq_release_worker(PG_FUNCTION_ARGS)
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[2] = {INT4OID, TEXTOID};
 	Datum		values[2];
-	char	   *queue_name = cq_queue_name_arg(fcinfo, 0);
+	char	   *queue_name;
 	CqQueue		queue;
 	uint64		n;
 	bool		isnull;
 	Datum		groups;
 
+	cq_require_primary(fcinfo);
+	queue_name = cq_queue_name_arg(fcinfo, 0);
 	cq_arg_not_null(fcinfo, 1, "worker");
 
 	SPI_connect();

@@ -11,15 +11,20 @@
  * cancelled or gone) or its timeout passes.  Each look takes a snapshot
  * of its own, so it sees commits made while it waits under any isolation
  * level.  With the preload it sleeps between looks until a transaction
- * that finished or removed jobs commits (wakeup.c), without polling: a job
- * finished behind claimq's back (by plain SQL, or by COMMIT PREPARED of a
- * transaction that completed it) is seen at the next wake-up or at the
+ * that finished or removed jobs commits (wakeup.c).  A transaction that is
+ * prepared wakes nobody, and COMMIT PREPARED runs none of claimq's commit
+ * hooks; so where prepared transactions are possible
+ * (max_prepared_transactions > 0), it also looks again at least every
+ * CQ_WAKE_RECHECK_MS (one second), which bounds how late such a finish is
+ * seen.  Where they are not, it never polls: a job finished behind
+ * claimq's back (by plain SQL) is seen at the next wake-up or at the
  * timeout.  Without the preload it polls.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/twophase.h"
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
 
@@ -133,7 +138,9 @@ claimq_wait_for(PG_FUNCTION_ARGS)
 			SPI_freetuptable(SPI_tuptable);
 			if (!waiting && (waiting = cq_wait_begin(CQ_WAIT_FINISHED)))
 				continue;
-			cq_wait_sleep(waiting, 0, &poll_ms, deadline);
+			cq_wait_sleep(waiting,
+						  max_prepared_xacts > 0 ? CQ_WAKE_RECHECK_MS : 0,
+						  &poll_ms, deadline);
 		}
 	}
 	PG_FINALLY();

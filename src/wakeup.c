@@ -325,7 +325,12 @@ cq_wakeup_xact_callback(XactEvent event, void *arg)
 			cq_lower_floors(false);
 			break;
 		case XACT_EVENT_PREPARE:
-			/* Its fate is decided elsewhere; the floors' age limit covers it. */
+
+			/*
+			 * Its fate is decided elsewhere, and COMMIT PREPARED runs no
+			 * callback of ours: the floors' age limit covers it, and waiters
+			 * see its commit at their next recheck (CQ_WAKE_RECHECK_MS).
+			 */
 			cq_lower_floors(true);
 			cq_lower_floors(false);
 			break;

@@ -7,7 +7,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(71);
+SELECT plan(79);
 
 -- The free jobs of each group of a queue (pending and not held, or in
 -- flight), for checking the invariant the claim relies on.
@@ -44,6 +44,12 @@ SELECT throws_ok($$SELECT claimq.create_queue('fl_bad', rate_period => '25 hours
 	'22023', 'rate_period must be greater than zero and at most 1 day', 'rate_period over a day');
 SELECT throws_ok($$SELECT claimq.create_queue('fl_bad', rate_period => '-10 months 302 days')$$,
 	'22023', NULL, 'rate_period judged by timestamp arithmetic: -10 months 302 days is refused');
+-- A month has no fixed length, and the bucket counts a period in days and
+-- time: a month part is refused, whatever the rest adds up to.
+SELECT throws_ok($$SELECT claimq.create_queue('fl_bad', rate_limit => 1, rate_period => '1 mon -30 days')$$,
+	'22023', 'rate_period must not have a month part', 'rate_period 1 mon -30 days is refused');
+SELECT throws_ok($$SELECT claimq.create_queue('fl_bad', rate_limit => 1, rate_period => '1 mon -29 days 23 hours')$$,
+	'22023', 'rate_period must not have a month part', 'rate_period with a month part of a day is refused too');
 SELECT throws_ok($$SELECT claimq.create_queue('fl_bad', group_fifo => NULL)$$,
 	'22004', NULL, 'create_queue: group_fifo NULL');
 SELECT throws_ok($$SELECT claimq.create_queue('fl_bad', rate_period => NULL)$$,
@@ -56,6 +62,8 @@ SELECT throws_ok($$SELECT claimq.alter_queue('fl_alter', group_limit => -1)$$,
 	'22023', NULL, 'alter_queue: a negative limit');
 SELECT throws_ok($$SELECT claimq.alter_queue('fl_alter', rate_period => '2 days')$$,
 	'22023', NULL, 'alter_queue: rate_period over a day');
+SELECT throws_ok($$SELECT claimq.alter_queue('fl_alter', rate_period => '-1 mon 31 days')$$,
+	'22023', 'rate_period must not have a month part', 'alter_queue: rate_period with a month part');
 SELECT claimq.alter_queue('fl_alter', group_limit => 3, max_in_flight => 7,
 						  rate_limit => 9, rate_period => '1 minute');
 SELECT results_eq($$SELECT group_limit, group_fifo, max_in_flight, rate_limit, rate_period
@@ -240,6 +248,30 @@ SELECT is((SELECT count(*) FROM pg_temp.take('fl_rate', 10)), 1::bigint, 'then t
 SELECT is((SELECT count(*) FROM pg_temp.take('fl_rate', 10)), 0::bigint, 'then none until it refills');
 SELECT claimq.alter_queue('fl_rate', rate_limit => 2);
 SELECT is((SELECT count(*) FROM pg_temp.take('fl_rate', 10)), 2::bigint, 'a new rate: a new, full bucket of 2');
+
+-- A queue row that holds a month part from an earlier release: the bucket
+-- counts its days and time only, and refuses to hand out with a clean
+-- error unless they are greater than zero and at most a day (never a
+-- bucket that fills backwards, nor the claim's own SQL failing).
+SELECT claimq.create_queue('fl_legacy', rate_limit => 2, rate_period => '1 hour');
+SELECT claimq.enqueue_many('fl_legacy', array_fill('{}'::jsonb, ARRAY[3])) IS NOT NULL;
+UPDATE claimq.queue SET rate_period = '1 mon -30 days' WHERE name = 'fl_legacy';
+SELECT throws_ok($$SELECT * FROM claimq.claim('fl_legacy')$$,
+	'55000', 'rate_period of queue "fl_legacy" cannot be used',
+	'a stored rate_period of 1 mon -30 days: the claim is refused cleanly');
+SELECT throws_ok($$SELECT * FROM claimq.claim('fl_legacy', wait => '10 seconds')$$,
+	'55000', 'rate_period of queue "fl_legacy" cannot be used',
+	'and a waiting claim too, at once');
+UPDATE claimq.queue SET rate_period = '-1 mon 31 days' WHERE name = 'fl_legacy';
+SELECT throws_ok($$SELECT * FROM claimq.claim('fl_legacy')$$,
+	'55000', 'rate_period of queue "fl_legacy" cannot be used',
+	'a stored -1 mon 31 days (31 days counted in days) is refused');
+SELECT is((SELECT count(*) FROM claimq.job j JOIN claimq.queue q USING (queue_id)
+			WHERE q.name = 'fl_legacy' AND j.state = 'pending'), 3::bigint,
+	'the refused claims took nothing');
+SELECT claimq.alter_queue('fl_legacy', rate_period => '1 hour');
+SELECT is((SELECT count(*) FROM pg_temp.take('fl_legacy', 10)), 2::bigint,
+	'alter_queue mends it: a full bucket of 2');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -9,7 +9,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(98);
+SELECT plan(114);
 
 --
 -- The next occurrence: expression, zone, instant, expected
@@ -86,6 +86,37 @@ SELECT throws_ok($$SELECT claimq.cron_next('* * * * *', 'Mars/Olympus', now())$$
 -- create, alter, drop
 --
 SELECT claimq.create_queue('sq');
+
+-- An expression that never fires is refused when set: with the day of
+-- week "*", some listed month must have a listed day (February has 29);
+-- with both day fields restricted, cron's "either" rule always matches.
+SELECT throws_ok(format('SELECT claimq.create_schedule(''never'', ''sq'', %L)', c), '22023',
+		  format('cron expression "%s" never matches', c), format('create_schedule refuses %s', c))
+  FROM (VALUES ('0 0 31 2 *'), ('0 0 30 2 *'), ('0 0 31 4,6,9,11 *'),
+			   ('0 0 30-31 feb *'), ('0 0 31 2-4/2 */2')) AS t(c);
+SELECT lives_ok($$SELECT claimq.create_schedule('leap', 'sq', '0 0 29 2 *')$$,
+	'29 February exists: accepted');
+SELECT lives_ok($$SELECT claimq.create_schedule('either', 'sq', '0 0 31 2 1')$$,
+	'31 February or a Monday in February: accepted');
+SELECT throws_ok($$SELECT claimq.alter_schedule('leap', cron => '0 0 31 4,6,9,11 *')$$, '22023',
+	'cron expression "0 0 31 4,6,9,11 *" never matches', 'alter_schedule refuses it too');
+SELECT is((SELECT cron FROM claimq.schedule WHERE name = 'leap'), '0 0 29 2 *',
+	'and changes nothing');
+
+-- @every with parts of mixed signs is refused: such a step is not the
+-- same, or not forward, at every point of the calendar.
+SELECT throws_ok(format('SELECT claimq.create_schedule(''mixed'', ''sq'', %L)', c), '22023',
+		  format('invalid cron expression "%s": bad @every field', c), format('create_schedule refuses %s', c))
+  FROM (VALUES ('@every 1 mon -29 days'), ('@every 1 day -23 hours -59 minutes'),
+			   ('@every -1 day 25 hours'), ('@every 1 mon -1 second')) AS t(c);
+SELECT throws_ok($$SELECT claimq.alter_schedule('leap', cron => '@every 1 mon -29 days')$$, '22023',
+	'invalid cron expression "@every 1 mon -29 days": bad @every field', 'alter_schedule refuses it too');
+SELECT lives_ok($$SELECT claimq.alter_schedule('either', cron => '@every 1 mon 2 days 3 hours')$$,
+	'@every with parts of one sign: accepted');
+SELECT is((SELECT count(*) FROM claimq.schedule WHERE name IN ('never', 'mixed')), 0::bigint,
+	'no refused call created a schedule');
+SELECT claimq.drop_schedule('leap');
+SELECT claimq.drop_schedule('either');
 SELECT lives_ok($$SELECT claimq.create_schedule('every5', 'sq', '*/5 * * * *',
 												payload => '{"report": "x"}', priority => 3)$$,
 	'create a schedule');

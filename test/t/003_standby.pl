@@ -96,6 +96,43 @@ my @error_lines =
   log_lines($standby, qr/^\d{4}-.* (ERROR|FATAL|PANIC):/);
 is(join("\n", @error_lines), '', 'no error in the standby log');
 
+# Every call that writes is refused on the standby with 25006, checked
+# before anything else, and without claimq's internal SQL in CONTEXT.
+# (After the log checks above, which these errors would fail.)
+my ($held_id, $held_token) = split /\|/, $primary->safe_psql('postgres',
+	"SELECT job_id, token FROM claimq.job WHERE state = 'claimed' ORDER BY job_id LIMIT 1");
+my $pair = "ARRAY[$held_id]::bigint[], ARRAY[$held_token]::bigint[]";
+foreach my $call (
+	"claim('tq')",
+	"claim('tq', wait => '10 seconds')",
+	"enqueue('tq', '{}')",
+	"enqueue_many('tq', ARRAY['{}']::jsonb[])",
+	"start($pair)",
+	"extend($pair)",
+	"complete($pair)",
+	"complete($held_id, $held_token)",
+	"fail($pair)",
+	"release($pair)",
+	"release($held_id, $held_token)",
+	"snooze($pair, '1 minute')",
+	"release_worker('tq', 'w')",
+	"cancel(ARRAY[$held_id]::bigint[])",
+	"claim_keys('s', ARRAY['k'], '1 minute')",
+	"release_keys('s', ARRAY['k'], ARRAY[1]::bigint[])",
+	"reclaim()",
+	"prune()",
+	"fire_schedules()",
+	"create_schedule('sch', 'tq', '* * * * *')",
+	"alter_schedule('sch', cron => '* * * * *')",
+	"drop_schedule('sch')")
+{
+	my ($ret, $out, $err) = $standby->psql('postgres', "SELECT claimq.$call",
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	like($err, qr/ERROR:  25006: cannot run claimq\.\w+\(\) during recovery/,
+		"on the standby $call is refused with 25006");
+	unlike($err, qr/CONTEXT/, "$call: no internal SQL in the error");
+}
+
 # Once the primary reclaims, the standby sees it through replication.
 primary_reclaimer('on');
 poll_ok($primary, 'postgres', "SELECT count(*) FROM claimq.job WHERE state <> 'pending'",

@@ -104,6 +104,32 @@ is($node->safe_psql('postgres', q{
 	SELECT floor(rate_tokens) FROM claimq.queue WHERE name = 'fq'}),
 	'2', 'the bucket in the row: 5 less the 3 claimed');
 
+# A rate_period with a month part, left in a queue row by an earlier
+# release: the bucket in the row refuses to hand out with the same clean
+# error as the shared bucket, whatever the bucket held (never a division
+# by zero, nor a negative LIMIT, in the claim's own SQL).
+$node->safe_psql(
+	'postgres', q{
+	SELECT claimq.create_queue('fm', rate_limit => 2, rate_period => '1 hour');
+	SELECT count(*) FROM claimq.enqueue_many('fm', array_fill('{}'::jsonb, ARRAY[3]));
+	UPDATE claimq.queue SET rate_period = '1 mon -30 days' WHERE name = 'fm';
+});
+foreach my $tokens ('NULL', '2')
+{
+	$node->safe_psql('postgres',
+		"UPDATE claimq.queue SET rate_tokens = $tokens, rate_at = now() WHERE name = 'fm'");
+	my ($fret, $fout, $ferr) = $node->psql('postgres',
+		"SELECT count(*) FROM claimq.claim('fm')",
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	like($ferr, qr/ERROR:  55000: rate_period of queue "fm" cannot be used/,
+		"a stored 1 mon -30 days, bucket $tokens: the claim is refused with 55000");
+	unlike($ferr, qr/CONTEXT/, 'the error shows no internal SQL');
+}
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM claimq.job j JOIN claimq.queue q USING (queue_id)
+	 WHERE q.name = 'fm' AND j.state = 'pending'}),
+	'3', 'and took nothing');
+
 $node->stop;
 log_is_clean($node);
 

@@ -48,16 +48,27 @@ async function waitUntil(what, ms = 60000) {
   return false;
 }
 
-// A worker in a child process: node child.js QUEUE MS.
+// A worker in a child process: node -e CHILD QUEUE MS [OPTIONS-JSON].  Its
+// handler waits MS milliseconds without looking at its signal, as a handler
+// that calls a slow service might.
 const CHILD = `
   const { Worker } = require(${JSON.stringify(path.join(__dirname, '..'))});
-  const [queue, ms] = process.argv.slice(1);
-  const w = new Worker({ queue, concurrency: 8, leaseMs: 3000, pool: { user: ${JSON.stringify(WORKER_ROLE)} } },
+  const [queue, ms, options] = process.argv.slice(1);
+  const w = new Worker({ queue, concurrency: 8, leaseMs: 3000, ...JSON.parse(options || '{}'),
+    pool: { user: ${JSON.stringify(WORKER_ROLE)} } },
     async (job) => { await new Promise((r) => setTimeout(r, Number(ms))); return job.payload; });
   w.run().then(() => console.log('exited cleanly'));
 `;
-const child = (queue, ms) => spawn(process.execPath, ['-e', CHILD, queue, String(ms)],
-  { stdio: 'ignore' });
+const child = (queue, ms, options = {}) => spawn(process.execPath,
+  ['-e', CHILD, queue, String(ms), JSON.stringify(options)], { stdio: 'ignore' });
+
+async function jobRow(jobId) {
+  const a = admin();
+  try {
+    const rows = await a.query('SELECT state, attempts FROM claimq.job WHERE job_id = $1', [jobId]);
+    return rows.length ? `${rows[0].state} ${rows[0].attempts}` : null;
+  } finally { await a.end(); }
+}
 
 test('ids and tokens above 2^53 make the round trip exactly; outcomes', async () => {
   await newQueue('js_client', { keep_done: '1 hour' });
@@ -218,4 +229,56 @@ test('a server restart mid-run: the worker goes on', { skip: !process.env.CLAIMQ
     p.kill('SIGTERM');
     assert.strictEqual(await exited, 0);
   }
+});
+
+test('a stalled worker that re-claims its own job keeps the new claim', async () => {
+  // Issue #26: a 5 s handler, a 2 s lease, the worker stopped (SIGSTOP) past
+  // its lease.  The reclaimer takes the job back (one failed attempt); the
+  // worker, let go on, claims it again while the stale run is still in its
+  // handler.  The stale run's end must not drop the new claim: the job runs
+  // twice and is done.
+  await newQueue('js_reclaim', { keep_done: '1 hour', lease: '2 seconds', max_attempts: 3,
+    retry_base: '100 milliseconds' });
+  const a = admin();
+  const jobId = await a.enqueue('js_reclaim', { n: 1 });
+  await a.end();
+  const p = child('js_reclaim', 5000, { concurrency: 2, leaseMs: 2000 });
+  try {
+    assert.ok(await waitUntil(async () => (await jobRow(jobId)) === 'running 1', 20000));
+    p.kill('SIGSTOP');
+    assert.ok(await waitUntil(async () => !(await jobRow(jobId)).startsWith('running'), 20000),
+      'the reclaimer took the job back');
+    p.kill('SIGCONT');
+    assert.ok(await waitUntil(async () => /^(done|dead)/.test(await jobRow(jobId)), 60000));
+    assert.strictEqual(await jobRow(jobId), 'done 2', 'one stall, one run more: the new claim was kept');
+  } finally {
+    p.kill('SIGCONT');
+    p.kill('SIGKILL');
+  }
+});
+
+test('SIGTERM keeps a job longer than its lease and releases the waiting ones at once', async () => {
+  // Issue #26: SIGTERM during a 7 s job with a 3 s lease, two more jobs
+  // claimed and waiting their turn.  The waiting ones are released at once
+  // (within 2 s, less than the lease: not by their leases running out), the
+  // running one is kept alive by the heartbeat and completed.
+  await newQueue('js_long', { keep_done: '1 hour', lease: '3 seconds' });
+  const a = admin();
+  const ids = await a.enqueueMany('js_long', [{ n: 0 }, { n: 1 }, { n: 2 }]);
+  await a.end();
+  const p = child('js_long', 7000, { concurrency: 1, batch: 3, leaseMs: 3000 });
+  const exited = new Promise((resolve) => p.on('exit', (code) => resolve(code)));
+  try {
+    assert.ok(await waitUntil(async () => JSON.stringify(await states('js_long')) === '{"claimed":2,"running":1}', 20000));
+    p.kill('SIGTERM');
+    assert.ok(await waitUntil(async () => JSON.stringify(await states('js_long')) === '{"pending":2,"running":1}', 2000),
+      `released within 2 s: ${JSON.stringify(await states('js_long'))}`);
+    assert.strictEqual(await exited, 0, 'the worker exits 0');
+  } finally {
+    p.kill('SIGKILL');
+  }
+  const rows = [];
+  for (const i of ids) rows.push(await jobRow(i));
+  assert.deepStrictEqual(rows.sort(), ['done 1', 'pending 0', 'pending 0'],
+    'the long job was done in one attempt; the others used none');
 });

@@ -308,6 +308,127 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(rows[retried], 2, "the failure with retry_in was retried")
 
 
+    def test_a_shutdown_deadline_gives_running_jobs_back_or_leaves_them_to_the_lease(self):
+        for mode, after in (("release", ("pending", 0)), ("abandon", ("pending", 1))):
+            q = f"py_deadline_{mode}"
+            new_queue(q, lease="2 seconds", retry_base="1 hour")
+            with admin() as a:
+                job_id = a.enqueue(q, {})
+            started = threading.Event()
+
+            def handle(job):
+                started.set()
+                claimq.sleep(job, 60)
+
+            w = claimq.Worker(WORKER, q, handle, concurrency=1, lease=2,
+                              shutdown_timeout=1, on_shutdown_timeout=mode)
+            t = threading.Thread(target=w.run)
+            t.start()
+            try:
+                self.assertTrue(started.wait(20))
+                w.stop()
+                t.join(10)
+                self.assertFalse(t.is_alive(), "run() returned after the 1 s deadline")
+                # release: pending at once, no attempt used; abandon: the
+                # lease runs out and the reclaimer counts a failed attempt.
+                self.assertTrue(wait_until(lambda: job_row(job_id) == after, 20),
+                                f"{mode}: {job_row(job_id)!r}")
+            finally:
+                w.stop()
+                t.join(10)
+
+    def test_several_queues_a_timeout_on_failure_and_attempt(self):
+        new_queue("py_mq_a", keep_done="1 hour")
+        new_queue("py_mq_b", keep_done="1 hour", retry_base="100 milliseconds")
+        with admin() as a:
+            quick = a.enqueue_many("py_mq_a", [{"n": i} for i in range(20)])
+            slow = a.enqueue("py_mq_b", {})
+        lock = threading.Lock()
+        now = {"py_mq_a": 0, "py_mq_b": 0}
+        most = dict(now)
+        failures = []
+
+        def counted(fn):
+            def run(job):
+                with lock:
+                    now[job.queue] += 1
+                    most[job.queue] = max(most[job.queue], now[job.queue])
+                try:
+                    return fn(job)
+                finally:
+                    with lock:
+                        now[job.queue] -= 1
+            return run
+
+        def handle_a(job):
+            time.sleep(0.05)
+            return {"queue": job.queue, "attempt": job.attempt}
+
+        def handle_b(job):
+            if job.attempt == 1:
+                claimq.sleep(job, 30)       # stopped by the 1 s timeout
+            return {"queue": job.queue, "attempt": job.attempt}
+
+        w = claimq.Worker(WORKER, {"py_mq_a": 3, "py_mq_b": 1},
+                          {"py_mq_a": counted(handle_a), "py_mq_b": counted(handle_b)},
+                          timeout=1, on_failure=lambda job, e, dead: failures.append(
+                              (job.id, job.attempt, type(e).__name__, dead)))
+        t = threading.Thread(target=w.run)
+        t.start()
+        try:
+            self.assertTrue(wait_until(lambda: states("py_mq_a") == {"done": 20}
+                                       and states("py_mq_b") == {"done": 1}, 30),
+                            repr((states("py_mq_a"), states("py_mq_b"))))
+        finally:
+            w.stop()
+            t.join(20)
+        with admin() as a:
+            results = dict(a.conn.execute("SELECT job_id, result FROM claimq.job"
+                                          " WHERE job_id = ANY(%s)", (quick + [slow],)).fetchall())
+        self.assertEqual([results[i] for i in quick], [{"queue": "py_mq_a", "attempt": 1}] * 20)
+        self.assertEqual(results[slow], {"queue": "py_mq_b", "attempt": 2})
+        self.assertEqual(failures, [(slow, 1, "JobTimeout", False)])
+        self.assertLessEqual(most["py_mq_a"], 3, "at most 3 at once in py_mq_a")
+        self.assertEqual(most["py_mq_b"], 1)
+
+    def test_claims_log_at_debug_and_failures_at_warning(self):
+        new_queue("py_log", max_attempts=1)
+        with admin() as a:
+            a.enqueue_many("py_log", [{"fail": i == 0} for i in range(10)])
+        records = []
+
+        class Keep(logging.Handler):
+            def emit(self, record):
+                records.append(record)
+
+        logger = logging.getLogger("claimq")
+        keep = Keep(level=logging.DEBUG)
+        old = logger.level
+        logger.addHandler(keep)
+        logger.setLevel(logging.DEBUG)
+
+        def handle(job):
+            if job.payload["fail"]:
+                raise ValueError("no")
+
+        w = claimq.Worker(WORKER, "py_log", handle, concurrency=2)
+        t = threading.Thread(target=w.run)
+        t.start()
+        try:
+            self.assertTrue(wait_until(lambda: states("py_log") == {"dead": 1}, 20))
+        finally:
+            w.stop()
+            t.join(20)
+            logger.removeHandler(keep)
+            logger.setLevel(old)
+        loud = [r.getMessage() for r in records if r.levelno >= logging.INFO]
+        self.assertTrue(any("claimed" in r.getMessage() for r in records
+                            if r.levelno == logging.DEBUG), "claims are logged at DEBUG")
+        self.assertFalse([m for m in loud if "claimed" in m or "completed" in m], loud)
+        self.assertTrue([r for r in records if r.levelno == logging.WARNING
+                         and "ValueError: no" in r.getMessage()], "the failure at WARNING")
+
+
 class AsyncWorkerTest(unittest.TestCase):
     def test_drain_and_cancel(self):
         new_queue("py_async", keep_done="1 hour", lease="10 seconds")

@@ -64,6 +64,17 @@ const CHILD = `
 const child = (queue, ms, options = {}) => spawn(process.execPath,
   ['-e', CHILD, queue, String(ms), JSON.stringify(options)], { stdio: 'ignore' });
 
+// [jobs run more than once, the most runs of one job] in a queue.
+async function reruns(queue) {
+  const a = admin();
+  try {
+    const [r] = await a.query(
+      'SELECT (count(*) FILTER (WHERE attempts > 1))::int AS many, coalesce(max(attempts), 0) AS most' +
+      ' FROM claimq.job JOIN claimq.queue q USING (queue_id) WHERE q.name = $1', [queue]);
+    return [r.many, r.most];
+  } finally { await a.end(); }
+}
+
 async function jobRow(jobId) {
   const a = admin();
   try {
@@ -193,6 +204,9 @@ test('a drain of thousands with concurrency 8, one worker killed mid-run: nothin
     victim.kill('SIGKILL');
     assert.ok(await waitUntil(async () => JSON.stringify(await states('js_kill')) === '{"done":3000}', 90000),
       `every job ends done: ${JSON.stringify(await states('js_kill'))}`);
+    // Only what the victim held (8 handlers) ran again, once.
+    const [many, most] = await reruns('js_kill');
+    assert.ok(many <= 8 && most <= 2, `jobs run twice: ${many}, most runs: ${most}`);
   } finally {
     survivor.kill('SIGTERM');
     assert.strictEqual(await survivorExit, 0, 'the survivor exits 0 on SIGTERM');
@@ -227,6 +241,9 @@ test('a server restart mid-run: the worker goes on', { skip: !process.env.CLAIMQ
     assert.ok(await waitUntil(async () => JSON.stringify(await states('js_restart')) === '{"done":1000}', 90000),
       'every job ends done');
     assert.strictEqual(p.exitCode, null, 'the worker kept running');
+    // At most what was in flight at the restart (8 handlers) ran again, once.
+    const [many, most] = await reruns('js_restart');
+    assert.ok(many <= 8 && most <= 2, `jobs run twice: ${many}, most runs: ${most}`);
   } finally {
     p.kill('SIGTERM');
     assert.strictEqual(await exited, 0);

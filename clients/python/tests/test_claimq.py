@@ -48,6 +48,15 @@ def states(queue):
     return {s: n for s, n in rows}
 
 
+def reruns(queue):
+    """(jobs run more than once, the most runs of one job) in a queue."""
+    with admin() as a:
+        return a.conn.execute(
+            "SELECT count(*) FILTER (WHERE attempts > 1), coalesce(max(attempts), 0)"
+            "  FROM claimq.job JOIN claimq.queue q USING (queue_id) WHERE q.name = %s",
+            (queue,)).fetchone()
+
+
 def wait_until(what, seconds=60.0):
     deadline = time.time() + seconds
     while time.time() < deadline:
@@ -126,6 +135,10 @@ class WorkerTest(unittest.TestCase):
             self.assertTrue(wait_until(lambda: states("py_drain") == {"done": 3000}, 90),
                             "every job ends done after one worker was killed: %r"
                             % states("py_drain"))
+            # Only what the victim held (8 handlers) ran again, once.
+            many, most = reruns("py_drain")
+            self.assertLessEqual(many, 8, "jobs run twice")
+            self.assertLessEqual(most, 2, "the most runs of one job")
         finally:
             survivor.send_signal(signal.SIGTERM)
             self.assertEqual(survivor.wait(30), 0, "the survivor exits 0 on SIGTERM")
@@ -209,6 +222,10 @@ class WorkerTest(unittest.TestCase):
             self.assertTrue(wait_until(lambda: states("py_restart") == {"done": 1500}, 90),
                             "the worker reconnects and drains the queue: %r"
                             % states("py_restart"))
+            # At most what was in flight at the restart (8 handlers) ran again, once.
+            many, most = reruns("py_restart")
+            self.assertLessEqual(many, 8, "jobs run twice")
+            self.assertLessEqual(most, 2, "the most runs of one job")
             self.assertIsNone(p.poll(), "the worker kept running")
         finally:
             p.send_signal(signal.SIGTERM)

@@ -9,7 +9,12 @@ export interface Job<P = any> {
   id: string;
   token: string;
   payload: P;
+  /** The attempts counted before this claim (with claim's start: true, including this run's). */
   attempts: number;
+  /** This run's attempt, counting from 1. */
+  attempt: number;
+  /** The queue the job came from. */
+  queue: string;
   priority: number;
   enqueuedAt: Date;
   expiresAt: Date;
@@ -67,8 +72,18 @@ export class Client {
   call(fn: string, args?: unknown[], named?: Record<string, unknown>): Promise<any[]>;
 }
 
+export interface Logger {
+  debug(line: string): void;
+  info(line: string): void;
+  warn(line: string): void;
+  error(line: string): void;
+}
+
 export interface WorkerOptions {
-  queue: string;
+  /** One queue; or give queues. */
+  queue?: string;
+  /** Several queues, each with its concurrency. */
+  queues?: Record<string, number>;
   concurrency?: number;
   batch?: number;
   leaseMs?: number;
@@ -79,21 +94,40 @@ export interface WorkerOptions {
   maxBackoffMs?: number;
   pool?: PoolConfig;
   client?: Client;
+  /** Stop a handler that runs longer (its signal aborted, reason 'timeout') and fail its job. */
+  timeoutMs?: number | null;
+  /** After shutdown began, how long running handlers may take; unset: as long as they take. */
+  shutdownTimeoutMs?: number | null;
+  /** At the shutdown deadline: give running jobs back at once, or leave them to their leases. */
+  onShutdownTimeout?: 'release' | 'abandon';
+  /** Where lines go; the default writes warn and error to stderr. */
+  logger?: Logger;
+  /** The older option: one function for every line. */
   log?: (line: string) => void;
   /** Runs in the completion's transaction, on client: committed if and only if the completion takes effect. */
   onComplete?: (job: Job, result: unknown, client: import('pg').PoolClient) => Promise<void> | void;
+  /** Runs after a failure of the job took effect; dead: that was its last attempt. */
+  onFailure?: (job: Job, error: Error, info: { dead: boolean }) => Promise<void> | void;
 }
 
-/** The signal is aborted when the job is cancelled or its lease lost (reason: the outcome). */
+/** The signal is aborted when the job is cancelled, its lease lost, its timeout or the shutdown deadline passed (reason: 'cancelled', 'stale', 'timeout', 'shutdown'). */
 export type Handler<P = any> = (job: Job<P>, context: { signal: AbortSignal }) => unknown | Promise<unknown>;
 
 export class Worker<P = any> {
-  constructor(options: WorkerOptions, handler: Handler<P>);
+  constructor(options: WorkerOptions, handler: Handler<P> | Record<string, Handler<P>>);
   readonly completed: number;
   readonly failed: number;
   run(): Promise<void>;
   stop(): void;
 }
+
+/** What a job that ran past timeoutMs is failed with. */
+export class JobTimeout extends Error {
+  constructor(message: string);
+}
+
+/** Whether an error is a lost connection or a server going away (retried), not a refusal. */
+export function isConnectionError(err: unknown): boolean;
 
 export class Fail extends Error {
   constructor(message: string, options?: { retryIn?: number | null; permanent?: boolean });

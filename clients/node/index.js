@@ -50,19 +50,40 @@ class Snooze extends Error {
   }
 }
 
+/** What a job that ran past the worker's timeoutMs is failed with. */
+class JobTimeout extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'JobTimeout';
+  }
+}
+
 // A lost connection or a server going away, not a refusal: worth a retry.
+// A SQLSTATE of class 08 (connection), 57P01-57P03 (shutdown, crash,
+// cannot connect now) or 53300 (too many connections); a socket error
+// (ECONNRESET ...); or one of the errors pg and pg-pool raise without a
+// code when a connection ends.  Anything else (a TypeError from a result
+// JSON cannot hold, a refused statement) is not retried.
 function isConnectionError(err) {
-  const code = err && err.code;
-  return !code || /^(08|57P0)/.test(code) || /^E[A-Z]+$/.test(code);
+  if (!err) return false;
+  const { code } = err;
+  if (typeof code === 'string' && code !== '') {
+    return /^(08|57P0)/.test(code) || code === '53300' || /^E[A-Z]+$/.test(code);
+  }
+  return /^(Connection terminated|Client has encountered a connection error|Client was closed|timeout exceeded when trying to connect)/
+    .test(String(err.message));
 }
 
 const id = (v) => (typeof v === 'bigint' ? v.toString() : String(v));
 const secs = (ms) => (ms === null || ms === undefined ? null : `${Number(ms) / 1000} seconds`);
 const pairs = (jobs) => [jobs.map((j) => id(j.id)), jobs.map((j) => id(j.token))];
 
-function toJob(r) {
+// attempts: the attempts counted before this claim (with start: true,
+// including this one); attempt: this run's, counting from 1.
+function toJob(r, queue, started) {
   return {
     id: r.job_id, token: r.token, payload: r.payload, attempts: r.attempts,
+    attempt: started ? r.attempts : r.attempts + 1, queue,
     priority: r.priority, enqueuedAt: r.enqueued_at, expiresAt: r.expires_at,
   };
 }
@@ -117,7 +138,7 @@ class Client {
       ' wait => $6::interval)',
       [queue, maxJobs, secs(o.leaseMs), o.worker ?? null, o.start ?? false,
         secs(o.waitMs ?? 0)]);
-    return rows.map(toJob);
+    return rows.map((r) => toJob(r, queue, Boolean(o.start)));
   }
 
   async start(jobs, leaseMs = null) {
@@ -190,38 +211,108 @@ class Client {
 }
 
 /** Runs handler(job, { signal }) for the jobs of one queue. */
+// A bell: wait(ms) resolves after ms, or at once when someone rings.
+class Bell {
+  constructor() { this.waiters = new Set(); }
+
+  ring() {
+    const waiters = [...this.waiters];
+    this.waiters.clear();
+    for (const done of waiters) done();
+  }
+
+  wait(ms) {
+    return new Promise((resolve) => {
+      const done = () => { clearTimeout(timer); this.waiters.delete(done); resolve(); };
+      const timer = setTimeout(done, Math.max(0, Math.min(ms, 2 ** 31 - 1)));
+      this.waiters.add(done);
+    });
+  }
+}
+
+// Problems to stderr; the rest nowhere (pass logger: console to see all).
+const stderrLogger = {
+  debug() {},
+  info() {},
+  warn(line) { process.stderr.write(`claimq: ${line}\n`); },
+  error(line) { process.stderr.write(`claimq: ${line}\n`); },
+};
+
+function loggerOf(options) {
+  if (options.logger) return options.logger;
+  if (options.log) {             // the older option: one function for every line
+    const f = options.log;
+    return { debug: f, info: f, warn: f, error: f };
+  }
+  return stderrLogger;
+}
+
+// What a worker holds is keyed by claim, not by job: a job it claims again
+// while a stale run of it is still in a handler is another entry.
+const key = (job) => `${id(job.id)}:${id(job.token)}`;
+
+/** Runs handler(job, { signal }) for the jobs of one queue, or of several. */
 class Worker {
   constructor(options, handler) {
-    if (typeof handler !== 'function') throw new TypeError('a handler function is needed');
-    this.queue = options.queue;
-    this.handler = handler;
-    this.concurrency = options.concurrency ?? 4;
-    this.batch = options.batch ?? this.concurrency;
-    // Jobs held at most: a batch larger than the handlers waits its turn.
-    this.prefetch = Math.max(this.batch, this.concurrency);
+    const queues = options.queues
+      ?? { [options.queue]: options.concurrency ?? 4 };
+    const names = Object.keys(queues);
+    if (names.length === 0 || names.includes('undefined')) throw new TypeError('a queue is needed');
+    const handlerOf = (q) => {
+      const h = typeof handler === 'function' ? handler : handler && handler[q];
+      if (typeof h !== 'function') throw new TypeError(`a handler function is needed for queue ${q}`);
+      return h;
+    };
+    this.idleMs = options.idleMs ?? 100;
+    this.lanes = names.map((q) => {
+      const concurrency = queues[q];
+      if (!(concurrency >= 1)) throw new RangeError(`concurrency of ${q} must be at least 1`);
+      const batch = options.batch ?? concurrency;
+      return {
+        queue: q, handler: handlerOf(q), concurrency, batch,
+        // Jobs held at most: a batch larger than the handlers waits its turn.
+        prefetch: Math.max(batch, concurrency),
+        waiting: [],             // claimed, not yet started
+        running: new Set(),
+        idleMs: this.idleMs, nextClaim: 0,
+      };
+    });
+    this.queue = names[0];
+    this.handler = this.lanes[0].handler;
+    this.concurrency = this.lanes.reduce((n, l) => n + l.concurrency, 0);
+    this.batch = options.batch ?? this.lanes[0].batch;
+    this.prefetch = this.lanes.reduce((n, l) => n + l.prefetch, 0);
     this.onComplete = options.onComplete ?? null;
+    this.onFailure = options.onFailure ?? null;
+    this.timeoutMs = options.timeoutMs ?? null;
+    this.shutdownTimeoutMs = options.shutdownTimeoutMs ?? null;
+    this.onShutdownTimeout = options.onShutdownTimeout ?? 'release';
+    if (!['release', 'abandon'].includes(this.onShutdownTimeout)) {
+      throw new RangeError("onShutdownTimeout must be 'release' or 'abandon'");
+    }
     this.leaseMs = options.leaseMs ?? 30000;
     this.heartbeatMs = options.heartbeatMs ?? this.leaseMs / 3;
     this.name = options.name ?? `js-${os.hostname()}-${process.pid}`;
-    this.idleMs = options.idleMs ?? 100;
     this.maxIdleMs = options.maxIdleMs ?? 2000;
     this.maxBackoffMs = options.maxBackoffMs ?? 5000;
-    this.log = options.log ?? (() => {});
+    this.logger = loggerOf(options);
     this.client = options.client ?? new Client({
       ...(options.pool ?? {}), max: (options.pool && options.pool.max) || 2,
       application_name: this.name,
     });
-    this.client.pool.on('error', (err) => this.log(`idle connection error: ${err.message}`));
-    this.held = new Map();       // id -> { job, abort, started }
+    this.client.pool.on('error', (err) => this.logger.warn(`idle connection error: ${err.message}`));
+    this.held = new Map();       // key(job) -> { job, lane, abort, started, timer }
     this.stopping = false;
-    this.wake = new AbortController();
+    this.beatDone = false;
+    this.freed = new Bell();     // a job left, or stop()
+    this.beatBell = new Bell();  // the heartbeat's end
     this.completed = 0;
     this.failed = 0;
   }
 
   stop() {
     this.stopping = true;
-    this.wake.abort();
+    this.freed.ring();
   }
 
   // fn(client), again after a lost connection, with backoff.
@@ -232,69 +323,83 @@ class Worker {
         return await fn(this.client);
       } catch (err) {
         if (!retry || !isConnectionError(err)) throw err;
-        this.log(`connection lost (${err.message}); retrying in ${delay} ms`);
+        this.logger.warn(`connection lost (${err.message}); retrying in ${delay} ms`);
         await sleep(delay);
         delay = Math.min(delay * 2, this.maxBackoffMs);
       }
     }
   }
 
+  heldIn(lane) {
+    let n = 0;
+    for (const h of this.held.values()) if (h.lane === lane) n += 1;
+    return n;
+  }
+
+  pump(lane) {
+    while (lane.running.size < lane.concurrency && lane.waiting.length > 0 && !this.stopping) {
+      const job = lane.waiting.shift();
+      const p = this.runJob(lane, job).finally(() => {
+        lane.running.delete(p);
+        this.freed.ring();
+        this.pump(lane);
+      });
+      lane.running.add(p);
+    }
+  }
+
+  // One claim for each queue that has room and is due: true if any job came.
+  async claimRound() {
+    let got = false;
+    for (const lane of this.lanes) {
+      if (this.stopping) break;
+      if (Date.now() < lane.nextClaim) continue;
+      const n = this.heldIn(lane);
+      const room = lane.prefetch - n;
+      if (n >= lane.concurrency || room <= 0) continue;
+      let jobs = [];
+      try {
+        jobs = await this.client.claim(lane.queue, room, { leaseMs: this.leaseMs, worker: this.name });
+      } catch (err) {
+        this.logger.warn(`claim from ${lane.queue} failed: ${err.message}`);
+      }
+      if (jobs.length === 0) {
+        lane.nextClaim = Date.now() + lane.idleMs;
+        lane.idleMs = Math.min(lane.idleMs * 2, this.maxIdleMs);
+        continue;
+      }
+      got = true;
+      lane.idleMs = this.idleMs;
+      lane.nextClaim = 0;
+      this.logger.debug(`claimed ${jobs.length} jobs of ${lane.queue}`);
+      for (const job of jobs) {
+        this.held.set(key(job), { job, lane, abort: new AbortController(), started: false, timer: null });
+        lane.waiting.push(job);
+      }
+      if (this.stopping) break;
+      this.pump(lane);
+    }
+    return got;
+  }
+
   async run() {
     const stop = () => this.stop();
     process.on('SIGTERM', stop);
     process.on('SIGINT', stop);
-    const running = new Set();
-    const waiting = [];          // claimed, not yet started
-    const pump = () => {
-      while (running.size < this.concurrency && waiting.length > 0 && !this.stopping) {
-        const job = waiting.shift();
-        const p = this.runJob(job).finally(() => { running.delete(p); pump(); });
-        running.add(p);
-      }
-    };
-    const beat = this.heartbeatMs > 0 ? this.beat() : Promise.resolve();
-    let idle = this.idleMs;
+    const beat = this.beat();
     try {
       while (!this.stopping) {
-        const room = this.prefetch - this.held.size;
-        if (this.held.size >= this.concurrency || room <= 0) {
-          await Promise.race([...running, sleep(200)]);
-          continue;
+        if (!(await this.claimRound())) {
+          const now = Date.now();
+          const due = this.lanes.filter((l) => l.nextClaim > now).map((l) => l.nextClaim - now);
+          await this.freed.wait(Math.min(200, ...due));
         }
-        let jobs = [];
-        try {
-          jobs = await this.client.claim(this.queue, room,
-            { leaseMs: this.leaseMs, worker: this.name });
-        } catch (err) {
-          this.log(`claim failed: ${err.message}`);
-        }
-        if (jobs.length === 0) {
-          await sleep(idle, undefined, { signal: this.wake.signal }).catch(() => {});
-          idle = Math.min(idle * 2, this.maxIdleMs);
-          continue;
-        }
-        idle = this.idleMs;
-        this.log(`claimed ${jobs.length} jobs`);
-        for (const job of jobs) {
-          this.held.set(job.id, { job, abort: new AbortController(), started: false });
-          waiting.push(job);
-        }
-        pump();
       }
     } finally {
-      await Promise.allSettled([...running]);
-      const rest = waiting.splice(0).filter((j) => this.held.has(j.id));
-      if (rest.length > 0) {
-        try {
-          const rows = await this.db((c) => c.release(rest));
-          this.log(`released ${rows.filter((r) => r.outcome === 'ok').length} jobs it never started`);
-        } catch (err) {
-          this.log(`could not release ${rest.length} jobs: ${err.message}`);
-        }
-        for (const j of rest) this.held.delete(j.id);
-      }
       this.stopping = true;
-      this.wake.abort();
+      await this.shutdown();
+      this.beatDone = true;
+      this.beatBell.ring();
       await beat;
       process.off('SIGTERM', stop);
       process.off('SIGINT', stop);
@@ -302,52 +407,136 @@ class Worker {
     }
   }
 
-  async beat() {
-    while (!this.stopping) {
-      await sleep(this.heartbeatMs, undefined, { signal: this.wake.signal }).catch(() => {});
-      if (this.stopping) return;
-      const jobs = [...this.held.values()].map((h) => h.job);
-      if (jobs.length === 0) continue;
-      let rows;
-      try {
-        rows = await this.db((c) => c.extend(jobs, this.leaseMs), { retry: false });
-      } catch (err) {
-        this.log(`heartbeat failed: ${err.message}`);
-        continue;
-      }
-      for (const { job_id: jobId, outcome } of rows) {
-        const h = this.held.get(jobId);
-        if (outcome !== 'ok' && h) {
-          this.held.delete(jobId);
-          this.log(`job ${jobId}: ${outcome}, stopping its handler`);
-          h.abort.abort(outcome);
+  // Unstarted claims go back at once; the running jobs finish, their leases
+  // kept by the heartbeat, until shutdownTimeoutMs (if set).
+  async shutdown() {
+    const rest = [];
+    for (const lane of this.lanes) {
+      for (const job of lane.waiting.splice(0)) {
+        const h = this.held.get(key(job));
+        if (h && !h.started) {
+          this.held.delete(key(job));
+          rest.push(job);
         }
       }
     }
+    if (rest.length > 0) {
+      try {
+        const rows = await this.db((c) => c.release(rest));
+        this.logger.info(`released ${rows.filter((r) => r.outcome === 'ok').length} jobs it never started`);
+      } catch (err) {
+        this.logger.warn(`could not release ${rest.length} jobs: ${err.message}`);
+      }
+    }
+    const deadline = this.shutdownTimeoutMs === null ? Infinity : Date.now() + this.shutdownTimeoutMs;
+    while (this.held.size > 0) {
+      const left = deadline - Date.now();
+      if (left <= 0) {
+        await this.giveUpRunning();
+        break;
+      }
+      await this.freed.wait(Math.min(left, 200));
+    }
   }
 
-  async runJob(job) {
-    const h = this.held.get(job.id);
-    if (!h) return;              // lost or cancelled while it waited its turn
+  // The shutdown deadline passed: stop the running handlers, and give their
+  // jobs back (a snooze of 0: no attempt used) or leave them to their leases.
+  async giveUpRunning() {
+    const jobs = [];
+    for (const [k, h] of [...this.held]) {
+      this.held.delete(k);
+      clearTimeout(h.timer);
+      h.abort.abort('shutdown');
+      jobs.push(h.job);
+    }
+    if (jobs.length === 0) return;
+    if (this.onShutdownTimeout === 'abandon') {
+      this.logger.warn(`shutdown deadline: ${jobs.length} running jobs left to their leases`);
+      return;
+    }
     try {
-      h.started = true;
+      const rows = await this.db((c) => c.snooze(jobs, 0), { retry: false });
+      this.logger.warn(`shutdown deadline: ${rows.filter((r) => r.outcome === 'ok').length} running jobs given back`);
+    } catch (err) {
+      this.logger.warn(`could not give back ${jobs.length} running jobs: ${err.message}`);
+    }
+  }
+
+  // Extends every held lease every heartbeatMs, until run() has settled all.
+  async beat() {
+    let next = this.heartbeatMs > 0 ? Date.now() + this.heartbeatMs : Infinity;
+    while (!this.beatDone) {
+      await this.beatBell.wait(Math.min(next - Date.now(), 1000));
+      if (this.beatDone) return;
+      if (Date.now() < next) continue;
+      next = Date.now() + this.heartbeatMs;
+      const entries = [...this.held];
+      if (entries.length === 0) continue;
+      let rows;
+      try {
+        rows = await this.db((c) => c.extend(entries.map(([, h]) => h.job), this.leaseMs), { retry: false });
+      } catch (err) {
+        this.logger.warn(`heartbeat failed: ${err.message}`);
+        continue;
+      }
+      // One row per job, in the order given.
+      rows.forEach(({ outcome }, i) => {
+        const [k, h] = entries[i];
+        if (outcome !== 'ok' && this.held.get(k) === h) this.stopJob(k, h, outcome);
+      });
+    }
+  }
+
+  stopJob(k, h, reason) {
+    this.held.delete(k);
+    clearTimeout(h.timer);
+    if (reason === 'cancelled' || reason === 'timeout') this.logger.info(`job ${h.job.id}: ${reason}, stopping its handler`);
+    else this.logger.warn(`job ${h.job.id}: lease lost (${reason}): another worker may own it`);
+    h.abort.abort(reason);
+    this.freed.ring();
+  }
+
+  // timeoutMs passed: stop the handler as a cancel does, and fail the job.
+  async timeOut(k, h) {
+    if (this.held.get(k) !== h) return;
+    this.stopJob(k, h, 'timeout');
+    const err = new JobTimeout(`timed out after ${this.timeoutMs} ms`);
+    try {
+      await this.failJob(h.job, err);
+    } catch (e) {
+      this.logger.warn(`job ${h.job.id}: could not fail it after its timeout: ${e.message}`);
+    }
+  }
+
+  async runJob(lane, job) {
+    const k = key(job);
+    const h = this.held.get(k);
+    if (!h || this.stopping) return;   // lost or cancelled while it waited; released at shutdown
+    h.started = true;
+    try {
       const [{ outcome }] = await this.db((c) => c.start([job], this.leaseMs));
       if (outcome !== 'ok') {
-        this.log(`job ${job.id}: ${outcome} at start, skipped`);
+        this.refused(job, 'start', outcome);
         return;
       }
-      await this.handle(job, h.abort.signal);
+      this.logger.debug(`job ${job.id}: started (${job.queue}, attempt ${job.attempt})`);
+      if (this.timeoutMs !== null && this.held.get(k) === h) {
+        h.timer = setTimeout(() => { this.timeOut(k, h); }, this.timeoutMs);
+      }
+      await this.handle(lane, job, h.abort.signal);
     } catch (err) {
-      this.log(`job ${job.id}: the worker failed to settle it: ${err.message}`);
+      this.logger.error(`job ${job.id}: the worker failed to settle it: ${err.message}`);
     } finally {
-      this.held.delete(job.id);
+      clearTimeout(h.timer);
+      // Only this claim: a newer claim of the same job is not ours to drop.
+      if (this.held.get(k) === h) this.held.delete(k);
     }
   }
 
   refused(job, call, outcome) {
-    this.log(outcome === 'stale'
-      ? `job ${job.id}: stale at ${call}, someone else owns it now`
-      : `job ${job.id}: ${outcome} at ${call}`);
+    if (outcome === 'stale') this.logger.warn(`job ${job.id}: stale at ${call}, someone else owns it now`);
+    else if (outcome === 'cancelled') this.logger.info(`job ${job.id}: cancelled at ${call}`);
+    else this.logger.warn(`job ${job.id}: ${outcome} at ${call}`);
   }
 
   // onComplete(job, result, client) and complete() in one transaction.
@@ -372,10 +561,32 @@ class Worker {
     }
   }
 
-  async handle(job, signal) {
+  // Fail the job for err; onFailure(job, err, { dead }) if that took effect.
+  async failJob(job, err) {
+    const message = err instanceof Fail ? err.message : `${err.name}: ${err.message}`;
+    const [row] = await this.db((c) => c.fail([job], message.slice(0, 2000), {
+      retryIn: err instanceof Fail ? err.retryIn : null,
+      permanent: err instanceof Fail ? err.permanent : false,
+    }));
+    if (row.outcome !== 'ok') {
+      this.refused(job, 'fail', row.outcome);
+      return;
+    }
+    this.failed += 1;
+    this.logger.warn(`job ${job.id} (${job.queue}, attempt ${job.attempt}): failed: ${message}`);
+    if (this.onFailure) {
+      try {
+        await this.onFailure(job, err, { dead: row.state === 'dead' });
+      } catch (e) {
+        this.logger.error(`job ${job.id}: onFailure threw: ${e.message}`);
+      }
+    }
+  }
+
+  async handle(lane, job, signal) {
     let result;
     try {
-      result = await this.handler(job, { signal });
+      result = await lane.handler(job, { signal });
     } catch (err) {
       if (signal.aborted) {
         this.stopped(job, signal.reason);
@@ -383,39 +594,42 @@ class Worker {
       }
       if (err instanceof Snooze) {
         const [{ outcome }] = await this.db((c) => c.snooze([job], err.ms));
-        if (outcome === 'ok') this.log(`job ${job.id}: snoozed for ${(err.ms / 1000).toFixed(1)} s`);
+        if (outcome === 'ok') this.logger.debug(`job ${job.id}: snoozed for ${(err.ms / 1000).toFixed(1)} s`);
         else this.refused(job, 'snooze', outcome);
         return;
       }
-      const message = err instanceof Fail ? err.message : `${err.name}: ${err.message}`;
-      const [{ outcome }] = await this.db((c) => c.fail([job], message.slice(0, 2000), {
-        retryIn: err instanceof Fail ? err.retryIn : null,
-        permanent: err instanceof Fail ? err.permanent : false,
-      }));
-      if (outcome === 'ok') {
-        this.failed += 1;
-        this.log(`job ${job.id}: failed: ${message}`);
-      } else {
-        this.refused(job, 'fail', outcome);
-      }
+      await this.failJob(job, err instanceof Error ? err : new Error(String(err)));
       return;
     }
     if (signal.aborted) {
       this.stopped(job, signal.reason);
       return;
     }
-    const outcome = this.onComplete
-      ? await this.completeInTransaction(job, result)
-      : (await this.db((c) => c.complete([job], [result ?? null])))[0].outcome;
-    if (outcome === 'ok') this.completed += 1;
-    else this.refused(job, 'complete', outcome);
+    let outcome;
+    try {
+      outcome = this.onComplete
+        ? await this.completeInTransaction(job, result)
+        : (await this.db((c) => c.complete([job], [result ?? null])))[0].outcome;
+    } catch (err) {
+      // A result JSON cannot hold, an error in onComplete: the job failed.
+      // A lost connection: the lease decides.
+      if (isConnectionError(err)) throw err;
+      await this.failJob(job, err);
+      return;
+    }
+    if (outcome === 'ok') {
+      this.completed += 1;
+      this.logger.debug(`job ${job.id}: completed`);
+    } else {
+      this.refused(job, 'complete', outcome);
+    }
   }
 
   stopped(job, reason) {
-    this.log(reason === 'cancelled'
-      ? `job ${job.id}: cancelled while running, handler stopped, not completed`
-      : `job ${job.id}: lease lost while running (${reason}), dropped`);
+    if (reason === 'cancelled') this.logger.info(`job ${job.id}: cancelled while running, handler stopped, not completed`);
+    else if (reason === 'timeout' || reason === 'shutdown') this.logger.info(`job ${job.id}: handler stopped (${reason})`);
+    else this.logger.warn(`job ${job.id}: lease lost while running (${reason}), dropped`);
   }
 }
 
-module.exports = { Client, Worker, Fail, Snooze };
+module.exports = { Client, Worker, Fail, Snooze, JobTimeout, isConnectionError };

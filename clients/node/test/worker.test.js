@@ -9,7 +9,9 @@ const assert = require('node:assert');
 const { spawn, execSync } = require('node:child_process');
 const path = require('node:path');
 const { setTimeout: sleep } = require('node:timers/promises');
-const { Client, Worker, Fail, Snooze } = require('..');
+// The package under test: as installed (clients/test), or this directory.
+const PACKAGE = process.env.CLAIMQ_TEST_PACKAGE || path.join(__dirname, '..');
+const { Client, Worker, Fail, Snooze } = require(PACKAGE);
 
 const WORKER_ROLE = process.env.CLAIMQ_TEST_WORKER_ROLE || 'cq_worker';
 const adminOptions = {
@@ -48,16 +50,38 @@ async function waitUntil(what, ms = 60000) {
   return false;
 }
 
-// A worker in a child process: node child.js QUEUE MS.
+// A worker in a child process: node -e CHILD QUEUE MS [OPTIONS-JSON].  Its
+// handler waits MS milliseconds without looking at its signal, as a handler
+// that calls a slow service might.
 const CHILD = `
-  const { Worker } = require(${JSON.stringify(path.join(__dirname, '..'))});
-  const [queue, ms] = process.argv.slice(1);
-  const w = new Worker({ queue, concurrency: 8, leaseMs: 3000, pool: { user: ${JSON.stringify(WORKER_ROLE)} } },
+  const { Worker } = require(${JSON.stringify(PACKAGE)});
+  const [queue, ms, options] = process.argv.slice(1);
+  const w = new Worker({ queue, concurrency: 8, leaseMs: 3000, ...JSON.parse(options || '{}'),
+    pool: { user: ${JSON.stringify(WORKER_ROLE)} } },
     async (job) => { await new Promise((r) => setTimeout(r, Number(ms))); return job.payload; });
   w.run().then(() => console.log('exited cleanly'));
 `;
-const child = (queue, ms) => spawn(process.execPath, ['-e', CHILD, queue, String(ms)],
-  { stdio: 'ignore' });
+const child = (queue, ms, options = {}) => spawn(process.execPath,
+  ['-e', CHILD, queue, String(ms), JSON.stringify(options)], { stdio: 'ignore' });
+
+// [jobs run more than once, the most runs of one job] in a queue.
+async function reruns(queue) {
+  const a = admin();
+  try {
+    const [r] = await a.query(
+      'SELECT (count(*) FILTER (WHERE attempts > 1))::int AS many, coalesce(max(attempts), 0) AS most' +
+      ' FROM claimq.job JOIN claimq.queue q USING (queue_id) WHERE q.name = $1', [queue]);
+    return [r.many, r.most];
+  } finally { await a.end(); }
+}
+
+async function jobRow(jobId) {
+  const a = admin();
+  try {
+    const rows = await a.query('SELECT state, attempts FROM claimq.job WHERE job_id = $1', [jobId]);
+    return rows.length ? `${rows[0].state} ${rows[0].attempts}` : null;
+  } finally { await a.end(); }
+}
 
 test('ids and tokens above 2^53 make the round trip exactly; outcomes', async () => {
   await newQueue('js_client', { keep_done: '1 hour' });
@@ -180,6 +204,9 @@ test('a drain of thousands with concurrency 8, one worker killed mid-run: nothin
     victim.kill('SIGKILL');
     assert.ok(await waitUntil(async () => JSON.stringify(await states('js_kill')) === '{"done":3000}', 90000),
       `every job ends done: ${JSON.stringify(await states('js_kill'))}`);
+    // Only what the victim held (8 handlers) ran again, once.
+    const [many, most] = await reruns('js_kill');
+    assert.ok(many <= 8 && most <= 2, `jobs run twice: ${many}, most runs: ${most}`);
   } finally {
     survivor.kill('SIGTERM');
     assert.strictEqual(await survivorExit, 0, 'the survivor exits 0 on SIGTERM');
@@ -214,8 +241,174 @@ test('a server restart mid-run: the worker goes on', { skip: !process.env.CLAIMQ
     assert.ok(await waitUntil(async () => JSON.stringify(await states('js_restart')) === '{"done":1000}', 90000),
       'every job ends done');
     assert.strictEqual(p.exitCode, null, 'the worker kept running');
+    // At most what was in flight at the restart (8 handlers) ran again, once.
+    const [many, most] = await reruns('js_restart');
+    assert.ok(many <= 8 && most <= 2, `jobs run twice: ${many}, most runs: ${most}`);
   } finally {
     p.kill('SIGTERM');
     assert.strictEqual(await exited, 0);
+  }
+});
+
+test('a stalled worker that re-claims its own job keeps the new claim', async () => {
+  // Issue #26: a 5 s handler, a 2 s lease, the worker stopped (SIGSTOP) past
+  // its lease.  The reclaimer takes the job back (one failed attempt); the
+  // worker, let go on, claims it again while the stale run is still in its
+  // handler.  The stale run's end must not drop the new claim: the job runs
+  // twice and is done.
+  await newQueue('js_reclaim', { keep_done: '1 hour', lease: '2 seconds', max_attempts: 3,
+    retry_base: '100 milliseconds' });
+  const a = admin();
+  const jobId = await a.enqueue('js_reclaim', { n: 1 });
+  await a.end();
+  const p = child('js_reclaim', 5000, { concurrency: 2, leaseMs: 2000 });
+  try {
+    assert.ok(await waitUntil(async () => (await jobRow(jobId)) === 'running 1', 20000));
+    p.kill('SIGSTOP');
+    assert.ok(await waitUntil(async () => !(await jobRow(jobId)).startsWith('running'), 20000),
+      'the reclaimer took the job back');
+    p.kill('SIGCONT');
+    assert.ok(await waitUntil(async () => /^(done|dead)/.test(await jobRow(jobId)), 60000));
+    assert.strictEqual(await jobRow(jobId), 'done 2', 'one stall, one run more: the new claim was kept');
+  } finally {
+    p.kill('SIGCONT');
+    p.kill('SIGKILL');
+  }
+});
+
+test('SIGTERM keeps a job longer than its lease and releases the waiting ones at once', async () => {
+  // Issue #26: SIGTERM during a 7 s job with a 3 s lease, two more jobs
+  // claimed and waiting their turn.  The waiting ones are released at once
+  // (within 2 s, less than the lease: not by their leases running out), the
+  // running one is kept alive by the heartbeat and completed.
+  await newQueue('js_long', { keep_done: '1 hour', lease: '3 seconds' });
+  const a = admin();
+  const ids = await a.enqueueMany('js_long', [{ n: 0 }, { n: 1 }, { n: 2 }]);
+  await a.end();
+  const p = child('js_long', 7000, { concurrency: 1, batch: 3, leaseMs: 3000 });
+  const exited = new Promise((resolve) => p.on('exit', (code) => resolve(code)));
+  try {
+    assert.ok(await waitUntil(async () => JSON.stringify(await states('js_long')) === '{"claimed":2,"running":1}', 20000));
+    p.kill('SIGTERM');
+    assert.ok(await waitUntil(async () => JSON.stringify(await states('js_long')) === '{"pending":2,"running":1}', 2000),
+      `released within 2 s: ${JSON.stringify(await states('js_long'))}`);
+    assert.strictEqual(await exited, 0, 'the worker exits 0');
+  } finally {
+    p.kill('SIGKILL');
+  }
+  const rows = [];
+  for (const i of ids) rows.push(await jobRow(i));
+  assert.deepStrictEqual(rows.sort(), ['done 1', 'pending 0', 'pending 0'],
+    'the long job was done in one attempt; the others used none');
+});
+
+test('a shutdown deadline gives running jobs back, or leaves them to the lease', async () => {
+  for (const [mode, after] of [['release', 'pending 0'], ['abandon', 'pending 1']]) {
+    const q = `js_deadline_${mode}`;
+    await newQueue(q, { lease: '2 seconds', retry_base: '1 hour' });
+    const a = admin();
+    const jobId = await a.enqueue(q, {});
+    await a.end();
+    let started = false;
+    const w = new Worker({ queue: q, concurrency: 1, leaseMs: 2000, shutdownTimeoutMs: 1000,
+      onShutdownTimeout: mode, pool: { user: WORKER_ROLE } }, async (job, { signal }) => {
+      started = true;
+      await new Promise((resolve) => signal.addEventListener('abort', resolve));
+    });
+    const run = w.run();
+    assert.ok(await waitUntil(async () => started, 20000));
+    w.stop();
+    const t0 = Date.now();
+    await run;
+    assert.ok(Date.now() - t0 < 5000, 'run() resolved after the 1 s deadline');
+    // release: pending at once, no attempt used; abandon: the lease runs out
+    // and the reclaimer counts a failed attempt.
+    assert.ok(await waitUntil(async () => (await jobRow(jobId)) === after, 20000),
+      `${mode}: ${await jobRow(jobId)}`);
+  }
+});
+
+test('several queues, a timeout, onFailure and job.attempt', async () => {
+  await newQueue('js_mq_a', { keep_done: '1 hour' });
+  await newQueue('js_mq_b', { keep_done: '1 hour', retry_base: '100 milliseconds' });
+  const a = admin();
+  const quick = await a.enqueueMany('js_mq_a', Array.from({ length: 20 }, (_, n) => ({ n })));
+  const slow = await a.enqueue('js_mq_b', {});
+  const now = { js_mq_a: 0, js_mq_b: 0 };
+  const most = { js_mq_a: 0, js_mq_b: 0 };
+  const failures = [];
+  const counted = (fn) => async (job, ctx) => {
+    now[job.queue] += 1;
+    most[job.queue] = Math.max(most[job.queue], now[job.queue]);
+    try { return await fn(job, ctx); } finally { now[job.queue] -= 1; }
+  };
+  const w = new Worker({
+    queues: { js_mq_a: 3, js_mq_b: 1 }, timeoutMs: 1000, pool: { user: WORKER_ROLE },
+    onFailure: (job, err, { dead }) => { failures.push([job.id, job.attempt, err.name, dead]); },
+  }, {
+    js_mq_a: counted(async (job) => { await sleep(50); return { queue: job.queue, attempt: job.attempt }; }),
+    js_mq_b: counted(async (job, { signal }) => {
+      if (job.attempt === 1) await new Promise((resolve) => signal.addEventListener('abort', resolve));
+      return { queue: job.queue, attempt: job.attempt };
+    }),
+  });
+  const run = w.run();
+  try {
+    assert.ok(await waitUntil(async () => JSON.stringify(await states('js_mq_a')) === '{"done":20}'
+      && JSON.stringify(await states('js_mq_b')) === '{"done":1}', 30000));
+  } finally {
+    w.stop();
+    await run;
+  }
+  const rows = await a.query('SELECT job_id, result FROM claimq.job WHERE job_id = ANY($1::bigint[])',
+    [[...quick, slow]]);
+  await a.end();
+  const results = Object.fromEntries(rows.map((r) => [r.job_id, r.result]));
+  for (const i of quick) assert.deepStrictEqual(results[i], { queue: 'js_mq_a', attempt: 1 });
+  assert.deepStrictEqual(results[slow], { queue: 'js_mq_b', attempt: 2 });
+  assert.deepStrictEqual(failures, [[slow, 1, 'JobTimeout', false]]);
+  assert.ok(most.js_mq_a <= 3, `at most 3 at once in js_mq_a: ${most.js_mq_a}`);
+  assert.strictEqual(most.js_mq_b, 1);
+});
+
+test('a result JSON cannot hold fails the job (not retried as a lost connection); problems go to stderr', { timeout: 40000 }, async () => {
+  await newQueue('js_badresult', { max_attempts: 1 });
+  const a = admin();
+  const jobId = await a.enqueue('js_badresult', {});
+  const lines = [];
+  const write = process.stderr.write;
+  process.stderr.write = (chunk, ...rest) => {
+    if (String(chunk).startsWith('claimq: ')) { lines.push(String(chunk)); return true; }
+    return write.call(process.stderr, chunk, ...rest);
+  };
+  const w = new Worker({ queue: 'js_badresult', leaseMs: 3000, pool: { user: WORKER_ROLE } },
+    async () => ({ n: 1n }));     // JSON.stringify throws a TypeError, without a code
+  const run = w.run();
+  try {
+    assert.ok(await waitUntil(async () => (await jobRow(jobId)) === 'dead 1', 20000),
+      `the job failed once and is dead: ${await jobRow(jobId)}`);
+  } finally {
+    w.stop();
+    await run;
+    process.stderr.write = write;
+  }
+  const [{ last_error: lastError }] = await a.query('SELECT last_error FROM claimq.job WHERE job_id = $1', [jobId]);
+  await a.end();
+  assert.match(lastError, /^TypeError/);
+  assert.ok(lines.some((l) => l.includes(`job ${jobId}`) && l.includes('failed: TypeError')),
+    `the failure is on stderr: ${JSON.stringify(lines)}`);
+  assert.ok(!lines.some((l) => /claimed|completed/.test(l)), 'claims are not');
+});
+
+test('which errors are connection errors', () => {
+  const { isConnectionError } = require(PACKAGE);
+  for (const err of [Object.assign(new Error('x'), { code: '08006' }), Object.assign(new Error('x'), { code: '57P01' }),
+    Object.assign(new Error('x'), { code: 'ECONNRESET' }), new Error('Connection terminated unexpectedly'),
+    new Error('timeout exceeded when trying to connect')]) {
+    assert.ok(isConnectionError(err), err.message);
+  }
+  for (const err of [new TypeError('Do not know how to serialize a BigInt'), Object.assign(new Error('x'), { code: '23505' }),
+    Object.assign(new Error('x'), { code: '57014' }), new Error('something else')]) {
+    assert.ok(!isConnectionError(err), `${err.message} ${err.code}`);
   }
 });

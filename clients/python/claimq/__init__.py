@@ -1,9 +1,16 @@
 """claimq for Python: a client with a method per SQL function, and workers
 that need only a handler function.  See README.md."""
 
+import logging as _logging
+
 from .client import Client, Job, Outcome
-from .worker import AsyncWorker, Fail, JobStopped, Snooze, Worker, check_stop, sleep
+from .worker import (AsyncWorker, Fail, JobStopped, JobTimeout, Snooze, Worker, check_stop,
+                     sleep)
 
 __all__ = ["Client", "Job", "Outcome", "Worker", "AsyncWorker", "Fail", "Snooze",
-           "JobStopped", "check_stop", "sleep"]
-__version__ = "0.5.0"
+           "JobStopped", "JobTimeout", "check_stop", "sleep"]
+# The extension's version (default_version in claimq.control) and a patch number.
+__version__ = "0.6.0"
+
+# A library logs to "claimq" and leaves handlers to the application.
+_logging.getLogger("claimq").addHandler(_logging.NullHandler())

@@ -41,8 +41,15 @@ class Job:
     priority: int
     enqueued_at: _dt.datetime
     expires_at: _dt.datetime
-    # Set by a Worker: why the job must stop ("cancelled", "stale"), if it must.
+    # Set by a Worker: why the job must stop ("cancelled", "stale", "timeout",
+    # "shutdown"), if it must.
     stop_reason: Optional[str] = field(default=None, compare=False)
+    # This run's attempt, counting from 1: `attempts` (the attempts counted
+    # before this claim) plus the one that start() counts.  A claim with
+    # start=True has counted it already.
+    attempt: int = field(default=0, compare=False)
+    # The queue it came from (set by claim and the workers).
+    queue: Optional[str] = field(default=None, compare=False)
 
 
 Pair = Union[Job, Tuple[int, int]]
@@ -80,9 +87,10 @@ SQL_RELEASE = "SELECT * FROM claimq.release(%s::bigint[], %s::bigint[])"
 SQL_SNOOZE = "SELECT * FROM claimq.snooze(%s::bigint[], %s::bigint[], %s)"
 
 
-def job_of(row: Sequence[Any]) -> Job:
-    """A Job from a row of SQL_CLAIM."""
-    return Job(int(row[0]), int(row[1]), row[2], row[3], row[4], row[5], row[6])
+def job_of(row: Sequence[Any], queue: Optional[str] = None, started: bool = False) -> Job:
+    """A Job from a row of SQL_CLAIM (started: claimed with start=True)."""
+    return Job(int(row[0]), int(row[1]), row[2], row[3], row[4], row[5], row[6],
+               attempt=row[3] if started else row[3] + 1, queue=queue)
 
 
 def results_param(results: Optional[Sequence[Any]]) -> Optional[List[Optional[Jsonb]]]:
@@ -193,7 +201,7 @@ class Client:
         rows = self.conn.execute(
             SQL_CLAIM, (queue, max_jobs, _interval(lease), worker, start,
                         _interval(wait))).fetchall()
-        return [job_of(r) for r in rows]
+        return [job_of(r, queue, start) for r in rows]
 
     def _settle(self, sql: str, jobs: Iterable[Pair], *extra: Any) -> List[tuple]:
         ids, tokens = _pairs(jobs)

@@ -1,30 +1,44 @@
 """Workers: a handler function is all the user writes.
 
-    def handle(job):            # job.payload, job.id, job.attempts ...
+    def handle(job):            # job.payload, job.id, job.attempt ...
         ...                     # return a result (kept on keep_done queues)
 
     claimq.Worker("dbname=app", "emails", handle, concurrency=8).run()
+    claimq.Worker("dbname=app", {"emails": 8, "reports": 2}, handle).run()
 
-The worker claims when a handler would otherwise be idle, up to `batch`
-jobs (more than `concurrency` wait their turn, their leases kept alive),
-starts each one and runs the handler in a thread (the AsyncWorker: in a
-task).  A heartbeat extends the leases of every job it
-holds in one call, every third of a lease.  The handler's return value is
-the job's result; an exception fails the job with its text; `Fail` says
-when to retry or that the job is dead; `Snooze` puts the job back for a
-while without using up an attempt.
+For each queue the worker claims when a handler would otherwise be idle,
+up to `batch` jobs (more than `concurrency` wait their turn, their leases
+kept alive), starts each one and runs the handler in a thread (the
+AsyncWorker: in a task).  A heartbeat extends the leases of every job it
+holds, over every queue, in one call, every third of a lease.  The
+handler's return value is the job's result; an exception fails the job
+with its text; `Fail` says when to retry or that the job is dead; `Snooze`
+puts the job back for a while without using up an attempt.
 
-A job cancelled while it runs, or whose lease was lost (the heartbeat came
-too late: another worker may have it now), is told so: `job.stop_reason`
-is set and `check_stop(job)` raises `JobStopped`.  A thread cannot be
-killed, so a long handler calls `check_stop` now and then; the AsyncWorker
-cancels the handler's task.  Such a job is never completed by this worker.
+What the worker holds is keyed by (job id, token): a job it claims again
+while a stale run of it is still in a handler (after a stall) is another
+claim, and the stale run's end does not touch it.
+
+A job cancelled while it runs, whose lease was lost (the heartbeat came too
+late: another worker may have it now), or whose `timeout` passed, is told
+so: `job.stop_reason` is set and `check_stop(job)` raises `JobStopped`.  A
+thread cannot be killed, so a long handler calls `check_stop` now and then;
+the AsyncWorker cancels the handler's task.  Such a job is never completed
+by this run (a timed-out one is failed at its deadline).
 
 After a lost connection or a server restart every call is retried on a new
 connection, with backoff (settle calls are fenced, so a retry can only be
 refused, never do harm).  On SIGTERM or SIGINT (or `stop()`) the worker
-claims nothing more, releases what it claimed and has not started, lets the
-running handlers finish and settles them, and `run()` returns.
+claims nothing more and releases at once what it claimed and has not
+started; the heartbeat goes on for the running jobs while their handlers
+finish and are settled; after `shutdown_timeout` seconds (if given) the
+jobs still running are given back at once (`on_shutdown_timeout="release"`:
+a snooze of 0, no attempt used) or left to their leases ("abandon": the
+reclaimer counts a failed attempt), and `run()` returns.
+
+Logging goes to the "claimq" logger: claims, starts and completions at
+DEBUG, shutdown steps and cancellations at INFO, problems (failed jobs,
+lost leases, refused calls, lost connections) at WARNING.
 """
 
 from __future__ import annotations
@@ -32,13 +46,15 @@ from __future__ import annotations
 import asyncio
 import datetime as _dt
 import logging
+import math
 import os
+import queue as _queue
 import signal
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple
+from typing import (Any, Awaitable, Callable, Dict, List, Mapping, Optional, Set, Tuple,
+                    Union)
 
 import psycopg
 
@@ -47,6 +63,12 @@ from .client import (SQL_CLAIM, SQL_COMPLETE, SQL_EXTEND, SQL_FAIL, SQL_RELEASE,
                      results_param)
 
 log = logging.getLogger("claimq.worker")
+
+Key = Tuple[int, int]        # (job id, token): one claim of one job
+
+
+def _key(job: Job) -> Key:
+    return (job.id, job.token)
 
 
 class Fail(Exception):
@@ -70,7 +92,13 @@ class Snooze(Exception):
 
 
 class JobStopped(Exception):
-    """The job was cancelled, or its lease lost: stop, and do not complete it."""
+    """The job was cancelled, its lease lost, its timeout passed or the
+    worker's shutdown deadline reached: stop, and do not complete it."""
+
+
+class JobTimeout(Exception):
+    """What a job that ran past the worker's `timeout` is failed with (and
+    what on_failure is given)."""
 
 
 def check_stop(job: Job) -> None:
@@ -102,46 +130,93 @@ def _default_name() -> str:
     return f"py-{socket.gethostname()}-{os.getpid()}"
 
 
-class _Base:
-    """What both workers share: settings, the jobs held, and the outcomes."""
+class _Lane:
+    """One queue a worker serves: its handler and its share of handlers."""
 
-    def __init__(self, conninfo: str, queue: str, handler: Callable[..., Any], *,
-                 concurrency: int = 4, batch: Optional[int] = None, lease: float = 30.0,
-                 heartbeat: Optional[float] = None, name: Optional[str] = None,
-                 idle: float = 0.1, max_idle: float = 2.0, max_backoff: float = 5.0,
-                 on_complete: Optional[Callable[..., Any]] = None):
+    def __init__(self, queue: str, handler: Callable[..., Any], concurrency: int,
+                 batch: Optional[int], idle: float):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        self.conninfo = conninfo
         self.queue = queue
         self.handler = handler
         self.concurrency = concurrency
         self.batch = batch or concurrency
         # Jobs held at most: a batch larger than the handlers waits its turn.
-        self.prefetch = max(self.batch, self.concurrency)
+        self.prefetch = max(self.batch, concurrency)
+        self.idle = idle
+        self.next_claim = 0.0                # monotonic time of the next claim
+        self.work: "_queue.Queue[Optional[Job]]" = _queue.Queue()   # Worker only
+        self.threads: List[threading.Thread] = []
+
+
+class _Base:
+    """What both workers share: settings, the jobs held, and the outcomes."""
+
+    def __init__(self, conninfo: str, queue: Union[str, Mapping[str, int]],
+                 handler: Union[Callable[..., Any], Mapping[str, Callable[..., Any]]], *,
+                 concurrency: int = 4, batch: Optional[int] = None, lease: float = 30.0,
+                 heartbeat: Optional[float] = None, name: Optional[str] = None,
+                 idle: float = 0.1, max_idle: float = 2.0, max_backoff: float = 5.0,
+                 on_complete: Optional[Callable[..., Any]] = None,
+                 on_failure: Optional[Callable[..., Any]] = None,
+                 timeout: Optional[float] = None,
+                 shutdown_timeout: Optional[float] = None,
+                 on_shutdown_timeout: str = "release"):
+        if on_shutdown_timeout not in ("release", "abandon"):
+            raise ValueError('on_shutdown_timeout must be "release" or "abandon"')
+        queues = {queue: concurrency} if isinstance(queue, str) else dict(queue)
+        if not queues:
+            raise ValueError("no queue to serve")
+
+        def handler_of(q: str) -> Callable[..., Any]:
+            if callable(handler):
+                return handler
+            if q not in handler:
+                raise ValueError(f"no handler for queue {q!r}")
+            return handler[q]
+        self.lanes = [_Lane(q, handler_of(q), n, batch, idle) for q, n in queues.items()]
+        self.conninfo = conninfo
+        self.queue = self.lanes[0].queue     # the first (or only) queue
+        self.handler = self.lanes[0].handler
+        self.concurrency = sum(lane.concurrency for lane in self.lanes)
+        self.batch = batch or self.lanes[0].batch
+        self.prefetch = sum(lane.prefetch for lane in self.lanes)
         self.on_complete = on_complete
+        self.on_failure = on_failure
+        self.timeout = timeout
+        self.shutdown_timeout = shutdown_timeout
+        self.on_shutdown_timeout = on_shutdown_timeout
         self.lease = float(lease)
         self.heartbeat = self.lease / 3 if heartbeat is None else float(heartbeat)
         self.name = name or _default_name()
         self.idle = idle
         self.max_idle = max_idle
         self.max_backoff = max_backoff
-        self.held: Dict[int, Job] = {}       # claimed or running, ours
-        self.started: Set[int] = set()
+        self.held: Dict[Key, Job] = {}       # claimed or running, ours
+        self.started: Set[Key] = set()
+        self.deadlines: Dict[Key, float] = {}  # started jobs with a timeout
         self.completed = 0
         self.failed = 0
+
+    def _held_in(self, lane: _Lane) -> int:
+        return sum(1 for j in self.held.values() if j.queue == lane.queue)
 
     def _log_stopped(self, job: Job) -> None:
         if job.stop_reason == Outcome.CANCELLED.value:
             log.info("job %s: cancelled while running, handler stopped, not completed", job.id)
+        elif job.stop_reason in ("timeout", "shutdown"):
+            log.info("job %s: handler stopped (%s)", job.id, job.stop_reason)
         else:
-            log.info("job %s: lease lost while running (%s), dropped", job.id, job.stop_reason)
+            log.warning("job %s: lease lost while running (%s), dropped", job.id,
+                        job.stop_reason)
 
     def _log_refused(self, job: Job, call: str, outcome: Outcome) -> None:
         if outcome is Outcome.STALE:
-            log.info("job %s: stale at %s, someone else owns it now", job.id, call)
+            log.warning("job %s: stale at %s, someone else owns it now", job.id, call)
+        elif outcome is Outcome.CANCELLED:
+            log.info("job %s: cancelled at %s", job.id, call)
         else:
-            log.info("job %s: %s at %s", job.id, outcome.value, call)
+            log.warning("job %s: %s at %s", job.id, outcome.value, call)
 
     @staticmethod
     def _failure(e: BaseException) -> Tuple[str, Optional[float], bool]:
@@ -156,39 +231,65 @@ class _Base:
         if outcome is Outcome.OK:
             if call == "fail":
                 self.failed += 1
-            log.info("job %s: %s", job.id, what)
+                log.warning("job %s (%s, attempt %d): %s", job.id, job.queue, job.attempt, what)
+            else:
+                log.debug("job %s: %s", job.id, what)
         else:
             self._log_refused(job, call, outcome)
 
-    def _stop_job(self, job_id: int, outcome: Outcome) -> None:
-        job = self.held.pop(job_id, None)
-        if job is not None:
-            job.stop_reason = outcome.value
-            if outcome is Outcome.CANCELLED:
-                log.info("job %s: cancelled, stopping its handler", job_id)
-            else:
-                log.warning("job %s: lease lost (%s): another worker may own it", job_id,
-                            outcome.value)
+    def _failed_hook(self, job: Job, error: BaseException, state: Optional[str]) -> None:
+        """on_failure(job, error, dead) after a failure took effect."""
+        if self.on_failure is None:
+            return
+        try:
+            self.on_failure(job, error, state == "dead")
+        except Exception:  # noqa: BLE001
+            log.exception("job %s: on_failure raised", job.id)
 
+    def _stop_job(self, key: Key, reason: str) -> Optional[Job]:
+        """Forget a claim and tell its handler to stop (caller holds the lock
+        in Worker)."""
+        job = self.held.pop(key, None)
+        self.started.discard(key)
+        self.deadlines.pop(key, None)
+        if job is not None:
+            job.stop_reason = reason
+            if reason == Outcome.CANCELLED.value:
+                log.info("job %s: cancelled, stopping its handler", job.id)
+            elif reason in ("timeout", "shutdown"):
+                log.info("job %s: %s, stopping its handler", job.id, reason)
+            else:
+                log.warning("job %s: lease lost (%s): another worker may own it", job.id,
+                            reason)
+        return job
 
 
 class Worker(_Base):
-    """A worker that runs a plain function in `concurrency` threads.
+    """A worker that runs a plain function in `concurrency` threads per queue.
 
-    `handler(job)` gets a `Job` and returns the job's result (any value
-    JSON can hold, or None).  With `on_complete(job, result, conn)`, the
-    job is completed in a transaction on `conn` in which on_complete runs
-    first: what it writes is committed if and only if the completion takes
-    effect (a worker whose lease ran out writes nothing).
+    `queue` is a queue name, or a mapping of queue names to their
+    concurrency; `handler` a function, or a mapping of queue names to
+    functions.  `handler(job)` gets a `Job` and returns the job's result
+    (any value JSON can hold, or None).  With `on_complete(job, result,
+    conn)`, the job is completed in a transaction on `conn` in which
+    on_complete runs first: what it writes is committed if and only if the
+    completion takes effect (a worker whose lease ran out writes nothing).
+    `on_failure(job, error, dead)` runs after a failure of the job took
+    effect.  `timeout` (seconds) stops a handler the way a cancel does and
+    fails its job.
     """
 
-    def __init__(self, conninfo: str, queue: str, handler: Callable[[Job], Any], **kw: Any):
+    def __init__(self, conninfo: str, queue: Union[str, Mapping[str, int]],
+                 handler: Union[Callable[[Job], Any], Mapping[str, Callable[[Job], Any]]],
+                 **kw: Any):
         super().__init__(conninfo, queue, handler, **kw)
-        self.lock = threading.Lock()         # guards held / started
+        self.lock = threading.Lock()         # guards held / started / deadlines
         self.db_lock = threading.Lock()      # one statement at a time
         self.client: Optional[Client] = None
         self.stopping = threading.Event()
-        self.freed = threading.Event()       # a job left this worker
+        self.freed = threading.Event()       # a job left this worker, or stop()
+        self.beat_wake = threading.Event()   # a new deadline, or the end
+        self.beat_done = threading.Event()   # the heartbeat's end: all settled
         self.local = threading.local()       # handler threads' connections
         self.thread_conns: List[psycopg.Connection] = []
 
@@ -220,8 +321,10 @@ class Worker(_Base):
     # -- the loop --------------------------------------------------------------
 
     def stop(self) -> None:
-        """Claim nothing more; run() returns once the running jobs are settled."""
+        """Claim nothing more; release the unstarted claims; run() returns once
+        the running jobs are settled (or the shutdown deadline passed)."""
         self.stopping.set()
+        self.freed.set()
 
     def run(self) -> None:
         if threading.current_thread() is threading.main_thread():
@@ -229,100 +332,220 @@ class Worker(_Base):
                 signal.signal(sig, lambda s, f: self.stop())
         beat = threading.Thread(target=self._beat, name="claimq-heartbeat", daemon=True)
         beat.start()
-        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="claimq-handler")
-        idle = self.idle
+        # Daemon threads: a handler that ignores check_stop cannot keep the
+        # process alive past run() once its job is no longer ours.
+        for lane in self.lanes:
+            for i in range(lane.concurrency):
+                t = threading.Thread(target=self._serve, args=(lane,), daemon=True,
+                                     name=f"claimq-{lane.queue}-{i}")
+                t.start()
+                lane.threads.append(t)
         try:
             while not self.stopping.is_set():
-                # Claim while a handler would otherwise have nothing to do.
-                with self.lock:
-                    room = self.prefetch - len(self.held)
-                    busy = len(self.held) >= self.concurrency
-                if busy or room <= 0:
-                    self.freed.wait(0.2)
+                if not self._claim_round():
+                    now = time.monotonic()
+                    wait = min([0.2] + [lane.next_claim - now for lane in self.lanes
+                                        if lane.next_claim > now])
+                    self.freed.wait(wait)
                     self.freed.clear()
-                    continue
-                try:
-                    jobs = self._db(lambda c: c.claim(self.queue, room, lease=self.lease,
-                                                      worker=self.name), give_up=self.stopping)
-                except ConnectionError:
-                    jobs = []
-                if not jobs:
-                    self.stopping.wait(idle)
-                    idle = min(idle * 2, self.max_idle)
-                    continue
-                idle = self.idle
-                log.info("claimed %d jobs", len(jobs))
-                with self.lock:
-                    for job in jobs:
-                        self.held[job.id] = job
-                for job in jobs:
-                    pool.submit(self._run_job, job)
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-            self._release_unstarted()
             self.stopping.set()
-            beat.join()
-            for conn in self.thread_conns:
+            self._shutdown()
+
+    def _claim_round(self) -> bool:
+        """One claim for each queue that has room and is due: True if any
+        job came."""
+        got = False
+        for lane in self.lanes:
+            if self.stopping.is_set():
+                break
+            now = time.monotonic()
+            if now < lane.next_claim:
+                continue
+            with self.lock:
+                n = self._held_in(lane)
+            room = lane.prefetch - n
+            if n >= lane.concurrency or room <= 0:
+                continue
+            try:
+                jobs = self._db(lambda c: c.claim(lane.queue, room, lease=self.lease,
+                                                  worker=self.name), give_up=self.stopping)
+            except ConnectionError:
+                jobs = []
+            if not jobs:
+                lane.next_claim = time.monotonic() + lane.idle
+                lane.idle = min(lane.idle * 2, self.max_idle)
+                continue
+            got = True
+            lane.idle = self.idle
+            lane.next_claim = 0.0
+            log.debug("claimed %d jobs of %s", len(jobs), lane.queue)
+            with self.lock:
+                for job in jobs:
+                    self.held[_key(job)] = job
+            for job in jobs:
+                lane.work.put(job)
+        return got
+
+    def _serve(self, lane: _Lane) -> None:
+        while True:
+            job = lane.work.get()
+            if job is None:
+                return
+            self._run_job(job)
+
+    def _shutdown(self) -> None:
+        # 1. What was claimed and not started goes back at once.
+        for lane in self.lanes:
+            while True:
+                try:
+                    lane.work.get_nowait()
+                except _queue.Empty:
+                    break
+            for _ in lane.threads:
+                lane.work.put(None)
+        self._release_unstarted()
+        # 2. The running jobs finish, their leases kept by the heartbeat.
+        deadline = (math.inf if self.shutdown_timeout is None
+                    else time.monotonic() + self.shutdown_timeout)
+        while True:
+            with self.lock:
+                left = len(self.held)
+            if left == 0:
+                break
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                self._give_up_running()
+                break
+            self.freed.wait(min(wait, 0.2))
+            self.freed.clear()
+        # 3. Nothing is held: stop the heartbeat, close the connections.
+        self.beat_done.set()
+        self.beat_wake.set()
+        for conn in list(self.thread_conns):
+            try:
                 conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+        with self.db_lock:
             if self.client is not None:
                 self.client.close()
                 self.client = None
 
     def _release_unstarted(self) -> None:
         with self.lock:
-            rest = [j for i, j in self.held.items() if i not in self.started]
+            rest = [j for k, j in self.held.items() if k not in self.started]
+            for j in rest:
+                del self.held[_key(j)]
         if rest:
             try:
                 rows = self._db(lambda c: c.release(rest))
                 log.info("released %d jobs it never started",
                          sum(1 for r in rows if r[1] is Outcome.OK))
-                with self.lock:
-                    for j in rest:
-                        self.held.pop(j.id, None)
             except Exception as e:  # noqa: BLE001
                 log.warning("could not release %d jobs: %s", len(rest), e)
 
-    def _beat(self) -> None:
-        if self.heartbeat <= 0:
+    def _give_up_running(self) -> None:
+        """The shutdown deadline passed: stop the running handlers, and give
+        their jobs back (a snooze of 0: no attempt used) or leave them to
+        their leases."""
+        with self.lock:
+            jobs = [self._stop_job(k, "shutdown") for k in list(self.held)]
+        jobs = [j for j in jobs if j is not None]
+        if not jobs:
             return
-        while not self.stopping.wait(self.heartbeat):
+        if self.on_shutdown_timeout == "abandon":
+            log.warning("shutdown deadline: %d running jobs left to their leases", len(jobs))
+            return
+        try:
+            rows = self._db(lambda c: c.snooze(jobs, 0))
+            log.warning("shutdown deadline: %d running jobs given back",
+                        sum(1 for r in rows if r[1] is Outcome.OK))
+        except Exception as e:  # noqa: BLE001
+            log.warning("could not give back %d running jobs: %s", len(jobs), e)
+
+    def _beat(self) -> None:
+        """Extends every held lease every `heartbeat` seconds, and fails the
+        jobs whose timeout passed, until shutdown has settled everything."""
+        next_beat = time.monotonic() + self.heartbeat if self.heartbeat > 0 else math.inf
+        while not self.beat_done.is_set():
+            with self.lock:
+                due = min([next_beat] + list(self.deadlines.values()))
+            self.beat_wake.wait(max(0.0, min(due - time.monotonic(), 1.0)))
+            self.beat_wake.clear()
+            if self.beat_done.is_set():
+                return
+            self._time_out()
+            if time.monotonic() < next_beat:
+                continue
+            next_beat = time.monotonic() + self.heartbeat
             with self.lock:
                 jobs = list(self.held.values())
             if not jobs:
                 continue
             try:
-                rows = self._db(lambda c: c.extend(jobs, self.lease), give_up=self.stopping)
+                rows = self._db(lambda c: c.extend(jobs, self.lease), give_up=self.beat_done)
             except Exception as e:  # noqa: BLE001
                 log.warning("heartbeat failed: %s", e)
                 continue
+            stopped = False
             with self.lock:
-                for job_id, outcome, _ in rows:
-                    if outcome is not Outcome.OK:
-                        self._stop_job(job_id, outcome)
+                # One row per job, in the order given.
+                for job, (_, outcome, _) in zip(jobs, rows):
+                    if outcome is not Outcome.OK and self._stop_job(_key(job), outcome.value):
+                        stopped = True
+            if stopped:
+                self.freed.set()
+
+    def _time_out(self) -> None:
+        now = time.monotonic()
+        with self.lock:
+            late = [self._stop_job(k, "timeout")
+                    for k, t in list(self.deadlines.items()) if t <= now]
+        for job in late:
+            if job is None:
+                continue
+            err = JobTimeout(f"timed out after {self.timeout:g} s")
+            msg = f"JobTimeout: {err}"
+            try:
+                row = self._db(lambda c: c.fail([job], msg))[0]
+            except Exception as e:  # noqa: BLE001
+                log.warning("job %s: could not fail it after its timeout: %s", job.id, e)
+                continue
+            self._log_settled(job, "fail", row[1], f"failed: {msg}")
+            if row[1] is Outcome.OK:
+                self._failed_hook(job, err, row[2])
+        if late:
+            self.freed.set()
 
     def _run_job(self, job: Job) -> None:
+        key = _key(job)
+        with self.lock:
+            if key not in self.held or self.stopping.is_set():
+                return      # lost or cancelled while it waited, or released at shutdown
+            self.started.add(key)
         try:
-            if self.stopping.is_set():
-                # Shutting down: hand it back for another worker.
-                self._db(lambda c: c.release([job]))
-                return
-            with self.lock:
-                if job.id not in self.held:
-                    return
-                self.started.add(job.id)
-            outcome = self._db(lambda c: c.start([job], self.lease))[0][1]
-            if outcome is not Outcome.OK:
+            out = self._db(lambda c: c.start([job], self.lease))[0][1]
+            if out is not Outcome.OK:
                 with self.lock:
-                    self.held.pop(job.id, None)
-                log.info("job %s: %s at start, skipped", job.id, outcome.value)
+                    self.held.pop(key, None)
+                self._log_refused(job, "start", out)
                 return
+            log.debug("job %s: started (%s, attempt %d)", job.id, job.queue, job.attempt)
+            if self.timeout is not None:
+                with self.lock:
+                    if key in self.held:
+                        self.deadlines[key] = time.monotonic() + self.timeout
+                self.beat_wake.set()
             self._handle(job)
         except Exception:  # noqa: BLE001
             log.exception("job %s: the worker failed to settle it", job.id)
         finally:
+            # Only this claim: a newer claim of the same job is not ours to drop.
             with self.lock:
-                self.held.pop(job.id, None)
-                self.started.discard(job.id)
+                self.held.pop(key, None)
+                self.started.discard(key)
+                self.deadlines.pop(key, None)
             self.freed.set()
 
     def _thread_conn(self) -> psycopg.Connection:
@@ -352,8 +575,9 @@ class Worker(_Base):
             raise
 
     def _handle(self, job: Job) -> None:
+        lane = next(lane for lane in self.lanes if lane.queue == job.queue)
         try:
-            result = self.handler(job)
+            result = lane.handler(job)
             check_stop(job)
             if self.on_complete is not None:
                 self._complete_in_transaction(job, result)
@@ -371,24 +595,32 @@ class Worker(_Base):
             out = self._db(lambda c: c.snooze([job], s.seconds))[0][1]
             self._log_settled(job, "snooze", out, f"snoozed for {s.seconds:.1f} s")
         except Exception as e:  # noqa: BLE001
+            if job.stop_reason is not None:     # told to stop: not ours to fail
+                self._log_stopped(job)
+                return
             msg, retry_in, permanent = self._failure(e)
-            out = self._db(lambda c: c.fail([job], msg, retry_in=retry_in,
-                                            permanent=permanent))[0][1]
-            self._log_settled(job, "fail", out, f"failed: {msg}")
+            row = self._db(lambda c: c.fail([job], msg, retry_in=retry_in,
+                                            permanent=permanent))[0]
+            self._log_settled(job, "fail", row[1], f"failed: {msg}")
+            if row[1] is Outcome.OK:
+                self._failed_hook(job, e, row[2])
 
 
 class AsyncWorker(_Base):
     """The same with asyncio: `handler(job)` is a coroutine function, run in
-    up to `concurrency` tasks; a cancelled job's or lost lease's task is
-    cancelled."""
+    up to `concurrency` tasks per queue; a cancelled job's, a lost lease's
+    or a timed-out job's task is cancelled."""
 
-    def __init__(self, conninfo: str, queue: str, handler: Callable[[Job], Awaitable[Any]],
+    def __init__(self, conninfo: str, queue: Union[str, Mapping[str, int]],
+                 handler: Union[Callable[[Job], Awaitable[Any]],
+                                Mapping[str, Callable[[Job], Awaitable[Any]]]],
                  **kw: Any):
         super().__init__(conninfo, queue, handler, **kw)
         self.conn: Optional[psycopg.AsyncConnection] = None
         self.db_lock: Optional[asyncio.Lock] = None
         self.stopping: Optional[asyncio.Event] = None
-        self.tasks: Dict[int, asyncio.Task] = {}
+        self.beat_done: Optional[asyncio.Event] = None
+        self.tasks: Dict[Key, asyncio.Task] = {}
 
     def stop(self) -> None:
         if self.stopping is not None:
@@ -419,9 +651,13 @@ class AsyncWorker(_Base):
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.max_backoff)
 
+    def _running_in(self, lane: _Lane) -> int:
+        return sum(1 for j in self.held.values() if j.queue == lane.queue)
+
     async def run(self) -> None:
         self.db_lock = asyncio.Lock()
         self.stopping = asyncio.Event()
+        self.beat_done = asyncio.Event()
         loop = asyncio.get_running_loop()
         try:
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -429,49 +665,84 @@ class AsyncWorker(_Base):
         except (NotImplementedError, RuntimeError):
             pass
         beat = asyncio.create_task(self._beat())
-        idle = self.idle
         try:
             while not self.stopping.is_set():
-                free = min(self.batch, self.concurrency - len(self.tasks))
-                if free <= 0:
-                    await asyncio.wait(list(self.tasks.values()), timeout=0.2,
-                                       return_when=asyncio.FIRST_COMPLETED)
-                    continue
-                try:
-                    rows = await self._db(
-                        SQL_CLAIM, (self.queue, free, _dt.timedelta(seconds=self.lease),
-                                    self.name, False, _dt.timedelta(0)),
-                        retry=False)
-                except ConnectionError:
-                    rows = []
-                if not rows:
+                got = False
+                for lane in self.lanes:
+                    if self.stopping.is_set() or loop.time() < lane.next_claim:
+                        continue
+                    free = min(lane.batch, lane.concurrency - self._running_in(lane))
+                    if free <= 0:
+                        continue
                     try:
-                        await asyncio.wait_for(self.stopping.wait(), idle)
-                    except asyncio.TimeoutError:
-                        pass
-                    idle = min(idle * 2, self.max_idle)
-                    continue
-                idle = self.idle
-                for r in rows:
-                    job = job_of(r)
-                    self.held[job.id] = job
-                    self.tasks[job.id] = asyncio.create_task(self._run_job(job))
+                        rows = await self._db(
+                            SQL_CLAIM, (lane.queue, free, _dt.timedelta(seconds=self.lease),
+                                        self.name, False, _dt.timedelta(0)),
+                            retry=False)
+                    except ConnectionError:
+                        rows = []
+                    if not rows:
+                        lane.next_claim = loop.time() + lane.idle
+                        lane.idle = min(lane.idle * 2, self.max_idle)
+                        continue
+                    got = True
+                    lane.idle = self.idle
+                    lane.next_claim = 0.0
+                    log.debug("claimed %d jobs of %s", len(rows), lane.queue)
+                    for r in rows:
+                        job = job_of(r, lane.queue)
+                        self.held[_key(job)] = job
+                        self.tasks[_key(job)] = asyncio.create_task(self._run_job(lane, job))
+                if not got:
+                    now = loop.time()
+                    wait = min([0.2] + [lane.next_claim - now for lane in self.lanes
+                                        if lane.next_claim > now])
+                    stop = asyncio.ensure_future(self.stopping.wait())
+                    await asyncio.wait([stop, *self.tasks.values()], timeout=wait,
+                                       return_when=asyncio.FIRST_COMPLETED)
+                    stop.cancel()
         finally:
-            if self.tasks:
-                await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+            # The heartbeat goes on until every running job is settled or the
+            # shutdown deadline passed.
             self.stopping.set()
+            if self.tasks:
+                _, pending = await asyncio.wait(list(self.tasks.values()),
+                                                timeout=self.shutdown_timeout)
+                if pending:
+                    await self._give_up_running(pending)
+            self.beat_done.set()
             await beat
             if self.conn is not None:
                 await self.conn.close()
                 self.conn = None
 
+    async def _give_up_running(self, pending: Set[asyncio.Task]) -> None:
+        jobs = [j for j in (self._stop_job(k, "shutdown") for k in list(self.held))
+                if j is not None]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        if not jobs:
+            return
+        if self.on_shutdown_timeout == "abandon":
+            log.warning("shutdown deadline: %d running jobs left to their leases", len(jobs))
+            return
+        try:
+            rows = await self._db(SQL_SNOOZE, ([j.id for j in jobs], [j.token for j in jobs],
+                                               _dt.timedelta(0)), retry=False)
+            log.warning("shutdown deadline: %d running jobs given back",
+                        sum(1 for r in rows if r[1] == "ok"))
+        except Exception as e:  # noqa: BLE001
+            log.warning("could not give back %d running jobs: %s", len(jobs), e)
+
     async def _beat(self) -> None:
-        assert self.stopping is not None
+        assert self.beat_done is not None
         if self.heartbeat <= 0:
+            await self.beat_done.wait()
             return
         while True:
             try:
-                await asyncio.wait_for(self.stopping.wait(), self.heartbeat)
+                await asyncio.wait_for(self.beat_done.wait(), self.heartbeat)
                 return
             except asyncio.TimeoutError:
                 pass
@@ -484,60 +755,84 @@ class AsyncWorker(_Base):
                                  _dt.timedelta(seconds=self.lease)), retry=False)
             except ConnectionError:
                 continue
-            for job_id, outcome, _ in rows:
-                if outcome != "ok" and job_id in self.held:
-                    self._stop_job(job_id, Outcome(outcome))
-                    task = self.tasks.get(job_id)
+            # One row per job, in the order given.
+            for job, (_, outcome, _) in zip(jobs, rows):
+                key = _key(job)
+                if outcome != "ok" and key in self.held:
+                    self._stop_job(key, outcome)
+                    task = self.tasks.get(key)
                     if task is not None:
                         task.cancel()
 
-    async def _settle(self, sql: str, job: Job, *extra: Any) -> Outcome:
+    async def _settle(self, sql: str, job: Job, *extra: Any) -> List[tuple]:
         rows = await self._db(sql, ([job.id], [job.token], *extra))
-        return Outcome(rows[0][1])
+        return [(r[0], Outcome(r[1]), *r[2:]) for r in rows]
 
-    async def _run_job(self, job: Job) -> None:
+    async def _run_job(self, lane: _Lane, job: Job) -> None:
         assert self.stopping is not None
+        key = _key(job)
         try:
             if self.stopping.is_set():
                 await self._settle(SQL_RELEASE, job)
                 return
-            self.started.add(job.id)
-            out = await self._settle(SQL_START, job, _dt.timedelta(seconds=self.lease))
+            self.started.add(key)
+            out = (await self._settle(SQL_START, job, _dt.timedelta(seconds=self.lease)))[0][1]
             if out is not Outcome.OK:
-                log.info("job %s: %s at start, skipped", job.id, out.value)
+                self._log_refused(job, "start", out)
                 return
-            await self._handle(job)
+            log.debug("job %s: started (%s, attempt %d)", job.id, job.queue, job.attempt)
+            await self._handle(lane, job)
         except asyncio.CancelledError:
             self._log_stopped(job)
         except Exception:  # noqa: BLE001
             log.exception("job %s: the worker failed to settle it", job.id)
         finally:
-            self.held.pop(job.id, None)
-            self.started.discard(job.id)
-            self.tasks.pop(job.id, None)
+            # Only this claim: a newer claim of the same job is not ours to drop.
+            self.held.pop(key, None)
+            self.started.discard(key)
+            self.tasks.pop(key, None)
 
-    async def _handle(self, job: Job) -> None:
+    async def _fail(self, job: Job, error: BaseException) -> None:
+        msg, retry_in, permanent = self._failure(error)
+        row = (await self._settle(
+            SQL_FAIL, job, msg,
+            _dt.timedelta(seconds=retry_in) if retry_in is not None else None, permanent))[0]
+        self._log_settled(job, "fail", row[1], f"failed: {msg}")
+        if row[1] is Outcome.OK:
+            self._failed_hook(job, error, row[2])
+
+    async def _handle(self, lane: _Lane, job: Job) -> None:
         try:
-            result = await self.handler(job)
+            if self.timeout is None:
+                result = await lane.handler(job)
+            else:
+                try:
+                    result = await asyncio.wait_for(lane.handler(job), self.timeout)
+                except asyncio.TimeoutError:
+                    job.stop_reason = "timeout"
+                    self.held.pop(_key(job), None)
+                    await self._fail(job, JobTimeout(f"timed out after {self.timeout:g} s"))
+                    return
         except JobStopped:
             self._log_stopped(job)
             return
         except Snooze as s:
-            out = await self._settle(SQL_SNOOZE, job, _dt.timedelta(seconds=s.seconds))
+            out = (await self._settle(SQL_SNOOZE, job, _dt.timedelta(seconds=s.seconds)))[0][1]
             self._log_settled(job, "snooze", out, f"snoozed for {s.seconds:.1f} s")
             return
         except Exception as e:  # noqa: BLE001
-            msg, retry_in, permanent = self._failure(e)
-            out = await self._settle(
-                SQL_FAIL, job, msg,
-                _dt.timedelta(seconds=retry_in) if retry_in is not None else None, permanent)
-            self._log_settled(job, "fail", out, f"failed: {msg}")
+            await self._fail(job, e)
             return
         if job.stop_reason is not None:
             self._log_stopped(job)
             return
-        out = await self._settle(SQL_COMPLETE, job, results_param([result]))
+        try:
+            out = (await self._settle(SQL_COMPLETE, job, results_param([result])))[0][1]
+        except (TypeError, ValueError) as e:        # a result JSON cannot hold
+            await self._fail(job, e)
+            return
         if out is Outcome.OK:
             self.completed += 1
+            log.debug("job %s: completed", job.id)
         else:
             self._log_refused(job, "complete", out)

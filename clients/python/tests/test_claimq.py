@@ -8,6 +8,7 @@ transaction mode (run by clients/test, which sets the environment):
 """
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -47,6 +48,15 @@ def states(queue):
     return {s: n for s, n in rows}
 
 
+def reruns(queue):
+    """(jobs run more than once, the most runs of one job) in a queue."""
+    with admin() as a:
+        return a.conn.execute(
+            "SELECT count(*) FILTER (WHERE attempts > 1), coalesce(max(attempts), 0)"
+            "  FROM claimq.job JOIN claimq.queue q USING (queue_id) WHERE q.name = %s",
+            (queue,)).fetchone()
+
+
 def wait_until(what, seconds=60.0):
     deadline = time.time() + seconds
     while time.time() < deadline:
@@ -56,24 +66,34 @@ def wait_until(what, seconds=60.0):
     return False
 
 
+def job_row(job_id):
+    """(state, attempts) of a job, or None."""
+    with admin() as a:
+        return a.conn.execute("SELECT state, attempts FROM claimq.job WHERE job_id = %s",
+                              (job_id,)).fetchone()
+
+
 # A worker in its own process, for killing and signalling.  The handler
-# sleeps `ms` milliseconds and returns the payload's n.
+# sleeps `ms` milliseconds (and does not look at check_stop, as a handler
+# that calls a slow service would not) and returns the payload's n.  More
+# Worker options as JSON in the last argument.
 WORKER_SCRIPT = textwrap.dedent("""
-    import logging, sys, time
+    import json, logging, sys, time
     import claimq
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     queue, concurrency, lease, ms = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
     def handle(job):
         time.sleep(ms / 1000)
         return {"n": job.payload.get("n")}
-    claimq.Worker(sys.argv[5], queue, handle, concurrency=concurrency, lease=lease).run()
+    claimq.Worker(sys.argv[5], queue, handle, concurrency=concurrency, lease=lease,
+                  **json.loads(sys.argv[6])).run()
     print("exited cleanly", flush=True)
 """)
 
 
-def spawn(queue, concurrency=8, lease=2.0, ms=2.0, log=None):
+def spawn(queue, concurrency=8, lease=2.0, ms=2.0, log=None, **options):
     return subprocess.Popen([sys.executable, "-c", WORKER_SCRIPT, queue, str(concurrency),
-                             str(lease), str(ms), WORKER],
+                             str(lease), str(ms), WORKER, json.dumps(options)],
                             stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
 
@@ -115,6 +135,10 @@ class WorkerTest(unittest.TestCase):
             self.assertTrue(wait_until(lambda: states("py_drain") == {"done": 3000}, 90),
                             "every job ends done after one worker was killed: %r"
                             % states("py_drain"))
+            # Only what the victim held (8 handlers) ran again, once.
+            many, most = reruns("py_drain")
+            self.assertLessEqual(many, 8, "jobs run twice")
+            self.assertLessEqual(most, 2, "the most runs of one job")
         finally:
             survivor.send_signal(signal.SIGTERM)
             self.assertEqual(survivor.wait(30), 0, "the survivor exits 0 on SIGTERM")
@@ -138,6 +162,54 @@ class WorkerTest(unittest.TestCase):
                 "   AND queue_id = (SELECT queue_id FROM claimq.queue WHERE name = 'py_term')"
             ).fetchone()[0], 0, "no job went back with an attempt used")
 
+    def test_a_stalled_worker_that_reclaims_its_own_job_keeps_the_new_claim(self):
+        # Issue #26: a 5 s handler, a 2 s lease, the worker stopped (SIGSTOP)
+        # past its lease.  The reclaimer takes the job back (one failed
+        # attempt); the worker, let go on, claims it again while the stale
+        # run is still in its handler.  The stale run's end must not drop
+        # the new claim: the job runs twice and is done.
+        new_queue("py_reclaim", keep_done="1 hour", lease="2 seconds", max_attempts=3,
+                  retry_base="100 milliseconds")
+        with admin() as a:
+            job_id = a.enqueue("py_reclaim", {"n": 1})
+        p = spawn("py_reclaim", concurrency=2, lease=2, ms=5000)
+        try:
+            self.assertTrue(wait_until(lambda: job_row(job_id) == ("running", 1), 20))
+            p.send_signal(signal.SIGSTOP)
+            self.assertTrue(wait_until(lambda: job_row(job_id)[0] != "running", 20),
+                            "the reclaimer took the job back")
+            p.send_signal(signal.SIGCONT)
+            self.assertTrue(wait_until(lambda: job_row(job_id)[0] in ("done", "dead"), 60))
+            self.assertEqual(job_row(job_id), ("done", 2),
+                             "one stall, one run more: the new claim was kept")
+        finally:
+            p.send_signal(signal.SIGCONT)
+            p.kill()
+            p.wait()
+
+    def test_sigterm_keeps_a_job_longer_than_its_lease_and_releases_the_others_at_once(self):
+        # Issue #26: SIGTERM during a 7 s job with a 3 s lease, two more jobs
+        # claimed and waiting their turn.  The waiting ones are released at
+        # once (within 2 s, less than the lease: not by their leases running
+        # out), the running one is kept alive by the heartbeat and completed.
+        new_queue("py_long", keep_done="1 hour", lease="3 seconds")
+        with admin() as a:
+            ids = a.enqueue_many("py_long", [{"n": i} for i in range(3)])
+        p = spawn("py_long", concurrency=1, lease=3, ms=7000, batch=3)
+        try:
+            self.assertTrue(wait_until(lambda: states("py_long") == {"running": 1, "claimed": 2},
+                                       20), repr(states("py_long")))
+            p.send_signal(signal.SIGTERM)
+            self.assertTrue(wait_until(lambda: states("py_long") == {"running": 1, "pending": 2},
+                                       2), "released within 2 s: %r" % states("py_long"))
+            self.assertEqual(p.wait(30), 0, "the worker exits 0")
+        finally:
+            p.kill()
+            p.wait()
+        rows = sorted(job_row(i) for i in ids)
+        self.assertEqual(rows, [("done", 1), ("pending", 0), ("pending", 0)],
+                         "the long job was done in one attempt; the others used none")
+
     @unittest.skipUnless(RESTART, "no restart command")
     def test_server_restart_mid_run(self):
         new_queue("py_restart", keep_done="1 hour", lease="3 seconds")
@@ -150,6 +222,10 @@ class WorkerTest(unittest.TestCase):
             self.assertTrue(wait_until(lambda: states("py_restart") == {"done": 1500}, 90),
                             "the worker reconnects and drains the queue: %r"
                             % states("py_restart"))
+            # At most what was in flight at the restart (8 handlers) ran again, once.
+            many, most = reruns("py_restart")
+            self.assertLessEqual(many, 8, "jobs run twice")
+            self.assertLessEqual(most, 2, "the most runs of one job")
             self.assertIsNone(p.poll(), "the worker kept running")
         finally:
             p.send_signal(signal.SIGTERM)
@@ -249,6 +325,127 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(rows[retried], 2, "the failure with retry_in was retried")
 
 
+    def test_a_shutdown_deadline_gives_running_jobs_back_or_leaves_them_to_the_lease(self):
+        for mode, after in (("release", ("pending", 0)), ("abandon", ("pending", 1))):
+            q = f"py_deadline_{mode}"
+            new_queue(q, lease="2 seconds", retry_base="1 hour")
+            with admin() as a:
+                job_id = a.enqueue(q, {})
+            started = threading.Event()
+
+            def handle(job):
+                started.set()
+                claimq.sleep(job, 60)
+
+            w = claimq.Worker(WORKER, q, handle, concurrency=1, lease=2,
+                              shutdown_timeout=1, on_shutdown_timeout=mode)
+            t = threading.Thread(target=w.run)
+            t.start()
+            try:
+                self.assertTrue(started.wait(20))
+                w.stop()
+                t.join(10)
+                self.assertFalse(t.is_alive(), "run() returned after the 1 s deadline")
+                # release: pending at once, no attempt used; abandon: the
+                # lease runs out and the reclaimer counts a failed attempt.
+                self.assertTrue(wait_until(lambda: job_row(job_id) == after, 20),
+                                f"{mode}: {job_row(job_id)!r}")
+            finally:
+                w.stop()
+                t.join(10)
+
+    def test_several_queues_a_timeout_on_failure_and_attempt(self):
+        new_queue("py_mq_a", keep_done="1 hour")
+        new_queue("py_mq_b", keep_done="1 hour", retry_base="100 milliseconds")
+        with admin() as a:
+            quick = a.enqueue_many("py_mq_a", [{"n": i} for i in range(20)])
+            slow = a.enqueue("py_mq_b", {})
+        lock = threading.Lock()
+        now = {"py_mq_a": 0, "py_mq_b": 0}
+        most = dict(now)
+        failures = []
+
+        def counted(fn):
+            def run(job):
+                with lock:
+                    now[job.queue] += 1
+                    most[job.queue] = max(most[job.queue], now[job.queue])
+                try:
+                    return fn(job)
+                finally:
+                    with lock:
+                        now[job.queue] -= 1
+            return run
+
+        def handle_a(job):
+            time.sleep(0.05)
+            return {"queue": job.queue, "attempt": job.attempt}
+
+        def handle_b(job):
+            if job.attempt == 1:
+                claimq.sleep(job, 30)       # stopped by the 1 s timeout
+            return {"queue": job.queue, "attempt": job.attempt}
+
+        w = claimq.Worker(WORKER, {"py_mq_a": 3, "py_mq_b": 1},
+                          {"py_mq_a": counted(handle_a), "py_mq_b": counted(handle_b)},
+                          timeout=1, on_failure=lambda job, e, dead: failures.append(
+                              (job.id, job.attempt, type(e).__name__, dead)))
+        t = threading.Thread(target=w.run)
+        t.start()
+        try:
+            self.assertTrue(wait_until(lambda: states("py_mq_a") == {"done": 20}
+                                       and states("py_mq_b") == {"done": 1}, 30),
+                            repr((states("py_mq_a"), states("py_mq_b"))))
+        finally:
+            w.stop()
+            t.join(20)
+        with admin() as a:
+            results = dict(a.conn.execute("SELECT job_id, result FROM claimq.job"
+                                          " WHERE job_id = ANY(%s)", (quick + [slow],)).fetchall())
+        self.assertEqual([results[i] for i in quick], [{"queue": "py_mq_a", "attempt": 1}] * 20)
+        self.assertEqual(results[slow], {"queue": "py_mq_b", "attempt": 2})
+        self.assertEqual(failures, [(slow, 1, "JobTimeout", False)])
+        self.assertLessEqual(most["py_mq_a"], 3, "at most 3 at once in py_mq_a")
+        self.assertEqual(most["py_mq_b"], 1)
+
+    def test_claims_log_at_debug_and_failures_at_warning(self):
+        new_queue("py_log", max_attempts=1)
+        with admin() as a:
+            a.enqueue_many("py_log", [{"fail": i == 0} for i in range(10)])
+        records = []
+
+        class Keep(logging.Handler):
+            def emit(self, record):
+                records.append(record)
+
+        logger = logging.getLogger("claimq")
+        keep = Keep(level=logging.DEBUG)
+        old = logger.level
+        logger.addHandler(keep)
+        logger.setLevel(logging.DEBUG)
+
+        def handle(job):
+            if job.payload["fail"]:
+                raise ValueError("no")
+
+        w = claimq.Worker(WORKER, "py_log", handle, concurrency=2)
+        t = threading.Thread(target=w.run)
+        t.start()
+        try:
+            self.assertTrue(wait_until(lambda: states("py_log") == {"dead": 1}, 20))
+        finally:
+            w.stop()
+            t.join(20)
+            logger.removeHandler(keep)
+            logger.setLevel(old)
+        loud = [r.getMessage() for r in records if r.levelno >= logging.INFO]
+        self.assertTrue(any("claimed" in r.getMessage() for r in records
+                            if r.levelno == logging.DEBUG), "claims are logged at DEBUG")
+        self.assertFalse([m for m in loud if "claimed" in m or "completed" in m], loud)
+        self.assertTrue([r for r in records if r.levelno == logging.WARNING
+                         and "ValueError: no" in r.getMessage()], "the failure at WARNING")
+
+
 class AsyncWorkerTest(unittest.TestCase):
     def test_drain_and_cancel(self):
         new_queue("py_async", keep_done="1 hour", lease="10 seconds")
@@ -271,7 +468,7 @@ class AsyncWorkerTest(unittest.TestCase):
             with admin() as a:
                 a.cancel([ids[0]])
             cancelled = await loop.run_in_executor(
-                None, lambda: wait_until(lambda: ids[0] not in w.held, 10))
+                None, lambda: wait_until(lambda: all(k[0] != ids[0] for k in w.held), 10))
             w.stop()
             await asyncio.wait_for(task, 20)
             return ok, cancelled

@@ -7,7 +7,7 @@ use strict;
 use warnings;
 
 use Exporter 'import';
-use IPC::Run;
+use POSIX qw(WNOHANG);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
@@ -15,22 +15,54 @@ use Time::HiRes qw(time usleep);
 our @EXPORT = qw(start_psql start_pgbench finish_by pgbench_max_latency
   show_waits);
 
-# Start psql running $sql on $db in the background.  Options: env (a hash of
-# environment variables, such as PGOPTIONS).  Returns a run for finish_by.
+my $nruns = 0;
+
+# Start @$cmd in the background, its standard input from /dev/null and its
+# output in files under $dir.  Returns a run for finish_by.
+sub start_run
+{
+	my ($name, $cmd, $dir, $env) = @_;
+	my $n = ++$nruns;
+	my $run = {
+		name => $name,
+		outfile => "$dir/run$n.out",
+		errfile => "$dir/run$n.err",
+		t0 => time()
+	};
+	my $pid = fork();
+
+	die "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		%ENV = (%ENV, %{ $env // {} });
+		open STDIN, '<', '/dev/null' or die $!;
+		open STDOUT, '>', $run->{outfile} or die $!;
+		open STDERR, '>', $run->{errfile} or die $!;
+		exec @$cmd or die "exec $cmd->[0]: $!";
+	}
+	$run->{pid} = $pid;
+	return $run;
+}
+
+# Start psql running $sql on $db in the background, each statement in its
+# own transaction unless it says otherwise.  Options: env (a hash of
+# environment variables, such as PGOPTIONS).
 sub start_psql
 {
 	my ($node, $db, $sql, %opts) = @_;
-	my $run = { name => "psql on $db", out => '', err => '', in => $sql };
-	local %ENV = (%ENV, %{ $opts{env} // {} });
+	my $file = $node->basedir . '/psql' . ($nruns + 1) . '.sql';
 
-	$run->{h} = IPC::Run::start(
+	open my $fh, '>', $file or die "$file: $!";
+	print $fh $sql;
+	close $fh;
+	return start_run(
+		"psql on $db",
 		[
 			'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1',
-			'-d', $node->connstr($db), '-f', '-'
+			'-d', $node->connstr($db), '-f', $file
 		],
-		'<', \$run->{in}, '>', \$run->{out}, '2>', \$run->{err});
-	$run->{t0} = time();
-	return $run;
+		$node->basedir,
+		$opts{env});
 }
 
 # Start pgbench on $db with the script file $script and the arguments
@@ -39,48 +71,54 @@ sub start_psql
 sub start_pgbench
 {
 	my ($node, $db, $script, $args, $logdir, %opts) = @_;
-	my $run = { name => "pgbench on $db", out => '', err => '', in => '' };
-	local %ENV = (%ENV, %{ $opts{env} // {} });
 
 	mkdir $logdir;
-	$run->{logdir} = $logdir;
-	$run->{h} = IPC::Run::start(
+	my $run = start_run(
+		"pgbench on $db",
 		[
 			'pgbench', '-n', @$args, '-f', $script,
 			'-l', "--log-prefix=$logdir/tx",
 			'-h', $node->host, '-p', $node->port, $db
 		],
-		'<', \$run->{in}, '>', \$run->{out}, '2>', \$run->{err});
-	$run->{t0} = time();
+		$logdir,
+		$opts{env});
+	$run->{logdir} = $logdir;
 	return $run;
 }
 
 # Wait until the run has ended or the clock passes $deadline (an epoch
-# time).  Returns true if it ended; its exit code is then in $run->{rc} and
-# its duration in $run->{secs}.  A run still going at the deadline is killed
-# (only the client: a backend stuck in its commit stays), and false is
-# returned.
+# time).  Returns true if it ended; its exit code is then in $run->{rc},
+# its output in $run->{out} and $run->{err}, its duration in $run->{secs}.
+# A run still going at the deadline is killed (only the client: a backend
+# stuck in its commit stays), and false is returned.
 sub finish_by
 {
 	my ($run, $deadline) = @_;
-	my $h = $run->{h};
+	my $ended = 0;
 
-	while ($h->pumpable && time() < $deadline)
+	while (1)
 	{
-		$h->pump_nb;
+		if (waitpid($run->{pid}, WNOHANG) == $run->{pid})
+		{
+			$ended = 1;
+			$run->{rc} = $? >> 8;
+			last;
+		}
+		last if time() >= $deadline;
 		usleep(20_000);
 	}
-	if ($h->pumpable)
-	{
-		$h->kill_kill;
-		$run->{rc} = undef;
-		$run->{secs} = time() - $run->{t0};
-		return 0;
-	}
-	$h->finish;
-	$run->{rc} = $h->result(0);
 	$run->{secs} = time() - $run->{t0};
-	return 1;
+	unless ($ended)
+	{
+		kill 'KILL', $run->{pid};
+		waitpid($run->{pid}, 0);
+		$run->{rc} = undef;
+	}
+	$run->{out} = slurp_file($run->{outfile});
+	$run->{err} = slurp_file($run->{errfile});
+	chomp $run->{out};
+	chomp $run->{err};
+	return $ended;
 }
 
 # The longest transaction, in seconds, of the pgbench run's logs, and the

@@ -159,6 +159,9 @@ sub recount_all
 		  : $out eq 't' ? $primary->safe_psql($db, 'SELECT verdict FROM census_verdict')
 		  : $primary->safe_psql($db, 'SELECT verdict FROM census_verdict') . ' (recount: f)';
 	}
+	my %seen;
+	$seen{ $verdict{$_} =~ s/ .*//r }++ for keys %verdict;
+	note('census verdicts: ' . join(', ', map { "$_ $seen{$_}" } sort keys %seen));
 	recover();
 	return %verdict;
 }
@@ -235,10 +238,11 @@ close $fh;
 sub notify_check
 {
 	my ($what, @dbs) = @_;
+	(my $tag = $what) =~ s/\W+/_/g;
 	my @runs = map {
 		start_pgbench($primary, $_, $notify_script,
 			[ '-c', '2', '-j', '1', '-T', $PGBENCH_SECS ],
-			$primary->basedir . "/notify_${what}_$_")
+			$primary->basedir . "/notify_${tag}_$_")
 	} @dbs;
 	my $deadline = time() + $PGBENCH_SECS + $BOUND;
 	for my $run (@runs)
@@ -257,6 +261,7 @@ sub notify_check
 sub standby_check
 {
 	my ($what, @dbs) = @_;
+	(my $tag = $what) =~ s/\W+/_/g;
 
 	$primary->append_conf('postgresql.conf', "synchronous_standby_names = 'standby'\n");
 	$primary->reload;
@@ -303,7 +308,7 @@ sub standby_check
 		push @benches,
 		  start_pgbench($primary, $dbs[$i], $mixed_script,
 			[ '-c', '1', '-T', $PGBENCH_SECS ],
-			$primary->basedir . "/mixed_${what}_$dbs[$i]",
+			$primary->basedir . "/mixed_${tag}_$dbs[$i]",
 			env => { PGOPTIONS => '-c synchronous_commit=' . ($i % 2 ? 'off' : 'local') });
 	}
 

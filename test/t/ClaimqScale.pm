@@ -128,7 +128,8 @@ sub pgbench_max_latency
 	my ($run) = @_;
 	my ($max, $n) = (0, 0);
 
-	for my $file (glob("$run->{logdir}/tx*"))
+	opendir my $dh, $run->{logdir} or die "$run->{logdir}: $!";
+	for my $file (map { "$run->{logdir}/$_" } grep { /^tx/ } readdir $dh)
 	{
 		open my $fh, '<', $file or die "$file: $!";
 		while (my $line = <$fh>)
@@ -141,6 +142,7 @@ sub pgbench_max_latency
 		}
 		close $fh;
 	}
+	closedir $dh;
 	return ($max / 1e6, $n);
 }
 

@@ -51,8 +51,8 @@
  * What makes a database's census unknown, from the moment it commits: a
  * server start (shared memory is new), TRUNCATE of claimq.job (no row
  * triggers), PREPARE TRANSACTION of a transaction that changed jobs
- * (another backend decides its fate; the recount waits until no
- * transaction of the database is prepared), and no room for a queue's
+ * (another backend decides its fate; the recount waits until no prepared
+ * transaction holds a lock on claimq.job), and no room for a queue's
  * entry when the table is full (the notes without one are dropped).
  * Entries whose counts are all zero make room when the table is full;
  * those of dropped databases are freed by the launcher (and by a recount
@@ -70,6 +70,7 @@
 #include "access/htup_details.h"
 #include "access/transam.h"
 #include "access/xact.h"
+#include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -132,6 +133,7 @@ typedef struct CqCommitSlot
 
 typedef struct CqCensusShared
 {
+	pg_atomic_uint64 next_epoch;	/* a new header's epoch: never reused */
 	int			nslots;
 	CqCommitSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } CqCensusShared;
@@ -190,6 +192,7 @@ cq_census_shmem_init(LWLock *lock, LWLock *gate)
 									   &found);
 	if (!found)
 	{
+		pg_atomic_init_u64(&cq_census_shared->next_epoch, UINT64CONST(1) << 32);
 		cq_census_shared->nslots = MaxBackends;
 		for (int i = 0; i < MaxBackends; i++)
 		{
@@ -211,28 +214,6 @@ cq_census_key(Oid relid, int32 queue_id)
 	key.relid = relid;
 	key.queue_id = queue_id;
 	return key;
-}
-
-/*
- * Take the lock.  An exclusive taker closes the gate first: shared holders
- * come and go without pause, and it would otherwise wait for a moment when
- * there is none.  Every holder only works in memory.
- */
-static void
-cq_census_acquire(LWLockMode mode)
-{
-	if (mode == LW_EXCLUSIVE)
-	{
-		LWLockAcquire(cq_census_gate, LW_EXCLUSIVE);
-		LWLockAcquire(cq_census_lock, LW_EXCLUSIVE);
-		LWLockRelease(cq_census_gate);
-	}
-	else
-	{
-		LWLockAcquire(cq_census_gate, LW_SHARED);
-		LWLockRelease(cq_census_gate);
-		LWLockAcquire(cq_census_lock, LW_SHARED);
-	}
 }
 
 /* Whether a header's counts are valid; under the lock, either mode. */
@@ -264,7 +245,15 @@ cq_census_enter(const CqCensusKey *key)
 			{
 				for (int s = 0; s < CQ_NSTATES; s++)
 					pg_atomic_init_u64(&entry->counts[s], 0);
-				pg_atomic_init_u64(&entry->epoch, 1);
+
+				/*
+				 * A header made again (after its database's entries were
+				 * freed) never takes an epoch that a recount may have read of
+				 * the one before.
+				 */
+				pg_atomic_init_u64(&entry->epoch,
+								   pg_atomic_fetch_add_u64(&cq_census_shared->next_epoch,
+														   UINT64CONST(1) << 32));
 				entry->valid_epoch = 0;
 			}
 			return entry;
@@ -300,7 +289,7 @@ cq_census_forget(Oid relid)
 	CqCensusKey key = cq_census_key(relid, 0);
 	CqCensusEntry *header;
 
-	cq_census_acquire(LW_SHARED);
+	cq_lwlock_gated(cq_census_lock, cq_census_gate, LW_SHARED);
 	header = hash_search(cq_census, &key, HASH_FIND, NULL);
 	if (header != NULL)
 		pg_atomic_fetch_add_u64(&header->epoch, 1);
@@ -362,7 +351,18 @@ cq_census_commit(void)
 	CqCensusKey key = cq_census_key(cq_notes_relid, 0);
 	int			missing = 0;
 
-	cq_census_acquire(LW_SHARED);
+	cq_lwlock_gated(cq_census_lock, cq_census_gate, LW_SHARED);
+
+	/*
+	 * Without a header nothing was counted yet: a recount that makes one
+	 * later takes its snapshot after this commit, which it sees.
+	 */
+	if (hash_search(cq_census, &key, HASH_FIND, NULL) == NULL)
+	{
+		LWLockRelease(cq_census_lock);
+		cq_census_clear_slot();
+		return;
+	}
 	for (int i = 0; i < cq_nnotes; i++)
 	{
 		CqCensusEntry *entry;
@@ -378,7 +378,7 @@ cq_census_commit(void)
 
 	if (missing > 0)
 	{
-		cq_census_acquire(LW_EXCLUSIVE);
+		cq_lwlock_gated(cq_census_lock, cq_census_gate, LW_EXCLUSIVE);
 		for (int i = 0; i < missing; i++)
 		{
 			CqCensusEntry *entry;
@@ -643,21 +643,26 @@ cq_census_free_dropped(void)
 	if (!cq_shmem_ready)
 		return;
 	dboids = palloc(sizeof(Oid) * cq_census_entries);
-	cq_census_acquire(LW_SHARED);
+	cq_lwlock_gated(cq_census_lock, cq_census_gate, LW_SHARED);
 	hash_seq_init(&status, cq_census);
 	while ((entry = hash_seq_search(&status)) != NULL)
-		if (entry->key.queue_id == 0 && ndbs < cq_census_entries)
+	{
+		bool		seen = false;
+
+		for (int i = ndbs - 1; i >= 0 && !seen; i--)
+			seen = dboids[i] == entry->key.dboid;
+		if (!seen && ndbs < cq_census_entries)
 			dboids[ndbs++] = entry->key.dboid;
+	}
 	LWLockRelease(cq_census_lock);
 
 	for (int i = 0; i < ndbs; i++)
 		if (!SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(dboids[i])))
 			dboids[ndropped++] = dboids[i];
 
-	/* Without its header, a database's entries are dropped too. */
 	if (ndropped > 0)
 	{
-		cq_census_acquire(LW_EXCLUSIVE);
+		cq_lwlock_gated(cq_census_lock, cq_census_gate, LW_EXCLUSIVE);
 		hash_seq_init(&status, cq_census);
 		while ((entry = hash_seq_search(&status)) != NULL)
 			for (int i = 0; i < ndropped; i++)
@@ -705,7 +710,7 @@ cq_census_recount(void)
 	if (!cq_shmem_ready || RecoveryInProgress())
 		return false;
 
-	cq_census_acquire(LW_SHARED);
+	cq_lwlock_gated(cq_census_lock, cq_census_gate, LW_SHARED);
 	header = hash_search(cq_census, &key, HASH_FIND, NULL);
 	valid = cq_census_is_valid(header);
 	if (header != NULL)
@@ -716,7 +721,7 @@ cq_census_recount(void)
 	if (header == NULL)
 	{
 		/* The database's first count: make its header. */
-		cq_census_acquire(LW_EXCLUSIVE);
+		cq_lwlock_gated(cq_census_lock, cq_census_gate, LW_EXCLUSIVE);
 		header = cq_census_enter(&key);
 		valid = cq_census_is_valid(header);
 		if (header != NULL)
@@ -734,15 +739,24 @@ cq_census_recount(void)
 
 	/*
 	 * A prepared transaction's changes would come without notes when it is
-	 * committed: wait until there is none.
+	 * committed: wait until none that wrote claimq.job is left (each holds a
+	 * lock on it, and has no backend).
 	 */
-	cq_execute(cq_plan(&prepared_plan,
-					   "SELECT 1 FROM pg_catalog.pg_prepared_xacts p"
-					   " WHERE p.database OPERATOR(pg_catalog.=) pg_catalog.current_database()"
-					   " LIMIT 1", 0, NULL),
-			   NULL, NULL, SPI_OK_SELECT);
-	if (SPI_processed > 0)
-		return false;
+	{
+		Oid			argtypes[1] = {OIDOID};
+		Datum		values[1] = {ObjectIdGetDatum(relid)};
+
+		cq_execute(cq_plan(&prepared_plan,
+						   "SELECT 1 FROM pg_catalog.pg_locks l"
+						   " WHERE l.locktype OPERATOR(pg_catalog.=) 'relation'"
+						   "   AND l.relation OPERATOR(pg_catalog.=) $1"
+						   "   AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d"
+						   "        WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())"
+						   "   AND l.pid IS NULL LIMIT 1", 1, argtypes),
+				   values, NULL, SPI_OK_SELECT);
+		if (SPI_processed > 0)
+			return false;
+	}
 
 	ctl.keysize = sizeof(CqCensusKey);
 	ctl.entrysize = sizeof(CqCensusCopy);
@@ -757,7 +771,7 @@ cq_census_recount(void)
 	 */
 	for (int attempt = 0;; attempt++)
 	{
-		cq_census_acquire(LW_EXCLUSIVE);
+		cq_lwlock_gated(cq_census_lock, cq_census_gate, LW_EXCLUSIVE);
 		snapshot = GetLatestSnapshot();
 		if (!cq_census_commits_pending(snapshot))
 			break;
@@ -802,7 +816,7 @@ cq_census_recount(void)
 	UnregisterSnapshot(snapshot);
 
 	/* Under the exclusive lock: add n - c0 to each count. */
-	cq_census_acquire(LW_EXCLUSIVE);
+	cq_lwlock_gated(cq_census_lock, cq_census_gate, LW_EXCLUSIVE);
 	key.queue_id = 0;
 	header = hash_search(cq_census, &key, HASH_FIND, NULL);
 	expected = epoch;
@@ -910,7 +924,7 @@ claimq_census(PG_FUNCTION_ARGS)
 	key = cq_census_key(cq_job_relid(), 0);
 
 	/* Copy under the lock, hand out after. */
-	cq_census_acquire(LW_SHARED);
+	cq_lwlock_gated(cq_census_lock, cq_census_gate, LW_SHARED);
 	header = hash_search(cq_census, &key, HASH_FIND, NULL);
 	if (cq_census_is_valid(header))
 	{

@@ -158,9 +158,9 @@ cq_shmem_request(void)
 
 	/*
 	 * The reclaimer's and counters' lock, the census's lock and gate, the
-	 * queue-wide limits' lock.
+	 * queue-wide limits' lock and gate.
 	 */
-	RequestNamedLWLockTranche("claimq", 4);
+	RequestNamedLWLockTranche("claimq", 5);
 }
 
 static void
@@ -178,7 +178,7 @@ cq_shmem_startup(void)
 	cq_census_shmem_init(&locks[1].lock, &locks[2].lock);
 	cq_wakeup_shmem_init();
 	cq_floor_shmem_init();
-	cq_flow_shmem_init(&locks[3].lock);
+	cq_flow_shmem_init(&locks[3].lock, &locks[4].lock);
 	LWLockRelease(AddinShmemInitLock);
 	cq_shmem_ready = true;
 }

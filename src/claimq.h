@@ -292,6 +292,7 @@ typedef struct CqFlowTicket
 {
 	struct CqFlowSlot *slot;	/* shared memory: the queue's slot, or NULL */
 	uint64		generation;		/* the slot's, when the claim took it */
+	uint64		bucket;			/* the bucket it took tokens from */
 	int32		reserved;		/* slots reserved by the claim */
 	int32		tokens;			/* tokens taken by the claim */
 	int32		allowed;
@@ -306,7 +307,7 @@ extern void cq_groups_note(CqGroups *groups, int32 queue_id, Datum key);
 extern void cq_groups_sync(CqGroups *groups);
 extern void cq_sync_groups(int32 queue_id, Datum keys);
 extern Size cq_flow_shmem_size(void);
-extern void cq_flow_shmem_init(LWLock *lock);
+extern void cq_flow_shmem_init(LWLock *lock, LWLock *gate);
 extern void cq_flow_free_dropped(void);
 extern void cq_flow_freed(int32 queue_id);
 extern uint64 cq_flow_upkeep(void);
@@ -387,6 +388,7 @@ extern void cq_execute_latest(SPIPlanPtr plan, Datum *values,
 extern void cq_execute_in(SPIPlanPtr plan, Datum *values, const char *nulls,
 						  int expected, Snapshot snapshot);
 extern bool cq_lookup_queue(const char *name, CqQueue *queue);
+extern void cq_lwlock_gated(LWLock *lock, LWLock *gate, LWLockMode mode);
 
 /*
  * A call's input pairs matched against a statement's rows (common.c): a

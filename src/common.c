@@ -452,6 +452,29 @@ cq_spi_value(int row, int col, bool *isnull)
 }
 
 /*
+ * Take a shared-memory table's lock behind its gate.  An exclusive taker
+ * closes the gate first: shared holders come and go without pause, and it
+ * would otherwise wait for a moment when there is none.  Every holder of
+ * such a lock only works in memory.
+ */
+void
+cq_lwlock_gated(LWLock *lock, LWLock *gate, LWLockMode mode)
+{
+	if (mode == LW_EXCLUSIVE)
+	{
+		LWLockAcquire(gate, LW_EXCLUSIVE);
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		LWLockRelease(gate);
+	}
+	else
+	{
+		LWLockAcquire(gate, LW_SHARED);
+		LWLockRelease(gate);
+		LWLockAcquire(lock, LW_SHARED);
+	}
+}
+
+/*
  * The OID of claimq.job, which tells one installation of the extension in
  * a database from the next.
  */

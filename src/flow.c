@@ -65,17 +65,25 @@
  * claims from more than CQ_FLOW_HELD limited queues takes nothing more.
  *
  * The bucket.  The queue's row holds a record of it (rate_tokens at
- * rate_at): written by every claim on the row, and by the reclaimer for a
- * bucket in shared memory whose row had none (the claim that made it may
- * roll back), but only while the row's rate is still the bucket's.  A
- * bucket is made from the row (cq_flow_row_tokens): full without a record
- * (the first use, or a new rate: alter_queue clears it), else the record
- * refilled to now, and, after a server start, no more than have refilled
- * since the start, so that no restart lets a burst through.  A bucket in
- * shared memory never holds more than its row would give, so one that is
- * full when its slot is taken over is made again full: eviction neither
- * refills nor empties a bucket.  Buckets in shared memory are not written
- * back; a failover starts them from the row like a restart.
+ * rate_at): written by every claim on the row, and, for a bucket in
+ * shared memory whose row has none, by the reclaimer's next pass (the
+ * claim that made it may roll back), only while the row's rate is still
+ * the bucket's.  A bucket is made from the row (cq_flow_row_tokens): full
+ * without a record (the first use, or a new rate: alter_queue clears it),
+ * else the record refilled to now and no fuller than has refilled since
+ * the first claim of this shared memory as a primary (a start, a
+ * crash-restart or a promotion), so that no restart or failover lets a
+ * burst through.  A bucket in shared memory starts no fuller than its row
+ * would give and then only spends, so one that is full when its slot is
+ * taken over is made again full: eviction neither refills nor empties a
+ * bucket.  Tokens a claim took and did not use go back to the bucket they
+ * came from, which never holds more than its limit less the tokens that
+ * claims in progress hold.  A claim's view of the queue's limits may
+ * predate an alter_queue: a bucket is made anew only for the rate the row
+ * has with the latest snapshot, and max_in_flight is read with the count.
+ * A bucket first used less than a reclaimer pass before a restart (or in
+ * a database the reclaimer does not serve) has no record yet, and starts
+ * full again.
  *
  * The locks: the flow lock, shared to find a slot and change it under
  * its spinlock, exclusive to make or take over a slot; held only around
@@ -261,24 +269,25 @@ typedef struct CqFlowSlot
 	slock_t		mutex;			/* the fields below */
 	int64		reserved;		/* by transactions in progress */
 	uint64		generation;		/* new for every slot made */
-	bool		bucket_valid;
-	bool		marked;			/* the queue row records the bucket's use */
+	uint64		bucket;			/* new for every bucket made; 0: none */
 	int32		rate_limit;		/* the bucket was made for these */
 	int64		period;			/* microseconds */
 	double		tokens;			/* left at "at" */
+	double		outstanding;	/* taken by claims not yet spent */
 	TimestampTz at;
 } CqFlowSlot;
 
 typedef struct CqFlowShared
 {
 	pg_atomic_uint32 any_used;	/* a slot was ever made */
-	pg_atomic_uint64 next_generation;
-	TimestampTz started;		/* when this shared memory was made */
+	pg_atomic_uint64 next_id;	/* generations and buckets */
+	pg_atomic_uint64 started;	/* the first claim as a primary, or 0 */
 	int			nrows;
 	pg_atomic_uint32 row_claims[FLEXIBLE_ARRAY_MEMBER];
 } CqFlowShared;
 
 static LWLock *cq_flow_lock = NULL;
+static LWLock *cq_flow_gate = NULL;
 static HTAB *cq_flow_table = NULL;
 static CqFlowShared *cq_flow = NULL;
 
@@ -291,6 +300,8 @@ typedef struct CqFlowHeld
 	CqFlowSlot *slot;
 	uint64		generation;
 	int64		reserved;
+	uint64		out_bucket;		/* tokens taken and not yet spent, */
+	int32		out_tokens;		/* of that bucket */
 } CqFlowHeld;
 
 static CqFlowHeld cq_flow_held[CQ_FLOW_HELD];
@@ -314,7 +325,7 @@ cq_flow_shmem_size(void)
 }
 
 void
-cq_flow_shmem_init(LWLock *lock)
+cq_flow_shmem_init(LWLock *lock, LWLock *gate)
 {
 	HASHCTL		ctl;
 	bool		found;
@@ -322,6 +333,7 @@ cq_flow_shmem_init(LWLock *lock)
 	ctl.keysize = sizeof(CqFlowKey);
 	ctl.entrysize = sizeof(CqFlowSlot);
 	cq_flow_lock = lock;
+	cq_flow_gate = gate;
 	cq_flow_table = ShmemInitHash("claimq queue limits", cq_flow_slots,
 								  cq_flow_slots, &ctl,
 								  HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
@@ -330,8 +342,8 @@ cq_flow_shmem_init(LWLock *lock)
 	if (!found)
 	{
 		pg_atomic_init_u32(&cq_flow->any_used, 0);
-		pg_atomic_init_u64(&cq_flow->next_generation, 1);
-		cq_flow->started = GetCurrentTimestamp();
+		pg_atomic_init_u64(&cq_flow->next_id, 1);
+		pg_atomic_init_u64(&cq_flow->started, 0);
 		cq_flow->nrows = cq_flow_slots;
 		for (int i = 0; i < cq_flow_slots; i++)
 			pg_atomic_init_u32(&cq_flow->row_claims[i], 0);
@@ -351,71 +363,73 @@ cq_flow_key(int32 queue_id)
 }
 
 /*
- * A queue's rate_period in microseconds: its days and time, greater than
- * zero and at most a day.  check_flow_settings refuses anything else, but a
- * queue row written by an earlier release may hold a month part (which
- * this leaves out, as the calendar gives a month no fixed length) and so a
- * length of zero, below or above: that raises an error rather than handing
- * out nothing, since a queue that silently never hands out looks like one
- * that is only rate limited, for ever, while the error says what to mend.
- * Only a queue with a rate_limit is judged.  cq_flow_shared calls this
- * before it takes the spinlock, so that its later call under the lock (by
- * cq_flow_refill_ms) finds the same period valid; a claim on the row
- * raises it when it makes the bucket (cq_flow_row_tokens).
+ * A rate_period in microseconds: its days and time, greater than zero and
+ * at most a day.  check_flow_settings refuses anything else, but a queue
+ * row written by an earlier release may hold a month part (which this
+ * leaves out, as the calendar gives a month no fixed length) and so a
+ * length of zero, below or above: that raises an error rather than
+ * handing out nothing, since a queue that silently never hands out looks
+ * like one that is only rate limited, for ever, while the error says what
+ * to mend.  Never called under a spinlock.
  */
 static int64
-cq_flow_period(const CqQueue *queue)
+cq_flow_period_of(const char *queue_name, const Interval *rate_period)
 {
-	int64		period = queue->rate_period.time +
-	(int64) queue->rate_period.day * USECS_PER_DAY;
+	int64		period = rate_period->time +
+	(int64) rate_period->day * USECS_PER_DAY;
 
-	if (queue->rate_limit > 0 &&
-		(period <= 0 || period > cq_max_rate_period.day * USECS_PER_DAY))
+	if (period <= 0 || period > cq_max_rate_period.day * USECS_PER_DAY)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("rate_period of queue \"%s\" cannot be used", queue->name),
+				 errmsg("rate_period of queue \"%s\" cannot be used", queue_name),
 				 errdetail("Counted in days and time, leaving out its month part, it is not greater than zero and at most 1 day."),
 				 errhint("Set it again with claimq.alter_queue, in days, hours, minutes or seconds.")));
 	return period;
 }
 
 /*
- * Milliseconds until the queue's bucket, holding tokens (less than one),
- * holds a whole token: how long a claim that found it empty waits before it
- * looks again.
+ * Milliseconds until a bucket of rate_limit tokens per period microseconds,
+ * holding tokens (less than one), holds a whole token: how long a claim
+ * that found it empty waits before it looks again.
  */
 static long
-cq_flow_refill_ms(double tokens, const CqQueue *queue)
+cq_flow_refill_ms(double tokens, int32 rate_limit, int64 period)
 {
-	double		per_token = (double) cq_flow_period(queue) / queue->rate_limit;
+	double		per_token = (double) period / rate_limit;
 	double		usecs = (1.0 - Max(tokens, 0.0)) * per_token;
 
 	return Max(1, (long) ceil(usecs / 1000.0));
 }
 
-/* A bucket's tokens at now; the caller holds the slot's spinlock. */
+/*
+ * A bucket's tokens at now, never more than its limit less what claims in
+ * progress have taken (so a token given back cannot raise it above what
+ * refilled meanwhile).  The caller holds the slot's spinlock.
+ */
 static double
 cq_flow_tokens_at(const CqFlowSlot *slot, TimestampTz now)
 {
-	if (now <= slot->at)
-		return slot->tokens;
-	return Min((double) slot->rate_limit,
-			   slot->tokens + (double) (now - slot->at) *
-			   slot->rate_limit / slot->period);
+	double		room = (double) slot->rate_limit - slot->outstanding;
+	double		tokens = slot->tokens;
+
+	if (now > slot->at)
+		tokens += (double) (now - slot->at) * slot->rate_limit / slot->period;
+	return Min(room, tokens);
 }
 
 /*
  * Whether a slot can be given to another queue without losing anything:
- * no transaction has reserved on it, and its bucket, if any, is full (a
- * bucket made again from the queue's row is then full too: see
- * cq_flow_bucket_start).  The caller holds the lock exclusive.
+ * no transaction has reserved on it or holds its tokens, and its bucket,
+ * if any, is full (a bucket made again from the queue's row is then full
+ * too: see cq_flow_row_tokens).  The caller holds the lock exclusive.
  */
 static bool
 cq_flow_evictable(CqFlowSlot *slot, TimestampTz now)
 {
 	return slot->reserved == 0 &&
-		(!slot->bucket_valid ||
-		 cq_flow_tokens_at(slot, now) >= (double) slot->rate_limit);
+		(slot->bucket == 0 ||
+		 (slot->outstanding == 0 &&
+		  cq_flow_tokens_at(slot, now) >= (double) slot->rate_limit));
 }
 
 /*
@@ -431,13 +445,13 @@ cq_flow_slot(const CqFlowKey *key, TimestampTz now)
 	CqFlowSlot *slot;
 	bool		found;
 
-	LWLockAcquire(cq_flow_lock, LW_SHARED);
+	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
 	slot = hash_search_with_hash_value(cq_flow_table, key, hash, HASH_FIND, NULL);
 	if (slot != NULL)
 		return slot;
 	LWLockRelease(cq_flow_lock);
 
-	LWLockAcquire(cq_flow_lock, LW_EXCLUSIVE);
+	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_EXCLUSIVE);
 	slot = hash_search_with_hash_value(cq_flow_table, key, hash, HASH_FIND, NULL);
 	if (slot != NULL)
 		return slot;
@@ -473,9 +487,9 @@ cq_flow_slot(const CqFlowKey *key, TimestampTz now)
 	}
 	SpinLockInit(&slot->mutex);
 	slot->reserved = 0;
-	slot->generation = pg_atomic_fetch_add_u64(&cq_flow->next_generation, 1);
-	slot->bucket_valid = false;
-	slot->marked = false;
+	slot->generation = pg_atomic_fetch_add_u64(&cq_flow->next_id, 1);
+	slot->bucket = 0;
+	slot->outstanding = 0;
 	pg_atomic_write_u32(&cq_flow->any_used, 1);
 	return slot;
 }
@@ -505,7 +519,7 @@ cq_flow_row_enter(const CqFlowKey *key, bool *too_many)
 
 	*too_many = false;
 	cq_flow_register_callback();
-	LWLockAcquire(cq_flow_lock, LW_SHARED);
+	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
 	if (hash_search_with_hash_value(cq_flow_table, key, hash, HASH_FIND, NULL) != NULL)
 	{
 		LWLockRelease(cq_flow_lock);
@@ -530,7 +544,8 @@ cq_flow_row_enter(const CqFlowKey *key, bool *too_many)
 
 /*
  * At the end of a transaction, give back every slot it reserved and every
- * row it claimed on.
+ * row it claimed on; tokens taken by a claim that failed before it spent
+ * them count as spent.
  */
 static void
 cq_flow_xact_callback(XactEvent event, void *arg)
@@ -557,18 +572,23 @@ cq_flow_xact_callback(XactEvent event, void *arg)
 		return;
 	if (cq_flow_nheld > 0)
 	{
-		LWLockAcquire(cq_flow_lock, LW_SHARED);
+		cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
 		for (int i = 0; i < cq_flow_nheld; i++)
 		{
 			CqFlowHeld *held = &cq_flow_held[i];
+			CqFlowSlot *slot = held->slot;
 
-			/* A slot with reservations is never taken over. */
-			if (held->reserved == 0)
+			/* A slot with reservations or tokens out is never taken over. */
+			if (held->reserved == 0 && held->out_tokens == 0)
 				continue;
-			SpinLockAcquire(&held->slot->mutex);
-			Assert(held->slot->generation == held->generation);
-			held->slot->reserved -= held->reserved;
-			SpinLockRelease(&held->slot->mutex);
+			SpinLockAcquire(&slot->mutex);
+			if (slot->generation == held->generation)
+			{
+				slot->reserved -= held->reserved;
+				if (held->out_tokens > 0 && slot->bucket == held->out_bucket)
+					slot->outstanding -= held->out_tokens;
+			}
+			SpinLockRelease(&slot->mutex);
 		}
 		LWLockRelease(cq_flow_lock);
 		cq_flow_nheld = 0;
@@ -586,82 +606,121 @@ cq_flow_held_entry(CqFlowSlot *slot)
 		if (cq_flow_held[i].slot == slot &&
 			cq_flow_held[i].generation == slot->generation)
 			return &cq_flow_held[i];
-	/* An entry of a slot taken over since (it had no reservations) goes. */
+	/* Entries that hold nothing go: their slots may have been taken over. */
 	for (int i = 0; i < cq_flow_nheld; i++)
-		if (cq_flow_held[i].reserved == 0)
+		if (cq_flow_held[i].reserved == 0 && cq_flow_held[i].out_tokens == 0)
 		{
 			cq_flow_held[i] = cq_flow_held[--cq_flow_nheld];
 			i--;
 		}
 	if (cq_flow_nheld == CQ_FLOW_HELD)
 		return NULL;
+	memset(&cq_flow_held[cq_flow_nheld], 0, sizeof(CqFlowHeld));
 	cq_flow_held[cq_flow_nheld].slot = slot;
 	cq_flow_held[cq_flow_nheld].generation = slot->generation;
-	cq_flow_held[cq_flow_nheld].reserved = 0;
 	return &cq_flow_held[cq_flow_nheld++];
 }
 
 /*
- * The queue's bucket at now as its row has it: full if the row has no
- * record of a bucket (its first use, or a new rate), else the recorded
- * tokens refilled to now, and after a server start no more than have
- * refilled since (the tokens spent before it were not recorded).  Used
- * both to make a bucket in shared memory and by a claim on the row.  So a
- * bucket in shared memory never holds more than its row would give, and
- * one that is full when its slot is taken over is made again full.
- *
- * rate_tokens and rate_at are the row's, NULL as isnull says.
+ * When buckets were first used since shared memory was made, as a
+ * primary: a bucket made from a record written before then holds no more
+ * than has refilled since, since what was spent after the record was not
+ * written down.  After a promotion that is the first claim on the new
+ * primary.
  */
-static double
-cq_flow_row_tokens(const CqQueue *queue, bool isnull, double rate_tokens,
-				   TimestampTz rate_at, TimestampTz now)
+static TimestampTz
+cq_flow_started(TimestampTz now)
 {
-	double		per_usec = (double) queue->rate_limit / cq_flow_period(queue);
-	double		tokens;
+	uint64		started = pg_atomic_read_u64(&cq_flow->started);
 
-	if (isnull)
-		return queue->rate_limit;
-	tokens = rate_tokens + (double) Max(now - rate_at, 0) * per_usec;
-	if (cq_shmem_ready)
-		tokens = Min(tokens, (double) Max(now - cq_flow->started, 0) * per_usec);
-	return Min((double) queue->rate_limit, tokens);
+	if (started == 0)
+	{
+		(void) pg_atomic_compare_exchange_u64(&cq_flow->started, &started,
+											  (uint64) now);
+		started = pg_atomic_read_u64(&cq_flow->started);
+	}
+	return (TimestampTz) started;
 }
 
 /*
- * Read the queue row's bucket with the latest snapshot: the claims that
- * last wrote it have ended.  Sets *tokens and *recorded.  The caller has
+ * The queue's bucket at now as its row has it: full if the row has no
+ * record of a bucket (its first use, or a new rate: alter_queue clears
+ * it), else the recorded tokens refilled to now and, with the preload, no
+ * more than have refilled since cq_flow_started.  Used both to make a
+ * bucket in shared memory and by a claim on the row.  A bucket in shared
+ * memory starts no fuller than its row would give and only spends after,
+ * so one that is full when its slot is taken over is made again full.
+ */
+static double
+cq_flow_row_tokens(int32 rate_limit, int64 period, bool no_record,
+				   double rate_tokens, TimestampTz rate_at, TimestampTz now)
+{
+	double		per_usec = (double) rate_limit / period;
+	double		tokens;
+
+	if (no_record)
+		return rate_limit;
+	tokens = rate_tokens + (double) Max(now - rate_at, 0) * per_usec;
+	if (cq_shmem_ready)
+		tokens = Min(tokens, (double) Max(now - cq_flow_started(now), 0) * per_usec);
+	return Min((double) rate_limit, tokens);
+}
+
+/* The queue row's limits and bucket, with the latest snapshot. */
+typedef struct CqFlowRow
+{
+	bool		found;
+	int32		max_in_flight;	/* 0: none */
+	int32		rate_limit;		/* 0: none */
+	int64		period;
+	double		tokens;			/* the bucket refilled to now */
+} CqFlowRow;
+
+/*
+ * Read the queue's row with the latest snapshot: its current limits (a
+ * claim's own view of them may predate an alter_queue) and its bucket,
+ * which the claims that wrote it last have ended.  The caller has
  * connected SPI.
  */
 static void
-cq_flow_bucket_start(const CqQueue *queue, TimestampTz now, double *tokens,
-					 bool *recorded)
+cq_flow_read_row(const CqQueue *queue, TimestampTz now, CqFlowRow *row)
 {
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[1] = {INT4OID};
 	Datum		values[1];
 	bool		isnull;
-	double		rate_tokens = 0;
-	TimestampTz rate_at = 0;
+	bool		no_record;
+	double		rate_tokens;
+	TimestampTz rate_at;
 
 	cq_plan(&plan,
-			"SELECT q.rate_tokens, q.rate_at FROM claimq.queue q WHERE q.queue_id = $1",
+			"SELECT q.max_in_flight, q.rate_limit, q.rate_period,"
+			"       q.rate_tokens, q.rate_at"
+			"  FROM claimq.queue q WHERE q.queue_id = $1",
 			1, argtypes);
 	values[0] = Int32GetDatum(queue->queue_id);
 	cq_execute_latest(plan, values, NULL, SPI_OK_SELECT);
-	*recorded = false;
-	if (SPI_processed == 1)
+	memset(row, 0, sizeof(*row));
+	if (SPI_processed != 1)
+		return;					/* dropped meanwhile */
+	row->found = true;
+	row->max_in_flight = DatumGetInt32(cq_spi_value(0, 1, &isnull));
+	if (isnull)
+		row->max_in_flight = 0;
+	row->rate_limit = DatumGetInt32(cq_spi_value(0, 2, &isnull));
+	if (isnull || row->rate_limit <= 0)
 	{
-		(void) cq_spi_value(0, 2, &isnull);
-		if (!isnull)
-		{
-			*recorded = true;
-			rate_at = DatumGetTimestampTz(cq_spi_value(0, 2, &isnull));
-			rate_tokens = DatumGetFloat8(cq_spi_value(0, 1, &isnull));
-			if (isnull)
-				rate_tokens = 0;
-		}
+		row->rate_limit = 0;
+		return;
 	}
-	*tokens = cq_flow_row_tokens(queue, !*recorded, rate_tokens, rate_at, now);
+	row->period = cq_flow_period_of(queue->name,
+									DatumGetIntervalP(cq_spi_value(0, 3, &isnull)));
+	rate_tokens = DatumGetFloat8(cq_spi_value(0, 4, &isnull));
+	if (isnull)
+		rate_tokens = 0;
+	rate_at = DatumGetTimestampTz(cq_spi_value(0, 5, &no_record));
+	row->tokens = cq_flow_row_tokens(row->rate_limit, row->period, no_record,
+									 rate_tokens, rate_at, now);
 }
 
 /*
@@ -674,14 +733,15 @@ cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 {
 	CqFlowKey	key = cq_flow_key(queue->queue_id);
 	TimestampTz now = GetCurrentTimestamp();
-	int64		period = cq_flow_period(queue);
+	int64		period = 0;
 	CqFlowSlot *slot;
 	CqFlowHeld *held;
 	int64		others;
-	double		start_tokens = 0;
-	bool		recorded = false;
-	bool		started = false;
+	CqFlowRow	row = {0};
+	uint64		read_for = 0;	/* the slot whose bucket row was read for */
 
+	if (queue->rate_limit > 0)
+		period = cq_flow_period_of(queue->name, &queue->rate_period);
 	cq_flow_register_callback();
 	for (;;)
 	{
@@ -697,65 +757,98 @@ cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 			return true;
 		}
 		SpinLockAcquire(&slot->mutex);
+
+		/*
+		 * The bucket serves if it is the one this claim expects; else the
+		 * row, read since this slot was found, says which rate is current
+		 * (this claim's view may be older), and the bucket is made anew only
+		 * for that rate.
+		 */
 		if (queue->rate_limit <= 0 ||
-			(slot->bucket_valid && slot->rate_limit == queue->rate_limit &&
+			(slot->bucket != 0 && slot->rate_limit == queue->rate_limit &&
 			 slot->period == period))
 			break;
-		if (started)
+		if (read_for == slot->generation)
 		{
-			/* A new bucket for the queue's current rate. */
-			slot->bucket_valid = true;
-			slot->marked = recorded;
-			slot->rate_limit = queue->rate_limit;
-			slot->period = period;
-			slot->tokens = start_tokens;
-			slot->at = now;
+			if (row.rate_limit > 0 &&
+				(slot->bucket == 0 || slot->rate_limit != row.rate_limit ||
+				 slot->period != row.period))
+			{
+				slot->bucket = pg_atomic_fetch_add_u64(&cq_flow->next_id, 1);
+				slot->rate_limit = row.rate_limit;
+				slot->period = row.period;
+				slot->tokens = row.tokens;
+				slot->outstanding = 0;
+				slot->at = now;
+			}
 			break;
 		}
+		read_for = slot->generation;
 		SpinLockRelease(&slot->mutex);
 		LWLockRelease(cq_flow_lock);
-		cq_flow_bucket_start(queue, now, &start_tokens, &recorded);
-		started = true;
+		cq_flow_read_row(queue, now, &row);
+		if (!row.found)
+		{
+			ticket->allowed = 0;	/* dropped meanwhile */
+			return true;
+		}
 	}
 
 	/* Step 1: reserve, take tokens, note the others' reservations. */
 	others = slot->reserved - held->reserved;
 	ticket->slot = slot;
 	ticket->generation = slot->generation;
-	ticket->reserved = queue->max_in_flight > 0 ? max_jobs : 0;
+	ticket->reserved = max_jobs;
 	slot->reserved += ticket->reserved;
 	held->reserved += ticket->reserved;
 	ticket->allowed = max_jobs;
 	ticket->tokens = 0;
-	if (queue->rate_limit > 0)
+	ticket->bucket = 0;
+	if (queue->rate_limit > 0 && slot->bucket != 0)
 	{
 		slot->tokens = cq_flow_tokens_at(slot, now);
 		slot->at = Max(slot->at, now);
+		ticket->bucket = slot->bucket;
 		ticket->tokens = (int32) Min((double) max_jobs, floor(slot->tokens));
 		if (ticket->tokens == 0)
-			ticket->refill_ms = cq_flow_refill_ms(slot->tokens, queue);
+			ticket->refill_ms = cq_flow_refill_ms(slot->tokens, slot->rate_limit,
+												  slot->period);
 		slot->tokens -= ticket->tokens;
+		slot->outstanding += ticket->tokens;
+		held->out_bucket = slot->bucket;
+		held->out_tokens += ticket->tokens;
 		ticket->allowed = ticket->tokens;
 	}
 	SpinLockRelease(&slot->mutex);
 	LWLockRelease(cq_flow_lock);
 
-	/* Step 2: the jobs in flight, as committed by now. */
-	if (queue->max_in_flight > 0)
+	/* Step 2: the jobs in flight, as committed by now, and the limit now. */
+	if (queue->max_in_flight > 0 || queue->rate_limit > 0)
 	{
 		static SPIPlanPtr plan = NULL;
 		Oid			argtypes[1] = {INT4OID};
 		Datum		values[1];
 		bool		isnull;
 		int64		in_flight;
+		Datum		limit;
 
-		cq_plan(&plan, "SELECT " CQ_IN_FLIGHT_SQL, 1, argtypes);
+		cq_plan(&plan,
+				"SELECT " CQ_IN_FLIGHT_SQL ", q.max_in_flight"
+				"  FROM claimq.queue q WHERE q.queue_id = $1",
+				1, argtypes);
 		values[0] = Int32GetDatum(queue->queue_id);
 		/* The latest snapshot, whatever the isolation level. */
 		cq_execute_latest(plan, values, NULL, SPI_OK_SELECT);
-		in_flight = DatumGetInt64(cq_spi_value(0, 1, &isnull));
-		ticket->allowed = (int32) Max(0, Min((int64) ticket->allowed,
-											 queue->max_in_flight - in_flight - others));
+		if (SPI_processed != 1)
+			ticket->allowed = 0;	/* dropped meanwhile */
+		else
+		{
+			in_flight = DatumGetInt64(cq_spi_value(0, 1, &isnull));
+			limit = cq_spi_value(0, 2, &isnull);
+			if (!isnull)
+				ticket->allowed = (int32) Max(0, Min((int64) ticket->allowed,
+													 DatumGetInt32(limit) - in_flight - others));
+		}
 	}
 	return true;
 }
@@ -775,7 +868,7 @@ cq_flow_freed(int32 queue_id)
 	if (!cq_shmem_ready || pg_atomic_read_u32(&cq_flow->any_used) == 0)
 		return;
 	key = cq_flow_key(queue_id);
-	LWLockAcquire(cq_flow_lock, LW_SHARED);
+	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
 	found = hash_search(cq_flow_table, &key, HASH_FIND, NULL) != NULL;
 	LWLockRelease(cq_flow_lock);
 	if (found)
@@ -798,13 +891,13 @@ cq_flow_free_dropped(void)
 	if (!cq_shmem_ready || pg_atomic_read_u32(&cq_flow->any_used) == 0)
 		return;
 	dboids = palloc(sizeof(Oid) * cq_flow_slots);
-	LWLockAcquire(cq_flow_lock, LW_SHARED);
+	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
 	hash_seq_init(&status, cq_flow_table);
 	while ((slot = hash_seq_search(&status)) != NULL)
 	{
 		bool		seen = false;
 
-		for (int i = 0; i < ndbs && !seen; i++)
+		for (int i = ndbs - 1; i >= 0 && !seen; i--)
 			seen = dboids[i] == slot->key.dboid;
 		if (!seen && ndbs < cq_flow_slots)
 			dboids[ndbs++] = slot->key.dboid;
@@ -816,7 +909,7 @@ cq_flow_free_dropped(void)
 			dboids[ndropped++] = dboids[i];
 	if (ndropped > 0)
 	{
-		LWLockAcquire(cq_flow_lock, LW_EXCLUSIVE);
+		cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_EXCLUSIVE);
 		hash_seq_init(&status, cq_flow_table);
 		while ((slot = hash_seq_search(&status)) != NULL)
 			for (int i = 0; i < ndropped; i++)
@@ -854,6 +947,8 @@ cq_flow_allowance(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 	{
 		CqFlowKey	key = cq_flow_key(queue->queue_id);
 		bool		on_row = false;
+
+		(void) cq_flow_started(GetCurrentTimestamp());
 
 		/*
 		 * Shared memory if the queue has a slot or can have one; else its
@@ -915,14 +1010,16 @@ cq_flow_allowance(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 		bool		no_record;
 		TimestampTz rate_at = DatumGetTimestampTz(cq_spi_value(0, 3, &no_record));
 		double		rate_tokens = DatumGetFloat8(cq_spi_value(0, 2, &isnull));
+		int64		period = cq_flow_period_of(queue->name, &queue->rate_period);
 
 		ticket->row_bucket = true;
-		ticket->row_tokens = cq_flow_row_tokens(queue, no_record,
-												isnull ? 0 : rate_tokens,
+		ticket->row_tokens = cq_flow_row_tokens(queue->rate_limit, period,
+												no_record, isnull ? 0 : rate_tokens,
 												rate_at, ticket->at);
 		allowed = (int32) Max(0, Min((double) allowed, floor(ticket->row_tokens)));
 		if (ticket->row_tokens < 1)
-			ticket->refill_ms = cq_flow_refill_ms(ticket->row_tokens, queue);
+			ticket->refill_ms = cq_flow_refill_ms(ticket->row_tokens,
+												  queue->rate_limit, period);
 	}
 	return allowed;
 }
@@ -949,17 +1046,20 @@ cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket, int32 n)
 				cq_flow_held[i].generation == ticket->generation)
 				held = &cq_flow_held[i];
 		Assert(held != NULL && n <= ticket->allowed);
-		LWLockAcquire(cq_flow_lock, LW_SHARED);
+		cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
 		SpinLockAcquire(&slot->mutex);
-		if (ticket->reserved > 0)
-		{
-			slot->reserved -= ticket->reserved - n;
-			held->reserved -= ticket->reserved - n;
-		}
+		slot->reserved -= ticket->reserved - n;
+		held->reserved -= ticket->reserved - n;
 		/* Tokens go back only to the bucket they came from. */
-		if (queue->rate_limit > 0 && slot->generation == ticket->generation &&
-			slot->bucket_valid)
-			slot->tokens += ticket->tokens - n;
+		if (ticket->tokens > 0)
+		{
+			if (slot->bucket == ticket->bucket)
+			{
+				slot->outstanding -= ticket->tokens;
+				slot->tokens += ticket->tokens - n;
+			}
+			held->out_tokens -= ticket->tokens;
+		}
 		SpinLockRelease(&slot->mutex);
 		LWLockRelease(cq_flow_lock);
 		ticket->slot = NULL;
@@ -981,10 +1081,12 @@ cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket, int32 n)
  * The reclaimer's share of flow control, once a pass, in a transaction of
  * its own:
  *
- *	- record in their queues' rows the buckets made in shared memory for
- *	  this database whose rows had no record, with the tokens they hold
- *	  now, only while the row's rate is still the bucket's (an alter_queue
- *	  that changed the rate since has made a new, full one);
+ *	- record in their queues' rows the buckets in shared memory for this
+ *	  database whose rows have no record, with the tokens they hold now,
+ *	  only where the row's rate is still the bucket's (an alter_queue that
+ *	  changed the rate since has made the next bucket new and full).  Each
+ *	  pass looks again, so a record whose transaction failed is written by
+ *	  the next;
  *	- sync the groups that have held jobs but fewer free jobs than their
  *	  limit.  Every call that changes a group syncs it, so such a group is
  *	  one whose sync had to skip a row another transaction held, or one
@@ -1008,39 +1110,46 @@ cq_flow_upkeep(void)
 	if (cq_shmem_ready && pg_atomic_read_u32(&cq_flow->any_used) != 0)
 	{
 		CqFlowKey	key = cq_flow_key(0);
-		Datum	   *ids = palloc(sizeof(Datum) * cq_flow_slots);
-		Datum	   *rates = palloc(sizeof(Datum) * cq_flow_slots);
-		Datum	   *periods = palloc(sizeof(Datum) * cq_flow_slots);
-		Datum	   *tokens = palloc(sizeof(Datum) * cq_flow_slots);
-		uint64	   *generations = palloc(sizeof(uint64) * cq_flow_slots);
+		int32	   *ids = palloc(sizeof(int32) * cq_flow_slots);
+		int32	   *rates = palloc(sizeof(int32) * cq_flow_slots);
+		Interval   *periods = palloc0(sizeof(Interval) * cq_flow_slots);
+		double	   *tokens = palloc(sizeof(double) * cq_flow_slots);
 		TimestampTz now = GetCurrentTimestamp();
 		HASH_SEQ_STATUS status;
 		CqFlowSlot *slot;
 		int			n = 0;
 
-		LWLockAcquire(cq_flow_lock, LW_SHARED);
+		/* Copied under the spinlocks; no allocation while one is held. */
+		cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
 		hash_seq_init(&status, cq_flow_table);
 		while ((slot = hash_seq_search(&status)) != NULL)
 		{
 			if (slot->key.dboid != key.dboid || slot->key.relid != key.relid)
 				continue;
 			SpinLockAcquire(&slot->mutex);
-			if (slot->bucket_valid && !slot->marked)
+			if (slot->bucket != 0)
 			{
-				Interval   *period = palloc0(sizeof(Interval));
-
-				period->time = slot->period;
-				ids[n] = Int32GetDatum(slot->key.queue_id);
-				rates[n] = Int32GetDatum(slot->rate_limit);
-				periods[n] = IntervalPGetDatum(period);
-				tokens[n] = Float8GetDatum(cq_flow_tokens_at(slot, now));
-				generations[n++] = slot->generation;
+				ids[n] = slot->key.queue_id;
+				rates[n] = slot->rate_limit;
+				periods[n].time = slot->period;
+				tokens[n++] = cq_flow_tokens_at(slot, now);
 			}
 			SpinLockRelease(&slot->mutex);
 		}
 		LWLockRelease(cq_flow_lock);
 		if (n > 0)
 		{
+			Datum	   *d[4];
+
+			for (int k = 0; k < 4; k++)
+				d[k] = palloc(sizeof(Datum) * n);
+			for (int i = 0; i < n; i++)
+			{
+				d[0][i] = Int32GetDatum(ids[i]);
+				d[1][i] = Int32GetDatum(rates[i]);
+				d[2][i] = IntervalPGetDatum(&periods[i]);
+				d[3][i] = Float8GetDatum(tokens[i]);
+			}
 			cq_plan(&mark_plan,
 					"UPDATE claimq.queue q SET rate_tokens = v.tokens, rate_at = $5"
 					"  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
@@ -1049,34 +1158,18 @@ cq_flow_upkeep(void)
 					" WHERE q.queue_id = v.queue_id AND q.rate_at IS NULL"
 					"   AND q.rate_limit = v.rate_limit AND q.rate_period = v.period",
 					5, argtypes);
-			values[0] = PointerGetDatum(construct_array(ids, n, INT4OID, sizeof(int32),
+			values[0] = PointerGetDatum(construct_array(d[0], n, INT4OID, sizeof(int32),
 														true, TYPALIGN_INT));
-			values[1] = PointerGetDatum(construct_array(rates, n, INT4OID, sizeof(int32),
+			values[1] = PointerGetDatum(construct_array(d[1], n, INT4OID, sizeof(int32),
 														true, TYPALIGN_INT));
-			values[2] = PointerGetDatum(construct_array(periods, n, INTERVALOID,
+			values[2] = PointerGetDatum(construct_array(d[2], n, INTERVALOID,
 														sizeof(Interval), false,
 														TYPALIGN_DOUBLE));
-			values[3] = PointerGetDatum(construct_array(tokens, n, FLOAT8OID,
+			values[3] = PointerGetDatum(construct_array(d[3], n, FLOAT8OID,
 														sizeof(float8), FLOAT8PASSBYVAL,
 														TYPALIGN_DOUBLE));
 			values[4] = TimestampTzGetDatum(now);
 			cq_execute(mark_plan, values, NULL, SPI_OK_UPDATE);
-
-			/*
-			 * Marked whether or not the row matched: a row whose rate changed
-			 * makes the next claim set up a new bucket.
-			 */
-			LWLockAcquire(cq_flow_lock, LW_SHARED);
-			hash_seq_init(&status, cq_flow_table);
-			while ((slot = hash_seq_search(&status)) != NULL)
-			{
-				SpinLockAcquire(&slot->mutex);
-				for (int k = 0; k < n; k++)
-					if (slot->generation == generations[k])
-						slot->marked = true;
-				SpinLockRelease(&slot->mutex);
-			}
-			LWLockRelease(cq_flow_lock);
 		}
 	}
 

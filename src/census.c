@@ -75,7 +75,6 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
-#include "storage/backendid.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
@@ -305,7 +304,7 @@ static void
 cq_census_pre_commit(void)
 {
 	TransactionId xid = GetTopTransactionIdIfAny();
-	int			index = (int) MyBackendId - 1;	/* backend ids count from 1 */
+	int			index = CQ_MY_BACKEND_INDEX;
 
 	if (!TransactionIdIsValid(xid) || index < 0 ||
 		index >= cq_census_shared->nslots)

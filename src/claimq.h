@@ -62,12 +62,22 @@
 #include "utils/timestamp.h"
 
 /*
- * Built and tested on PostgreSQL 15 only (Debian's packages); the code uses
- * its APIs as they are (shmem_request_hook, InitMaterializedSRF, backend
- * ids counted from 1, GetWALInsertionTimeLine).
+ * Built and tested on PostgreSQL 15 (Debian's packages) and 18; 16 and 17
+ * are not built or tested here, and are refused.  What differs between
+ * the two is decided here, once, by small macros.
  */
-#if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 160000
-#error "claimq is built and tested on PostgreSQL 15 only"
+#if !((PG_VERSION_NUM >= 150000 && PG_VERSION_NUM < 160000) || \
+	  (PG_VERSION_NUM >= 180000 && PG_VERSION_NUM < 190000))
+#error "claimq is built and tested on PostgreSQL 15 and 18 only"
+#endif
+
+/* This backend's index among the regular backends' PGPROCs, from 0. */
+#if PG_VERSION_NUM >= 180000
+#include "storage/procnumber.h"
+#define CQ_MY_BACKEND_INDEX		((int) MyProcNumber)
+#else
+#include "storage/backendid.h"
+#define CQ_MY_BACKEND_INDEX		((int) MyBackendId - 1)
 #endif
 
 /* The extension version (claimq.control) whose schema this library uses. */

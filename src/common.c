@@ -150,8 +150,8 @@ cq_interval_check(const Interval *span, const char *argname, bool zero_ok,
 	 * No field of a valid span comes near what would take the sum out of the
 	 * timestamp range; refuse those before adding.
 	 */
-	if (Abs(span->month) <= 10 * max->month + 12 &&
-		Abs(span->day) <= 10 * (max->day + 31 * max->month) + 31 &&
+	if (abs(span->month) <= 10 * max->month + 12 &&
+		abs(span->day) <= 10 * (max->day + 31 * max->month) + 31 &&
 		span->time / USECS_PER_DAY >= -10 * (max->day + 31 * (int64) max->month) - 31 &&
 		span->time / USECS_PER_DAY <= 10 * (max->day + 31 * (int64) max->month) + 31)
 	{

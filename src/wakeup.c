@@ -41,7 +41,6 @@
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
-#include "storage/backendid.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
@@ -126,7 +125,7 @@ cq_wakeup_shmem_init(void)
 static CqWaitSlot *
 cq_my_wait_slot(void)
 {
-	int			index = (int) MyBackendId - 1;	/* backend ids count from 1 */
+	int			index = CQ_MY_BACKEND_INDEX;
 
 	if (!cq_shmem_ready || index < 0 || index >= cq_wake->nslots)
 		return NULL;

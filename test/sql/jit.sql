@@ -50,9 +50,12 @@ SELECT count(*) >= 0 FROM claimq.job WHERE job_id > 0;
 SELECT cmp_ok((SELECT count(*) FROM pg_stat_statements
 				WHERE NOT toplevel AND query ~ 'claimq\.(job|key_claim)'), '>=', 10::bigint,
 	'claimq''s nested statements were seen');
-SELECT cmp_ok((SELECT sum(jit_functions)::bigint FROM pg_stat_statements
-				WHERE toplevel AND query ~ 'FROM claimq\.job WHERE job_id >'), '>', 0::bigint,
-	'with these settings an ordinary query is JIT-compiled');
+-- A server built without LLVM compiles nothing (expected/jit_1.out).
+SELECT CASE WHEN pg_jit_available() THEN
+	cmp_ok((SELECT sum(jit_functions)::bigint FROM pg_stat_statements
+			 WHERE toplevel AND query ~ 'FROM claimq\.job WHERE job_id >'), '>', 0::bigint,
+		'with these settings an ordinary query is JIT-compiled')
+	ELSE skip('this server was built without LLVM: it JIT-compiles nothing', 1) END;
 SELECT is((SELECT sum(jit_functions)::bigint FROM pg_stat_statements
 			WHERE NOT toplevel AND query ~ 'claimq\.(job|key_claim)'), 0::bigint,
 	'no statement of claimq''s is JIT-compiled');

@@ -116,7 +116,7 @@ is($node->safe_psql('db2', 'SELECT string_agg(database, \',\') FROM claimq.recla
 	'db2', 'nor db2 the postgres one');
 $node->safe_psql('postgres', q{
 	SELECT claimq.enqueue('tq', '{}');
-	SELECT count(*) FROM claimq.claim('tq');});
+	SELECT count(*) FROM claimq.claim('tq', lease => '1 hour');});
 is( $node->safe_psql(
 		'postgres', 'SELECT string_agg(DISTINCT database, \',\') FROM claimq.counters'),
 	'postgres',

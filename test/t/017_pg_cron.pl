@@ -15,6 +15,13 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
+# Debian packages pg_cron for its own PostgreSQL (15) only: on a server
+# built from source there is none, and this says so rather than pass.
+my ($libdir) = run_command([ 'pg_config', '--pkglibdir' ]);
+chomp $libdir;
+plan skip_all => "pg_cron is not installed for this server ($libdir/pg_cron.so is missing)"
+  unless -e "$libdir/pg_cron.so";
+
 my $node = claimq_node('pgcron', no_preload => 1,
 	conf => "shared_preload_libraries = 'pg_cron'\ncron.database_name = 'postgres'\n"
 	  . "cron.use_background_workers = on\n");

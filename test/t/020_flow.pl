@@ -233,10 +233,20 @@ $node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
 eval { $bg->quit; };
 poll_ok($node, 'postgres', "SELECT count(*) FROM pg_stat_activity WHERE pid = $pid",
 	'0', 10, 'the session is gone');
-is($node->safe_psql('postgres', "SELECT count(*) FROM claimq.claim('mq', 2)"),
+# Claimed for an hour, so that a busy machine cannot see them expire before
+# the next check; then their leases are cut short, as a crashed worker's
+# run out.
+$node->safe_psql('postgres', q{
+	CREATE TABLE mq_held AS SELECT job_id, token FROM claimq.claim('mq', 2, lease => '1 hour')});
+is($node->safe_psql('postgres', 'SELECT count(*) FROM mq_held'),
 	'2', 'its reservation went with it: the two slots are claimed again');
 is($node->safe_psql('postgres', "SELECT count(*) FROM claimq.claim('mq', 2)"),
 	'0', 'and they are taken');
+is( $node->safe_psql(
+		'postgres', q{
+	SELECT count(*) FROM mq_held h, claimq.extend(h.job_id, h.token, '1 millisecond') x
+	 WHERE x}),
+	'2', 'the holder disappears: its leases run out');
 poll_ok(
 	$node, 'postgres', q{
 	SELECT count(*) FROM claimq.job j JOIN claimq.queue q USING (queue_id)

@@ -498,6 +498,13 @@ class AsyncWorkerTest(unittest.TestCase):
     def test_a_stalled_worker_that_reclaims_its_own_job_keeps_the_new_claim(self):
         stalled_worker_keeps_the_new_claim(self, "py_areclaim", "async")
 
+    def test_on_complete_is_refused_not_ignored(self):
+        # Its hook takes a blocking connection: an AsyncWorker that accepted
+        # it and never called it would drop what the hook writes.
+        with self.assertRaises(TypeError):
+            claimq.AsyncWorker(WORKER, "py_async", lambda job: None,
+                               on_complete=lambda job, result, conn: None)
+
     def test_sigterm_keeps_a_job_longer_than_its_lease_and_releases_the_others_at_once(self):
         long_job_at_sigterm(self, "py_along", "async")
 

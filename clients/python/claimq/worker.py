@@ -610,12 +610,16 @@ class Worker(_Base):
 class AsyncWorker(_Base):
     """The same with asyncio: `handler(job)` is a coroutine function, run in
     up to `concurrency` tasks per queue; a cancelled job's, a lost lease's
-    or a timed-out job's task is cancelled."""
+    or a timed-out job's task is cancelled.  It takes no `on_complete`."""
 
     def __init__(self, conninfo: str, queue: Union[str, Mapping[str, int]],
                  handler: Union[Callable[[Job], Awaitable[Any]],
                                 Mapping[str, Callable[[Job], Awaitable[Any]]]],
                  **kw: Any):
+        if kw.get("on_complete") is not None:
+            # The hook takes a blocking connection; accepted and never
+            # called, what it writes would be lost.
+            raise TypeError("AsyncWorker does not take on_complete")
         super().__init__(conninfo, queue, handler, **kw)
         self.conn: Optional[psycopg.AsyncConnection] = None
         self.db_lock: Optional[asyncio.Lock] = None

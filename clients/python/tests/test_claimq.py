@@ -425,6 +425,38 @@ class WorkerTest(unittest.TestCase):
         self.assertLessEqual(most["py_mq_a"], 3, "at most 3 at once in py_mq_a")
         self.assertEqual(most["py_mq_b"], 1)
 
+    def test_a_connection_lost_in_on_complete_leaves_the_job_to_its_lease(self):
+        # The completion's connection ends inside its transaction (as in a
+        # server restart): the handler did not fail, so on_failure is not
+        # called and the job is not failed; it comes back when its lease
+        # runs out, and the next run completes it.
+        new_queue("py_oc_lost", keep_done="1 hour", lease="2 seconds",
+                  retry_base="100 milliseconds")
+        with admin() as a:
+            job_id = a.enqueue("py_oc_lost", {})
+        failures = []
+
+        def on_complete(job, result, conn):
+            if job.attempt == 1:
+                conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+        w = claimq.Worker(WORKER, "py_oc_lost", lambda job: job.attempt, concurrency=1, lease=2,
+                          on_complete=on_complete,
+                          on_failure=lambda job, e, dead: failures.append(repr(e)))
+        t = threading.Thread(target=w.run)
+        t.start()
+        try:
+            self.assertTrue(wait_until(lambda: job_row(job_id) == ("done", 2), 30),
+                            repr(job_row(job_id)))
+        finally:
+            w.stop()
+            t.join(20)
+        with admin() as a:
+            last_error = a.conn.execute("SELECT last_error FROM claimq.job WHERE job_id = %s",
+                                        (job_id,)).fetchone()[0]
+        self.assertEqual(failures, [], "on_failure is for the handler's failures")
+        self.assertEqual(last_error, "lease expired", "the lease brought it back")
+
     def test_claims_log_at_debug_and_failures_at_warning(self):
         new_queue("py_log", max_attempts=1)
         with admin() as a:

@@ -581,7 +581,14 @@ class Worker(_Base):
             result = lane.handler(job)
             check_stop(job)
             if self.on_complete is not None:
-                self._complete_in_transaction(job, result)
+                try:
+                    self._complete_in_transaction(job, result)
+                except psycopg.OperationalError as e:
+                    # The handler did not fail: the job is not failed; it
+                    # comes back when its lease runs out.
+                    log.warning("job %s: connection lost while completing it (%s);"
+                                " its lease decides", job.id, e)
+                    return
             else:
                 out = self._db(lambda c: c.complete([job], [result]))[0][1]
                 if out is not Outcome.OK:

@@ -25,14 +25,14 @@ worker.js).  At the end it checks:
 4. no job ran more often than its faults force.  A run is the job's own if
    its token is the job's last claim's (the run that completed it, or the
    one running when it was cancelled).  Every other run must be charged to
-   a fault that its claim lived through: to the kill of its process; else
-   to the stop of its process if it was claimed before the SIGCONT; else
-   to the restart if it was claimed before the server answered again
-   through the pooler.  No run may be left uncharged; no job may have two
-   runs charged to the same fault (so no job runs more than 1 + the number
-   of faults that touched it); a kill or a stop is charged at most the
-   process's concurrency, the restart at most all processes' concurrency,
-   and the faults together at least one run.
+   the first fault its claim met: the kill of its process, the stop of its
+   process (claimed before the SIGCONT), or the restart (claimed before the
+   server answered again through the pooler), whichever ended first.  No
+   run may be left uncharged; no job may have two runs charged to the same
+   fault (so no job runs more than 1 + the number of faults that touched
+   it); a kill or a stop is charged at most the process's concurrency, the
+   restart at most all processes' concurrency, and the faults together at
+   least one run.
 
 Prints one "ok N - ..." or "not ok N - ..." line per check and exits 0 only
 if all passed.  Environment: PGHOST, PGPORT, PGDATABASE (the pooler),
@@ -126,8 +126,8 @@ def last_pass():
 
 
 procs = []              # every worker process started
-faults = []             # {kind, pid, label, before}: a claim made before `before`
-                        # (ms; the SIGCONT, or the server serving again) lived through it
+faults = []             # {kind, pid, label, before}: a claim made before `before` (ms;
+                        # the kill, the SIGCONT, or the server serving again) met it
 
 
 def spawn(lang):
@@ -154,7 +154,7 @@ def kill(p):
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     p.killed = True
-    faults.append({"kind": "kill", "pid": p.pid, "label": p.label, "before": None})
+    faults.append({"kind": "kill", "pid": p.pid, "label": p.label, "before": now_ms()})
     print(f"# kill -9 {p.label} (pid {p.pid})", flush=True)
     return spawn(p.lang)
 
@@ -332,9 +332,6 @@ def report():
           f"no two runs share a token ({[t for t, n in run_tokens.items() if n > 1][:5]})")
     # 4. Every run beyond the job's own is charged to a fault, each fault at
     #    most once per job and within what it can interrupt.
-    killed = {f["pid"]: f for f in faults if f["kind"] == "kill"}
-    stopped = {f["pid"]: f for f in faults if f["kind"] == "stop"}
-    restart = next((f for f in faults if f["kind"] == "restart"), {"before": -1})
     charged = collections.Counter()
     uncharged, double = [], []
     runs_per_job = collections.Counter()
@@ -345,15 +342,13 @@ def report():
         for _, token, attempt, pid, began, claimed in rs:
             if token == last:
                 continue
-            if pid in killed:
-                fault = killed[pid]
-            elif pid in stopped and claimed < stopped[pid]["before"]:
-                fault = stopped[pid]
-            elif claimed < restart["before"]:
-                fault = restart
-            else:
+            # The first fault its claim met: the restart, or a kill or a
+            # stop of its process.
+            met = [f for f in faults if f["pid"] in (None, pid) and claimed < f["before"]]
+            if not met:
                 uncharged.append((job_id, token, attempt, pid))
                 continue
+            fault = min(met, key=lambda f: f["before"])
             key = (fault["kind"], fault["pid"])
             if key in seen:
                 double.append((job_id, key))

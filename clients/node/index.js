@@ -542,6 +542,13 @@ class Worker {
   // onComplete(job, result, client) and complete() in one transaction.
   async completeInTransaction(job, result) {
     const client = await this.client.pool.connect();
+    // A checked-out client whose connection ends between two queries (a
+    // server restart while onComplete awaits something else) emits 'error':
+    // unheard, that would end the process.  Such a client is not given back
+    // to the pool, and the job comes back when its lease runs out.
+    let lost = null;
+    const onError = (err) => { lost = err; };
+    client.on('error', onError);
     let ok = false;
     try {
       await client.query('BEGIN');
@@ -554,10 +561,12 @@ class Worker {
       await client.query(ok ? 'COMMIT' : 'ROLLBACK');
       return outcome;
     } catch (err) {
-      await client.query('ROLLBACK').catch(() => {});
-      throw err;
+      if (!lost && isConnectionError(err)) lost = err;
+      if (!lost) await client.query('ROLLBACK').catch(() => {});
+      throw lost && !isConnectionError(err) ? lost : err;
     } finally {
-      client.release();
+      client.off('error', onError);
+      client.release(lost ?? undefined);
     }
   }
 

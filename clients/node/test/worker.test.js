@@ -52,17 +52,26 @@ async function waitUntil(what, ms = 60000) {
 
 // A worker in a child process: node -e CHILD QUEUE MS [OPTIONS-JSON].  Its
 // handler waits MS milliseconds without looking at its signal, as a handler
-// that calls a slow service might.
+// that calls a slow service might.  With onCompleteMs in the options it has
+// an onComplete that says "in onComplete" on stdout, runs a statement in
+// the completion's transaction and then waits that long.
 const CHILD = `
   const { Worker } = require(${JSON.stringify(PACKAGE)});
   const [queue, ms, options] = process.argv.slice(1);
-  const w = new Worker({ queue, concurrency: 8, leaseMs: 3000, ...JSON.parse(options || '{}'),
+  const { onCompleteMs, ...rest } = JSON.parse(options || '{}');
+  const wait = (t) => new Promise((r) => setTimeout(r, Number(t)));
+  const onComplete = onCompleteMs === undefined ? null : async (job, result, client) => {
+    await client.query('SELECT 1');
+    console.log('in onComplete');
+    await wait(onCompleteMs);
+  };
+  const w = new Worker({ queue, concurrency: 8, leaseMs: 3000, onComplete, ...rest,
     pool: { user: ${JSON.stringify(WORKER_ROLE)} } },
-    async (job) => { await new Promise((r) => setTimeout(r, Number(ms))); return job.payload; });
+    async (job) => { await wait(ms); return job.payload; });
   w.run().then(() => console.log('exited cleanly'));
 `;
-const child = (queue, ms, options = {}) => spawn(process.execPath,
-  ['-e', CHILD, queue, String(ms), JSON.stringify(options)], { stdio: 'ignore' });
+const child = (queue, ms, options = {}, stdio = 'ignore') => spawn(process.execPath,
+  ['-e', CHILD, queue, String(ms), JSON.stringify(options)], { stdio });
 
 // [jobs run more than once, the most runs of one job] in a queue.
 async function reruns(queue) {
@@ -247,6 +256,32 @@ test('a server restart mid-run: the worker goes on', { skip: !process.env.CLAIMQ
   } finally {
     p.kill('SIGTERM');
     assert.strictEqual(await exited, 0);
+  }
+});
+
+test('a server restart while onComplete holds its transaction: the worker lives on', { skip: !process.env.CLAIMQ_TEST_RESTART }, async () => {
+  // The restart ends the connection that onComplete's transaction holds
+  // while no query is on it.  The worker must not die of it: the job comes
+  // back when its lease runs out, and is done by the next run.
+  await newQueue('js_txrestart', { keep_done: '1 hour', lease: '3 seconds', retry_base: '100 milliseconds' });
+  const a = admin();
+  const jobId = await a.enqueue('js_txrestart', { n: 1 });
+  await a.end();
+  const p = child('js_txrestart', 1, { concurrency: 1, leaseMs: 3000, onCompleteMs: 1500 },
+    ['ignore', 'pipe', 'inherit']);
+  let out = '';
+  p.stdout.on('data', (d) => { out += d; });
+  const exited = new Promise((resolve) => p.on('exit', (code) => resolve(code)));
+  try {
+    assert.ok(await waitUntil(async () => out.includes('in onComplete'), 20000), 'onComplete began');
+    execSync(process.env.CLAIMQ_TEST_RESTART, { stdio: 'ignore' });
+    assert.ok(await waitUntil(async () => /^(done|dead)/.test(await jobRow(jobId)), 60000),
+      `the job is finished: ${await jobRow(jobId)}`);
+    assert.strictEqual(p.exitCode, null, 'the worker kept running');
+    assert.strictEqual(await jobRow(jobId), 'done 2', 'done by the run after the restart');
+  } finally {
+    p.kill('SIGTERM');
+    assert.strictEqual(await exited, 0, 'the worker exits 0 on SIGTERM');
   }
 });
 

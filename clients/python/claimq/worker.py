@@ -147,6 +147,7 @@ class _Lane:
         self.next_claim = 0.0                # monotonic time of the next claim
         self.work: "_queue.Queue[Optional[Job]]" = _queue.Queue()   # Worker only
         self.threads: List[threading.Thread] = []
+        self.slots: Optional[asyncio.Semaphore] = None              # AsyncWorker only
 
 
 class _Base:
@@ -580,7 +581,14 @@ class Worker(_Base):
             result = lane.handler(job)
             check_stop(job)
             if self.on_complete is not None:
-                self._complete_in_transaction(job, result)
+                try:
+                    self._complete_in_transaction(job, result)
+                except psycopg.OperationalError as e:
+                    # The handler did not fail: the job is not failed; it
+                    # comes back when its lease runs out.
+                    log.warning("job %s: connection lost while completing it (%s);"
+                                " its lease decides", job.id, e)
+                    return
             else:
                 out = self._db(lambda c: c.complete([job], [result]))[0][1]
                 if out is not Outcome.OK:
@@ -609,12 +617,16 @@ class Worker(_Base):
 class AsyncWorker(_Base):
     """The same with asyncio: `handler(job)` is a coroutine function, run in
     up to `concurrency` tasks per queue; a cancelled job's, a lost lease's
-    or a timed-out job's task is cancelled."""
+    or a timed-out job's task is cancelled.  It takes no `on_complete`."""
 
     def __init__(self, conninfo: str, queue: Union[str, Mapping[str, int]],
                  handler: Union[Callable[[Job], Awaitable[Any]],
                                 Mapping[str, Callable[[Job], Awaitable[Any]]]],
                  **kw: Any):
+        if kw.get("on_complete") is not None:
+            # The hook takes a blocking connection; accepted and never
+            # called, what it writes would be lost.
+            raise TypeError("AsyncWorker does not take on_complete")
         super().__init__(conninfo, queue, handler, **kw)
         self.conn: Optional[psycopg.AsyncConnection] = None
         self.db_lock: Optional[asyncio.Lock] = None
@@ -651,13 +663,12 @@ class AsyncWorker(_Base):
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.max_backoff)
 
-    def _running_in(self, lane: _Lane) -> int:
-        return sum(1 for j in self.held.values() if j.queue == lane.queue)
-
     async def run(self) -> None:
         self.db_lock = asyncio.Lock()
         self.stopping = asyncio.Event()
         self.beat_done = asyncio.Event()
+        for lane in self.lanes:
+            lane.slots = asyncio.Semaphore(lane.concurrency)
         loop = asyncio.get_running_loop()
         try:
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -671,12 +682,15 @@ class AsyncWorker(_Base):
                 for lane in self.lanes:
                     if self.stopping.is_set() or loop.time() < lane.next_claim:
                         continue
-                    free = min(lane.batch, lane.concurrency - self._running_in(lane))
-                    if free <= 0:
+                    # As Worker: claim while a handler is free, up to the
+                    # batch; what exceeds the handlers waits for a slot.
+                    n = self._held_in(lane)
+                    room = lane.prefetch - n
+                    if n >= lane.concurrency or room <= 0:
                         continue
                     try:
                         rows = await self._db(
-                            SQL_CLAIM, (lane.queue, free, _dt.timedelta(seconds=self.lease),
+                            SQL_CLAIM, (lane.queue, room, _dt.timedelta(seconds=self.lease),
                                         self.name, False, _dt.timedelta(0)),
                             retry=False)
                     except ConnectionError:
@@ -702,9 +716,11 @@ class AsyncWorker(_Base):
                                        return_when=asyncio.FIRST_COMPLETED)
                     stop.cancel()
         finally:
-            # The heartbeat goes on until every running job is settled or the
+            # What was claimed and not started goes back at once; the
+            # heartbeat goes on until every running job is settled or the
             # shutdown deadline passed.
             self.stopping.set()
+            await self._release_unstarted()
             if self.tasks:
                 _, pending = await asyncio.wait(list(self.tasks.values()),
                                                 timeout=self.shutdown_timeout)
@@ -715,6 +731,22 @@ class AsyncWorker(_Base):
             if self.conn is not None:
                 await self.conn.close()
                 self.conn = None
+
+    async def _release_unstarted(self) -> None:
+        rest = [j for k, j in self.held.items() if k not in self.started]
+        for job in rest:
+            del self.held[_key(job)]
+            task = self.tasks.get(_key(job))
+            if task is not None:
+                task.cancel()       # it waits for a slot, and will find none
+        if not rest:
+            return
+        try:
+            rows = await self._db(SQL_RELEASE, ([j.id for j in rest], [j.token for j in rest]),
+                                  retry=False)
+            log.info("released %d jobs it never started", sum(1 for r in rows if r[1] == "ok"))
+        except Exception as e:  # noqa: BLE001
+            log.warning("could not release %d jobs: %s", len(rest), e)
 
     async def _give_up_running(self, pending: Set[asyncio.Task]) -> None:
         jobs = [j for j in (self._stop_job(k, "shutdown") for k in list(self.held))
@@ -769,21 +801,23 @@ class AsyncWorker(_Base):
         return [(r[0], Outcome(r[1]), *r[2:]) for r in rows]
 
     async def _run_job(self, lane: _Lane, job: Job) -> None:
-        assert self.stopping is not None
+        assert self.stopping is not None and lane.slots is not None
         key = _key(job)
         try:
-            if self.stopping.is_set():
-                await self._settle(SQL_RELEASE, job)
-                return
-            self.started.add(key)
-            out = (await self._settle(SQL_START, job, _dt.timedelta(seconds=self.lease)))[0][1]
-            if out is not Outcome.OK:
-                self._log_refused(job, "start", out)
-                return
-            log.debug("job %s: started (%s, attempt %d)", job.id, job.queue, job.attempt)
-            await self._handle(lane, job)
+            async with lane.slots:
+                if key not in self.held or self.stopping.is_set():
+                    return  # lost or cancelled while it waited, or released at shutdown
+                self.started.add(key)
+                out = (await self._settle(SQL_START, job,
+                                          _dt.timedelta(seconds=self.lease)))[0][1]
+                if out is not Outcome.OK:
+                    self._log_refused(job, "start", out)
+                    return
+                log.debug("job %s: started (%s, attempt %d)", job.id, job.queue, job.attempt)
+                await self._handle(lane, job)
         except asyncio.CancelledError:
-            self._log_stopped(job)
+            if key in self.started:
+                self._log_stopped(job)
         except Exception:  # noqa: BLE001
             log.exception("job %s: the worker failed to settle it", job.id)
         finally:

@@ -76,25 +76,84 @@ def job_row(job_id):
 # A worker in its own process, for killing and signalling.  The handler
 # sleeps `ms` milliseconds (and does not look at check_stop, as a handler
 # that calls a slow service would not) and returns the payload's n.  More
-# Worker options as JSON in the last argument.
+# Worker options as JSON in the sixth argument; the seventh is "async" for
+# an AsyncWorker (whose handler awaits its sleep).
 WORKER_SCRIPT = textwrap.dedent("""
-    import json, logging, sys, time
+    import asyncio, json, logging, sys, time
     import claimq
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     queue, concurrency, lease, ms = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
-    def handle(job):
-        time.sleep(ms / 1000)
-        return {"n": job.payload.get("n")}
-    claimq.Worker(sys.argv[5], queue, handle, concurrency=concurrency, lease=lease,
-                  **json.loads(sys.argv[6])).run()
+    options = json.loads(sys.argv[6])
+    if sys.argv[7] == "async":
+        async def handle(job):
+            await asyncio.sleep(ms / 1000)
+            return {"n": job.payload.get("n")}
+        asyncio.run(claimq.AsyncWorker(sys.argv[5], queue, handle, concurrency=concurrency,
+                                       lease=lease, **options).run())
+    else:
+        def handle(job):
+            time.sleep(ms / 1000)
+            return {"n": job.payload.get("n")}
+        claimq.Worker(sys.argv[5], queue, handle, concurrency=concurrency, lease=lease,
+                      **options).run()
     print("exited cleanly", flush=True)
 """)
 
 
-def spawn(queue, concurrency=8, lease=2.0, ms=2.0, log=None, **options):
+def spawn(queue, concurrency=8, lease=2.0, ms=2.0, log=None, kind="thread", **options):
     return subprocess.Popen([sys.executable, "-c", WORKER_SCRIPT, queue, str(concurrency),
-                             str(lease), str(ms), WORKER, json.dumps(options)],
+                             str(lease), str(ms), WORKER, json.dumps(options), kind],
                             stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+
+def stalled_worker_keeps_the_new_claim(test, queue, kind):
+    """Issue #26: a 5 s handler, a 2 s lease, the worker stopped (SIGSTOP)
+    past its lease.  The reclaimer takes the job back (one failed attempt);
+    the worker, let go on, claims it again while the stale run is still in
+    its handler.  The stale run's end must not drop the new claim: the job
+    runs twice and is done."""
+    new_queue(queue, keep_done="1 hour", lease="2 seconds", max_attempts=3,
+              retry_base="100 milliseconds")
+    with admin() as a:
+        job_id = a.enqueue(queue, {"n": 1})
+    p = spawn(queue, concurrency=2, lease=2, ms=5000, kind=kind)
+    try:
+        test.assertTrue(wait_until(lambda: job_row(job_id) == ("running", 1), 20))
+        p.send_signal(signal.SIGSTOP)
+        test.assertTrue(wait_until(lambda: job_row(job_id)[0] != "running", 20),
+                        "the reclaimer took the job back")
+        p.send_signal(signal.SIGCONT)
+        test.assertTrue(wait_until(lambda: job_row(job_id)[0] in ("done", "dead"), 60))
+        test.assertEqual(job_row(job_id), ("done", 2),
+                         "one stall, one run more: the new claim was kept")
+    finally:
+        p.send_signal(signal.SIGCONT)
+        p.kill()
+        p.wait()
+
+
+def long_job_at_sigterm(test, queue, kind):
+    """Issue #26: SIGTERM during a 7 s job with a 3 s lease, two more jobs
+    claimed and waiting their turn.  The waiting ones are released at once
+    (within 2 s, less than the lease: not by their leases running out), the
+    running one is kept alive by the heartbeat and completed."""
+    new_queue(queue, keep_done="1 hour", lease="3 seconds")
+    with admin() as a:
+        ids = a.enqueue_many(queue, [{"n": i} for i in range(3)])
+    p = spawn(queue, concurrency=1, lease=3, ms=7000, batch=3, kind=kind)
+    try:
+        test.assertTrue(wait_until(lambda: states(queue) == {"running": 1, "claimed": 2}, 20),
+                        repr(states(queue)))
+        p.send_signal(signal.SIGTERM)
+        test.assertTrue(wait_until(lambda: states(queue) == {"running": 1, "pending": 2}, 2),
+                        "released within 2 s: %r" % states(queue))
+        test.assertEqual(p.wait(30), 0, "the worker exits 0")
+    finally:
+        p.kill()
+        p.wait()
+    rows = sorted(job_row(i) for i in ids)
+    test.assertEqual(rows, [("done", 1), ("pending", 0), ("pending", 0)],
+                     "the long job was done in one attempt; the others used none")
 
 
 class ClientTest(unittest.TestCase):
@@ -163,52 +222,10 @@ class WorkerTest(unittest.TestCase):
             ).fetchone()[0], 0, "no job went back with an attempt used")
 
     def test_a_stalled_worker_that_reclaims_its_own_job_keeps_the_new_claim(self):
-        # Issue #26: a 5 s handler, a 2 s lease, the worker stopped (SIGSTOP)
-        # past its lease.  The reclaimer takes the job back (one failed
-        # attempt); the worker, let go on, claims it again while the stale
-        # run is still in its handler.  The stale run's end must not drop
-        # the new claim: the job runs twice and is done.
-        new_queue("py_reclaim", keep_done="1 hour", lease="2 seconds", max_attempts=3,
-                  retry_base="100 milliseconds")
-        with admin() as a:
-            job_id = a.enqueue("py_reclaim", {"n": 1})
-        p = spawn("py_reclaim", concurrency=2, lease=2, ms=5000)
-        try:
-            self.assertTrue(wait_until(lambda: job_row(job_id) == ("running", 1), 20))
-            p.send_signal(signal.SIGSTOP)
-            self.assertTrue(wait_until(lambda: job_row(job_id)[0] != "running", 20),
-                            "the reclaimer took the job back")
-            p.send_signal(signal.SIGCONT)
-            self.assertTrue(wait_until(lambda: job_row(job_id)[0] in ("done", "dead"), 60))
-            self.assertEqual(job_row(job_id), ("done", 2),
-                             "one stall, one run more: the new claim was kept")
-        finally:
-            p.send_signal(signal.SIGCONT)
-            p.kill()
-            p.wait()
+        stalled_worker_keeps_the_new_claim(self, "py_reclaim", "thread")
 
     def test_sigterm_keeps_a_job_longer_than_its_lease_and_releases_the_others_at_once(self):
-        # Issue #26: SIGTERM during a 7 s job with a 3 s lease, two more jobs
-        # claimed and waiting their turn.  The waiting ones are released at
-        # once (within 2 s, less than the lease: not by their leases running
-        # out), the running one is kept alive by the heartbeat and completed.
-        new_queue("py_long", keep_done="1 hour", lease="3 seconds")
-        with admin() as a:
-            ids = a.enqueue_many("py_long", [{"n": i} for i in range(3)])
-        p = spawn("py_long", concurrency=1, lease=3, ms=7000, batch=3)
-        try:
-            self.assertTrue(wait_until(lambda: states("py_long") == {"running": 1, "claimed": 2},
-                                       20), repr(states("py_long")))
-            p.send_signal(signal.SIGTERM)
-            self.assertTrue(wait_until(lambda: states("py_long") == {"running": 1, "pending": 2},
-                                       2), "released within 2 s: %r" % states("py_long"))
-            self.assertEqual(p.wait(30), 0, "the worker exits 0")
-        finally:
-            p.kill()
-            p.wait()
-        rows = sorted(job_row(i) for i in ids)
-        self.assertEqual(rows, [("done", 1), ("pending", 0), ("pending", 0)],
-                         "the long job was done in one attempt; the others used none")
+        long_job_at_sigterm(self, "py_long", "thread")
 
     @unittest.skipUnless(RESTART, "no restart command")
     def test_server_restart_mid_run(self):
@@ -408,6 +425,38 @@ class WorkerTest(unittest.TestCase):
         self.assertLessEqual(most["py_mq_a"], 3, "at most 3 at once in py_mq_a")
         self.assertEqual(most["py_mq_b"], 1)
 
+    def test_a_connection_lost_in_on_complete_leaves_the_job_to_its_lease(self):
+        # The completion's connection ends inside its transaction (as in a
+        # server restart): the handler did not fail, so on_failure is not
+        # called and the job is not failed; it comes back when its lease
+        # runs out, and the next run completes it.
+        new_queue("py_oc_lost", keep_done="1 hour", lease="2 seconds",
+                  retry_base="100 milliseconds")
+        with admin() as a:
+            job_id = a.enqueue("py_oc_lost", {})
+        failures = []
+
+        def on_complete(job, result, conn):
+            if job.attempt == 1:
+                conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+        w = claimq.Worker(WORKER, "py_oc_lost", lambda job: job.attempt, concurrency=1, lease=2,
+                          on_complete=on_complete,
+                          on_failure=lambda job, e, dead: failures.append(repr(e)))
+        t = threading.Thread(target=w.run)
+        t.start()
+        try:
+            self.assertTrue(wait_until(lambda: job_row(job_id) == ("done", 2), 30),
+                            repr(job_row(job_id)))
+        finally:
+            w.stop()
+            t.join(20)
+        with admin() as a:
+            last_error = a.conn.execute("SELECT last_error FROM claimq.job WHERE job_id = %s",
+                                        (job_id,)).fetchone()[0]
+        self.assertEqual(failures, [], "on_failure is for the handler's failures")
+        self.assertEqual(last_error, "lease expired", "the lease brought it back")
+
     def test_claims_log_at_debug_and_failures_at_warning(self):
         new_queue("py_log", max_attempts=1)
         with admin() as a:
@@ -477,6 +526,19 @@ class AsyncWorkerTest(unittest.TestCase):
         self.assertTrue(ok, repr(states("py_async")))
         self.assertTrue(cancelled, "the cancelled job's task was stopped")
         self.assertEqual(states("py_async"), {"done": 299, "cancelled": 1})
+
+    def test_a_stalled_worker_that_reclaims_its_own_job_keeps_the_new_claim(self):
+        stalled_worker_keeps_the_new_claim(self, "py_areclaim", "async")
+
+    def test_on_complete_is_refused_not_ignored(self):
+        # Its hook takes a blocking connection: an AsyncWorker that accepted
+        # it and never called it would drop what the hook writes.
+        with self.assertRaises(TypeError):
+            claimq.AsyncWorker(WORKER, "py_async", lambda job: None,
+                               on_complete=lambda job, result, conn: None)
+
+    def test_sigterm_keeps_a_job_longer_than_its_lease_and_releases_the_others_at_once(self):
+        long_job_at_sigterm(self, "py_along", "async")
 
 
 if __name__ == "__main__":

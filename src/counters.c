@@ -35,7 +35,9 @@
 
 #include <math.h>
 
+#include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/shmem.h"
@@ -186,8 +188,9 @@ cq_counter_entry(int32 queue_id, const char *queue_name)
 
 /*
  * Add the counts of one queue, and the latencies of the batch that are of
- * that queue.  queue_name may be NULL when the caller knows only the id;
- * the claim that preceded any settle call has named it.
+ * that queue.  queue_name may be NULL when the caller knows only the id
+ * (settle calls, reclaim); the entry then stays unnamed until a claim
+ * names it or a reader looks the name up (cq_entry_name).
  */
 static void
 cq_count_queue(int32 queue_id, const char *queue_name, const uint64 *counts,
@@ -340,6 +343,53 @@ cq_latency_add(CqCountBatch *batch, int32 queue_id, CqLatencyKind kind,
 }
 
 /*
+ * The name of a queue of this database whose entry has none, into name
+ * (NAMEDATALEN bytes); false if the queue is gone.  An entry made by a
+ * settle call or a reclaim knows only the queue's id, and after a start
+ * those may come before any claim of the queue: a job claimed before a
+ * restart (or a pg_upgrade) and settled after it.  The name is noted in
+ * the entry too, so that the next reader need not look it up.  Called
+ * without the lock.
+ */
+static bool
+cq_entry_name(int32 queue_id, char *name)
+{
+	Oid			argtypes[1] = {INT4OID};
+	Datum		values[1] = {Int32GetDatum(queue_id)};
+	CqCounterKey key;
+	CqCounterEntry *entry;
+	bool		found = false;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute_with_args("SELECT q.name FROM claimq.queue q"
+							  " WHERE q.queue_id OPERATOR(pg_catalog.=) $1",
+							  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not look up the name of queue %d", queue_id);
+	if (SPI_processed == 1)
+	{
+		char	   *value = SPI_getvalue(SPI_tuptable->vals[0],
+										 SPI_tuptable->tupdesc, 1);
+
+		strlcpy(name, value, NAMEDATALEN);
+		found = true;
+	}
+	SPI_finish();
+	if (!found)
+		return false;
+
+	memset(&key, 0, sizeof(key));
+	key.dboid = MyDatabaseId;
+	key.queue_id = queue_id;
+	LWLockAcquire(cq_counters_lock, LW_EXCLUSIVE);
+	entry = hash_search(cq_counters, &key, HASH_FIND, NULL);
+	if (entry && entry->queue[0] == '\0')
+		strlcpy(entry->queue, name, NAMEDATALEN);
+	LWLockRelease(cq_counters_lock);
+	return true;
+}
+
+/*
  * counters() returns table(database, queue, claimed, started, completed,
  * failed, released, reclaimed, dead, stale)
  */
@@ -387,6 +437,8 @@ claimq_counters(PG_FUNCTION_ARGS)
 		if (dbname == NULL)
 			continue;			/* dropped since */
 		values[0] = CStringGetTextDatum(dbname);
+		if (entry->key.queue_id != 0 && entry->queue[0] == '\0')
+			(void) cq_entry_name(entry->key.queue_id, entry->queue);
 		if (entry->key.queue_id == 0 || entry->queue[0] == '\0')
 			nulls[1] = true;
 		else
@@ -444,6 +496,7 @@ cq_latency_quantile(const uint64 *hist, uint64 n, double q)
 /* A copy of one queue's latency histograms, taken under the lock. */
 typedef struct CqLatencyCopy
 {
+	int32		queue_id;
 	char		queue[NAMEDATALEN];
 	uint64		hist[CQ_NLATENCIES][CQ_LATENCY_BUCKETS];
 	uint64		n[CQ_NLATENCIES];	/* samples: the sum of hist[k] */
@@ -451,9 +504,9 @@ typedef struct CqLatencyCopy
 } CqLatencyCopy;
 
 /*
- * Copies of the latency histograms of the current database's named queues
- * that have a sample, so that callers build their results without holding
- * the lock.
+ * Copies of the latency histograms of the current database's queues (not
+ * the overflow entry, nor a queue dropped since) that have a sample, so
+ * that callers build their results without holding the lock.
  */
 static List *
 cq_latency_copies(void)
@@ -461,6 +514,7 @@ cq_latency_copies(void)
 	HASH_SEQ_STATUS status;
 	CqCounterEntry *entry;
 	List	   *copies = NIL;
+	ListCell   *lc;
 
 	LWLockAcquire(cq_counters_lock, LW_SHARED);
 	hash_seq_init(&status, cq_counters);
@@ -468,10 +522,10 @@ cq_latency_copies(void)
 	{
 		CqLatencyCopy *copy;
 
-		if (entry->key.dboid != MyDatabaseId || entry->key.queue_id == 0 ||
-			entry->queue[0] == '\0')
+		if (entry->key.dboid != MyDatabaseId || entry->key.queue_id == 0)
 			continue;
 		copy = palloc0(sizeof(CqLatencyCopy));
+		copy->queue_id = entry->key.queue_id;
 		memcpy(copy->queue, entry->queue, NAMEDATALEN);
 		for (int k = 0; k < CQ_NLATENCIES; k++)
 		{
@@ -488,6 +542,18 @@ cq_latency_copies(void)
 			copies = lappend(copies, copy);
 	}
 	LWLockRelease(cq_counters_lock);
+
+	foreach(lc, copies)
+	{
+		CqLatencyCopy *copy = lfirst(lc);
+
+		if (copy->queue[0] == '\0' &&
+			!cq_entry_name(copy->queue_id, copy->queue))
+		{
+			copies = foreach_delete_current(copies, lc);
+			pfree(copy);
+		}
+	}
 	return copies;
 }
 

@@ -1,7 +1,8 @@
 # A regular backend killed with SIGKILL makes the server crash-restart.  The
 # launcher and the worker come back (new processes), the claims made before
-# the crash are reclaimed, a claim that was never committed left nothing
-# behind, and the jobs can then be worked to completion.
+# the crash are reclaimed (and counted, under the queue's name), a claim
+# that was never committed left nothing behind, and the jobs can then be
+# worked to completion.
 use strict;
 use warnings;
 
@@ -102,6 +103,15 @@ is( $node->safe_psql(
 is( $node->safe_psql(
 		'postgres', "SELECT total_reclaimed FROM claimq.reclaimer_status"),
 	'3', 'the new worker counts what it reclaimed');
+# Shared memory is new: the reclaim is the queue's first count since, and
+# knows only the queue's id; counters() still names the queue.
+is( $node->safe_psql(
+		'postgres', q{
+	SELECT string_agg(format('%s:%s:%s', coalesce(queue, '(none)'), claimed, reclaimed),
+					  ',')
+	  FROM claimq.counters}),
+	'tq:0:3',
+	'the counters count the reclaim, and only it, under the queue\'s name');
 
 # A worker can now do the jobs: claim each once it is ready, complete it.
 poll_ok(

@@ -18,13 +18,21 @@ our $INTERVAL_MS = 200;
 
 # A new (not started) node.  Unless no_preload is given, claimq is in
 # shared_preload_libraries and the reclaimer runs every $INTERVAL_MS.
-# Extra settings go in conf.
+# Extra settings go in conf.  install_path names another PostgreSQL
+# installation (a directory with bin/) to run the node with; initdb, a
+# list of initdb options (initdb then always runs, never copies a
+# template of this installation).
 sub claimq_node
 {
 	my ($name, %opts) = @_;
-	my $node = PostgreSQL::Test::Cluster->new($name);
+	my $node = PostgreSQL::Test::Cluster->new($name,
+		defined $opts{install_path}
+		? (install_path => $opts{install_path})
+		: ());
 
-	$node->init(allows_streaming => $opts{allows_streaming} // 0);
+	$node->init(
+		allows_streaming => $opts{allows_streaming} // 0,
+		defined $opts{initdb} ? (extra => $opts{initdb}) : ());
 	# A crash shows in the log (see log_is_clean); restarting after it
 	# keeps the node up, so that one crash does not stop the whole run.
 	my $conf = "restart_after_crash = on\nlock_timeout = '60s'\n";

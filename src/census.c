@@ -82,7 +82,6 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
-#include "utils/syscache.h"
 #include "utils/wait_event.h"
 
 #include "claimq.h"
@@ -645,19 +644,10 @@ cq_census_free_dropped(void)
 	cq_lwlock_gated(cq_census_lock, cq_census_gate, LW_SHARED);
 	hash_seq_init(&status, cq_census);
 	while ((entry = hash_seq_search(&status)) != NULL)
-	{
-		bool		seen = false;
-
-		for (int i = ndbs - 1; i >= 0 && !seen; i--)
-			seen = dboids[i] == entry->key.dboid;
-		if (!seen && ndbs < cq_census_entries)
-			dboids[ndbs++] = entry->key.dboid;
-	}
+		cq_note_database(dboids, &ndbs, cq_census_entries, entry->key.dboid);
 	LWLockRelease(cq_census_lock);
 
-	for (int i = 0; i < ndbs; i++)
-		if (!SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(dboids[i])))
-			dboids[ndropped++] = dboids[i];
+	ndropped = cq_dropped_databases(dboids, ndbs);
 
 	if (ndropped > 0)
 	{

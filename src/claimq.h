@@ -399,6 +399,8 @@ extern void cq_execute_in(SPIPlanPtr plan, Datum *values, const char *nulls,
 						  int expected, Snapshot snapshot);
 extern bool cq_lookup_queue(const char *name, CqQueue *queue);
 extern void cq_lwlock_gated(LWLock *lock, LWLock *gate, LWLockMode mode);
+extern void cq_note_database(Oid *dboids, int *n, int max, Oid dboid);
+extern int	cq_dropped_databases(Oid *dboids, int n);
 
 /*
  * A call's input pairs matched against a statement's rows (common.c): a

@@ -34,6 +34,8 @@
 #include "utils/plancache.h"
 #include "utils/snapmgr.h"
 
+#include "utils/syscache.h"
+
 #include "claimq.h"
 
 /*
@@ -449,6 +451,35 @@ cq_spi_value(int row, int col, bool *isnull)
 {
 	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
 						 col, isnull);
+}
+
+/*
+ * Add a database to a list of distinct ones that holds at most max.
+ */
+void
+cq_note_database(Oid *dboids, int *n, int max, Oid dboid)
+{
+	for (int i = *n - 1; i >= 0; i--)
+		if (dboids[i] == dboid)
+			return;
+	if (*n < max)
+		dboids[(*n)++] = dboid;
+}
+
+/*
+ * Keep, of the n databases listed, those that no longer exist, and return
+ * how many they are: what a shared-memory table's entries of them hold
+ * can go.  Inside a transaction (it reads pg_database).
+ */
+int
+cq_dropped_databases(Oid *dboids, int n)
+{
+	int			ndropped = 0;
+
+	for (int i = 0; i < n; i++)
+		if (!SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(dboids[i])))
+			dboids[ndropped++] = dboids[i];
+	return ndropped;
 }
 
 /*

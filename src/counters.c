@@ -43,7 +43,6 @@
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
-#include "utils/syscache.h"
 
 #include "claimq.h"
 
@@ -112,37 +111,32 @@ cq_counters_free_dropped(void)
 	CqCounterEntry *entry;
 	Oid		   *dboids;
 	int			ndbs = 0;
-	long		room;
+	int			ndropped;
+	int			room = cq_counter_entries + CQ_MAX_DATABASES;
 
+	if (!cq_shmem_ready)
+		return;
+	dboids = palloc(sizeof(Oid) * room);
 	LWLockAcquire(cq_counters_lock, LW_SHARED);
-	room = hash_get_num_entries(cq_counters);
-	dboids = palloc(sizeof(Oid) * Max(room, 1));
 	hash_seq_init(&status, cq_counters);
 	while ((entry = hash_seq_search(&status)) != NULL)
+		cq_note_database(dboids, &ndbs, room, entry->key.dboid);
+	LWLockRelease(cq_counters_lock);
+
+	ndropped = cq_dropped_databases(dboids, ndbs);
+	if (ndropped > 0)
 	{
-		if (ndbs == room)
-		{
-			hash_seq_term(&status);
-			break;
-		}
-		dboids[ndbs++] = entry->key.dboid;
+		LWLockAcquire(cq_counters_lock, LW_EXCLUSIVE);
+		hash_seq_init(&status, cq_counters);
+		while ((entry = hash_seq_search(&status)) != NULL)
+			for (int i = 0; i < ndropped; i++)
+				if (dboids[i] == entry->key.dboid)
+				{
+					hash_search(cq_counters, &entry->key, HASH_REMOVE, NULL);
+					break;
+				}
+		LWLockRelease(cq_counters_lock);
 	}
-	LWLockRelease(cq_counters_lock);
-
-	for (int i = 0; i < ndbs; i++)
-		if (SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(dboids[i])))
-			dboids[i] = InvalidOid;
-
-	LWLockAcquire(cq_counters_lock, LW_EXCLUSIVE);
-	hash_seq_init(&status, cq_counters);
-	while ((entry = hash_seq_search(&status)) != NULL)
-		for (int i = 0; i < ndbs; i++)
-			if (dboids[i] == entry->key.dboid)
-			{
-				hash_search(cq_counters, &entry->key, HASH_REMOVE, NULL);
-				break;
-			}
-	LWLockRelease(cq_counters_lock);
 	pfree(dboids);
 }
 

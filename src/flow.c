@@ -110,7 +110,6 @@
 #include "storage/spin.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
-#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "claimq.h"
@@ -894,19 +893,10 @@ cq_flow_free_dropped(void)
 	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
 	hash_seq_init(&status, cq_flow_table);
 	while ((slot = hash_seq_search(&status)) != NULL)
-	{
-		bool		seen = false;
-
-		for (int i = ndbs - 1; i >= 0 && !seen; i--)
-			seen = dboids[i] == slot->key.dboid;
-		if (!seen && ndbs < cq_flow_slots)
-			dboids[ndbs++] = slot->key.dboid;
-	}
+		cq_note_database(dboids, &ndbs, cq_flow_slots, slot->key.dboid);
 	LWLockRelease(cq_flow_lock);
 
-	for (int i = 0; i < ndbs; i++)
-		if (!SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(dboids[i])))
-			dboids[ndropped++] = dboids[i];
+	ndropped = cq_dropped_databases(dboids, ndbs);
 	if (ndropped > 0)
 	{
 		cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_EXCLUSIVE);

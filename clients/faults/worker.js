@@ -33,5 +33,7 @@ const worker = new Worker({
 });
 worker.run().then(() => console.log('exited cleanly'), (err) => {
   console.error(err);
+  // Last, where the run's report (the log's tail) shows it.
+  console.error(`run() failed: ${err && err.code ? `${err.code} ` : ''}${err && err.message}`);
   process.exit(1);
 });

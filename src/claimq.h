@@ -237,7 +237,6 @@ extern void cq_floor_lower(Oid dboid, Oid relid, int32 queue_id,
 						   TimestampTz run_at);
 extern void cq_floor_drop_database(Oid dboid);
 extern Oid	cq_job_relid(void);
-extern uint32 cq_queue_key_hash(Oid dboid, Oid relid, int32 queue_id);
 
 /* Schedules' expressions (cron.c) */
 typedef struct CqCron

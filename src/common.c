@@ -516,19 +516,6 @@ cq_job_relid(void)
 }
 
 /*
- * A hash of a queue's key in shared memory: its database, the OID of
- * claimq.job (one installation of the extension from the next) and its id.
- * The claim floors and the queue limits place their slots by it.
- */
-uint32
-cq_queue_key_hash(Oid dboid, Oid relid, int32 queue_id)
-{
-	uint32		key[3] = {dboid, relid, (uint32) queue_id};
-
-	return hash_bytes((const unsigned char *) key, sizeof(key));
-}
-
-/*
  * Look a queue up by name.  Returns false if there is none.
  */
 bool

@@ -57,6 +57,7 @@
  */
 #include "postgres.h"
 
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
@@ -120,7 +121,13 @@ cq_floor_shmem_init(void)
 static uint32
 cq_floor_home(Oid dboid, Oid relid, int32 queue_id)
 {
-	return cq_queue_key_hash(dboid, relid, queue_id) % cq_floors->nslots;
+	/*
+	 * Its database, the OID of claimq.job (one installation from the next),
+	 * its id.
+	 */
+	uint32		key[3] = {dboid, relid, (uint32) queue_id};
+
+	return hash_bytes((const unsigned char *) key, sizeof(key)) % cq_floors->nslots;
 }
 
 /*

@@ -361,7 +361,7 @@ SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'claimq_check_queue_settings';
 
 COMMENT ON FUNCTION claimq.check_queue_settings(interval,interval,integer,interval,interval,interval,interval) IS
-'private: raise 22023 unless the queue settings are within the contract''s limits';
+'private: raise 22023 unless the queue settings are within the limits create_queue and alter_queue accept';
 
 /* The flow control options' limits, for create_queue and alter_queue. */
 CREATE FUNCTION claimq.check_flow_settings(
@@ -373,7 +373,7 @@ SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'claimq_check_flow_settings';
 
 COMMENT ON FUNCTION claimq.check_flow_settings(integer,integer,integer,interval) IS
-'private: raise 22023 unless the flow control options are within the contract''s limits';
+'private: raise 22023 unless the flow control options are within the limits create_queue and alter_queue accept';
 
 /*
  * Private: the SQL-language transitions tell the C side what they did, so
@@ -1245,7 +1245,7 @@ SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'claimq_prune';
 
 COMMENT ON FUNCTION claimq.prune(integer) IS
-'delete up to max_jobs done and dead jobs older than their queue''s keep_done / keep_dead, and as many expired key claims; the reclaimer does this on every pass';
+'delete up to max_jobs done, dead and cancelled jobs older than their queue''s keep_done / keep_dead (cancelled as dead), and as many expired key claims; the reclaimer does this on every pass';
 
 /*------------------------------------------------------------------------
  * 11. Observing: counters, latency, the reclaimer, the census, the views
@@ -1295,7 +1295,7 @@ SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'claimq_reset_counters';
 
 COMMENT ON FUNCTION claimq.reset_counters() IS
-'set every counter of every database back to zero';
+'set the current database''s counters and latency histograms back to zero';
 
 CREATE FUNCTION claimq.reclaimer_status()
 RETURNS TABLE(database text, pid integer, last_run timestamptz,
@@ -1305,7 +1305,7 @@ SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'claimq_reclaimer_status';
 
 COMMENT ON FUNCTION claimq.reclaimer_status() IS
-'one row per database the background reclaimer serves; without the preload, one row saying it is not running';
+'the background reclaimer''s row for the current database, if it serves it; without the preload, one row saying it is not running';
 
 /*
  * Diagnosis: the claims of this database that wait for work now.  In no
@@ -1443,7 +1443,7 @@ COMMENT ON VIEW claimq.queue_latency IS
 CREATE VIEW claimq.reclaimer_status AS SELECT * FROM claimq.reclaimer_status();
 
 COMMENT ON VIEW claimq.reclaimer_status IS
-'state of the background reclaimer per served database';
+'state of the background reclaimer in the current database; see claimq.reclaimer_status()';
 
 CREATE VIEW claimq.jobs AS
 SELECT j.job_id, q.name AS queue, j.state, j.payload, j.priority, j.run_at,

@@ -196,15 +196,22 @@ def run_file(path, tap):
                 for _, at in errors:
                     problems.append("%s:%d: the statement failed" %
                                     (b.path, line_of.get(at, b.line)))
-                if errors:
-                    problems.extend(got)
+                problems.extend(l for l in got if re.match(
+                    r"^(ERROR|DETAIL|HINT|CONTEXT|LINE \d+):|^\s*\^$", l))
                 continue
             want = trimmed(stmt[2])
             got = trimmed(got)
             if want != got:
+                # The file's line of the first expected line that differs
+                # (or of the statement, when only lines are missing).
                 first = b.line + stmt[0]
+                lead = next(k for k, l in enumerate(stmt[2]) if l.strip()) \
+                    if want else 0
+                ops = difflib.SequenceMatcher(None, want, got, autojunk=False).get_opcodes()
+                i1 = next(op[1] for op in ops if op[0] != "equal")
+                at = first + len(stmt[1]) + lead + i1 if i1 < len(want) else first
                 problems.append("%s:%d: psql prints other than the document shows"
-                                % (b.path, first))
+                                % (b.path, at))
                 problems.extend(difflib.unified_diff(
                     want, got, "%s:%d (the document)" % (b.path, first),
                     "the server", lineterm="", n=2))

@@ -1,0 +1,74 @@
+#!/usr/bin/python3
+"""Sums up an A/B sitting of bench/run --ab: one JSON file per build,
+round and profile (DIR/rev-ROUND-PROFILE.json, DIR/cur-ROUND-PROFILE.json,
+as the driver writes them with --json).
+
+For every claimq method of the matrix it prints, per profile,
+synchronous_commit variant, batch and clients: the ratio of its jobs/s to
+the baseline run on the same server in the same round (so that the
+machine's speed, which drifts on a shared machine, cancels out), for each
+round of each build; their means; and the current build's mean over the
+revision's.  WAL bytes per job likewise, as means.
+
+Usage: ab.py REV-LABEL CUR-LABEL DIR
+"""
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+
+def main(rev_label, cur_label, d):
+    runs = {}       # (profile, variant, method, clients, batch) -> build -> [ratio, ...]
+    wal = {}
+    for path in sorted(glob.glob(os.path.join(d, "*.json"))):
+        m = re.match(r"^(rev|cur)-(\d+)-(\w+)\.json$", os.path.basename(path))
+        if not m:
+            continue
+        build, _, profile = m.groups()
+        with open(path) as f:
+            data = json.load(f)
+        methods = {}
+        for c in data["results"]["cells"]:
+            methods[(c["variant"], c["method"], c["clients"], c["batch"])] = c
+        for (variant, method, clients, batch), c in methods.items():
+            if not method.startswith("claimq"):
+                continue
+            ref = methods.get((variant, method.replace("claimq", "baseline"), clients, batch))
+            if not ref or not float(ref["jobs_per_s"] or 0):
+                continue
+            key = (profile, variant, method, clients, batch)
+            runs.setdefault(key, {}).setdefault(build, []).append(float(c["jobs_per_s"]) / float(ref["jobs_per_s"]))
+            if c.get("wal_per_job"):
+                wal.setdefault(key, {}).setdefault(build, []).append(float(c["wal_per_job"]))
+    if not runs:
+        print("ab.py: no results in %s" % d)
+        return 1
+    print()
+    print("### A/B: ratio to the baseline on the same server; %s against %s" % (cur_label, rev_label))
+    print()
+    print("| profile | sync | method | batch | clients | %s (each round) | %s (each round) | %s mean | %s mean | %s / %s | WAL B/job %s → %s |"
+          % (rev_label, cur_label, rev_label, cur_label, cur_label, rev_label, rev_label, cur_label))
+    print("|---|---|---|---:|---:|---|---|---:|---:|---:|---|")
+    for key in sorted(runs):
+        profile, variant, method, clients, batch = key
+        r = runs[key]
+        a, b = r.get("rev", []), r.get("cur", [])
+        ma = statistics.mean(a) if a else None
+        mb = statistics.mean(b) if b else None
+        w = wal.get(key, {})
+        wa = "%.0f" % statistics.mean(w["rev"]) if w.get("rev") else "-"
+        wb = "%.0f" % statistics.mean(w["cur"]) if w.get("cur") else "-"
+        print("| %s | %s | %s | %d | %d | %s | %s | %s | %s | %s | %s → %s |" % (
+            profile, variant, method, batch, clients,
+            ", ".join("%.2f" % x for x in a) or "-",
+            ", ".join("%.2f" % x for x in b) or "-",
+            "%.2f×" % ma if ma else "-", "%.2f×" % mb if mb else "-",
+            "%.3f" % (mb / ma) if ma and mb else "-", wa, wb))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:4]))

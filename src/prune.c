@@ -24,7 +24,7 @@
 PG_FUNCTION_INFO_V1(claimq_prune);
 
 /*
- * Delete up to max_jobs done and dead jobs past their retention.  Returns
+ * Delete up to max_jobs done, dead and cancelled jobs past their retention.  Returns
  * how many were deleted.  The caller has connected SPI.
  */
 uint64

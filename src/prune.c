@@ -24,8 +24,8 @@
 PG_FUNCTION_INFO_V1(claimq_prune);
 
 /*
- * Delete up to max_jobs done, dead and cancelled jobs past their retention.  Returns
- * how many were deleted.  The caller has connected SPI.
+ * Delete up to max_jobs done, dead and cancelled jobs past their
+ * retention.  Returns how many were deleted.  The caller has connected SPI.
  */
 uint64
 cq_prune_finished(int32 max_jobs)

@@ -9,8 +9,8 @@ from .worker import (AsyncWorker, Fail, JobStopped, JobTimeout, Snooze, Worker, 
 
 __all__ = ["Client", "Job", "Outcome", "Worker", "AsyncWorker", "Fail", "Snooze",
            "JobStopped", "JobTimeout", "check_stop", "sleep"]
-# The extension's version (default_version in claimq.control) and a patch number.
-__version__ = "0.6.0"
+# The release's version: default_version in claimq.control.
+__version__ = "0.6.1"
 
 # A library logs to "claimq" and leaves handlers to the application.
 _logging.getLogger("claimq").addHandler(_logging.NullHandler())

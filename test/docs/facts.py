@@ -1,0 +1,647 @@
+#!/usr/bin/env python3
+"""Checks that the facts stated in several places come from one.
+
+The release.  Its version has one source: default_version in
+claimq.control.  Everything else that names it must name the same:
+
+  - META.json: "version" and provides.claimq.version; provides.claimq.file
+    must be the current schema's source, sql/claimq.sql;
+  - debian/changelog: the version of its top entry;
+  - src/claimq.h: CQ_SCHEMA_VERSION;
+  - README.md: every Debian package file name it shows
+    (postgresql-NN-claimq_VERSION_ARCH.deb);
+  - the client libraries: clients/python/claimq/__init__.py's __version__,
+    clients/node/package.json's version and package-lock.json's own two;
+  - README.md and docs/*.md: the statements that name the current release,
+    which are written in one of these forms (CURRENT below; "X" is a
+    version, optionally in backticks):
+        "The current release is X" / "the current version is X"
+        "Version X is reached from ..."
+        "... updates step by step to X"
+        "the library of X serves only the X schema"
+    A version named otherwise (a history: "in 0.4", "the update to 0.4")
+    is not checked.
+
+The duties.  docs/reference.md's "### Privileges" subsection has a table
+"| duty | functions | views |": one row per duty, with every function
+(by name: overloads count once) and view (SELECT) that grant_duty grants,
+each in backticks; a row whose first cell names no duty in backticks
+lists functions that no duty grants (the extension's owner's alone).  On
+a database of its own, the check creates a role per duty in a transaction
+it rolls back, grants it the duty with claimq.grant_duty and asks the
+catalogue (has_function_privilege, has_table_privilege) what the role may
+use.  The documented duties must be the ones grant_duty knows (its hint
+for an unknown duty names them); every claimq function must be in a duty,
+be private (its comment starts with "private") or be in the owner's row.
+
+The settings.  docs/reference.md's "## Settings" table (one table, with
+its header) lists every claimq.* setting of pg_settings, and no other,
+with its default (boot_val, compared in the setting's unit: "1s" is 1000
+for a setting in ms); README.md's "## Shared memory" table states the
+defaults of the sizing settings, which must be the same.
+
+Words a user should not see: "contract", "issue", "targets" (as words, in
+any case) must not occur in README.md, docs/*.md or the catalogue comments
+of claimq's objects.  Each occurrence is a failure of its own.
+
+Usage: facts.py   (from the top of the tree; libpq's environment names
+the server, which has claimq installed, the role must be a superuser;
+PSQL names psql).  Prints TAP lines and exits non-zero if any failed.
+"""
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+PSQL = os.environ.get("PSQL", "psql")
+DB = "claimq_facts"
+VERSION = r"`?(\d+(?:\.\d+)+)`?"
+CURRENT = [re.compile(p.replace(" ", r"\s+"), re.I) for p in (
+    r"\bcurrent (?:release|version) is " + VERSION,
+    r"\bVersion " + VERSION + r" is reached from",
+    r"\bstep by step to " + VERSION,
+    r"\bthe library of " + VERSION + r" serves only the " + VERSION + r" schema",
+)]
+WORDS = re.compile(r"\b(contract|issue|targets)\b", re.I)
+DUTY_PATTERN = re.compile(r"The duties are ([a-z_, ]+?)\.?$", re.M)
+
+
+class Tap:
+    def __init__(self):
+        self.n = 0
+        self.failed = 0
+
+    def result(self, ok, name, detail=()):
+        self.n += 1
+        if ok:
+            print("ok %d - %s" % (self.n, name))
+        else:
+            self.failed += 1
+            print("not ok %d - %s" % (self.n, name))
+            for line in detail:
+                for part in str(line).split("\n"):
+                    print("# " + part)
+        sys.stdout.flush()
+
+    def expect(self, name, problems):
+        self.result(not problems, name, problems)
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def line_at(text, pos):
+    return text.count("\n", 0, pos) + 1
+
+
+def psql(sql, db=DB):
+    """Rows of the last statement of sql, as lists of fields (tab-separated,
+    unaligned)."""
+    proc = subprocess.run([PSQL, "-X", "-q", "-A", "-t", "-F", "\t", "-v", "ON_ERROR_STOP=1",
+                           "-d", db, "-f", "-"], input=sql, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if proc.returncode != 0:
+        raise RuntimeError("psql failed: %s" % proc.stderr.strip())
+    return [l.split("\t") for l in proc.stdout.split("\n") if l != ""]
+
+
+def psql_error(sql, db=DB):
+    """What psql says on stderr for sql (expected to fail)."""
+    proc = subprocess.run([PSQL, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", db, "-f", "-"],
+                          input=sql, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          env=dict(os.environ, LC_MESSAGES="C"))
+    return proc.returncode, proc.stderr
+
+
+# --------------------------------------------------------------------------
+# Markdown: sections and tables
+
+
+def section(path, heading):
+    """(first line number, lines) of the section under the heading line
+    (exactly "## Name" or "### Name"), up to the next heading of the same
+    or a higher level; None if there is none."""
+    lines = read(path).split("\n")
+    level = len(heading) - len(heading.lstrip("#"))
+    fence = False
+    for i, l in enumerate(lines):
+        if l.startswith("```"):
+            fence = not fence
+        if not fence and l.rstrip() == heading:
+            j = i + 1
+            inner = False
+            while j < len(lines):
+                if lines[j].startswith("```"):
+                    inner = not inner
+                m = re.match(r"^(#+) ", lines[j])
+                if not inner and m and len(m.group(1)) <= level:
+                    break
+                j += 1
+            return i + 2, lines[i + 1:j]
+    return None
+
+
+def cells(row):
+    """The cells of a Markdown table row; a | inside backticks or escaped
+    does not split."""
+    out, cur, code = [], "", False
+    row = row.strip()
+    if row.startswith("|"):
+        row = row[1:]
+    if row.endswith("|") and not row.endswith("\\|"):
+        row = row[:-1]
+    i = 0
+    while i < len(row):
+        c = row[i]
+        if c == "\\" and i + 1 < len(row) and row[i + 1] == "|":
+            cur += "|"
+            i += 2
+            continue
+        if c == "`":
+            code = not code
+        if c == "|" and not code:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += c
+        i += 1
+    out.append(cur.strip())
+    return out
+
+
+def tables(first, lines):
+    """The tables of a section: lists of (line number, cells); the first
+    row is the header.  A run of table lines without a delimiter row under
+    its first line is returned with header None."""
+    out = []
+    i = 0
+    while i < len(lines):
+        if not lines[i].lstrip().startswith("|"):
+            i += 1
+            continue
+        j = i
+        while j < len(lines) and lines[j].lstrip().startswith("|"):
+            j += 1
+        rows = [(first + k, cells(lines[k])) for k in range(i, j)]
+        if len(rows) >= 2 and all(re.match(r"^:?-+:?$", c) for c in rows[1][1]):
+            out.append({"line": first + i, "header": [c.lower() for c in rows[0][1]],
+                        "rows": rows[2:]})
+        else:
+            out.append({"line": first + i, "header": None, "rows": rows})
+        i = j
+    return out
+
+
+def names(cell):
+    """The names in backticks of a cell ("`claim`, `start()`")."""
+    return [m.group(1) for m in re.finditer(r"`([A-Za-z_][A-Za-z0-9_.]*)(?:\(\))?`", cell)]
+
+
+# --------------------------------------------------------------------------
+# The release
+
+
+def release_checks(tap):
+    control = read("claimq.control")
+    m = re.search(r"^default_version\s*=\s*'([^']*)'", control, re.M)
+    if not m:
+        tap.result(False, "claimq.control names the release (default_version)",
+                   ["claimq.control: no default_version = '...' line"])
+        return None
+    release = m.group(1)
+    tap.result(True, "the release is %s (claimq.control)" % release)
+
+    # META.json
+    text = read("META.json")
+    problems = []
+    try:
+        meta = json.loads(text)
+    except ValueError as e:
+        tap.result(False, "META.json is JSON", [str(e)])
+        meta = None
+    if meta is not None:
+        def where(key, value):
+            m = re.search(r'"%s"\s*:\s*"%s"' % (re.escape(key), re.escape(str(value))), text)
+            return "META.json:%d" % (line_at(text, m.start()) if m else 1)
+        v = meta.get("version")
+        if v != release:
+            problems.append("%s: version is %r, not the release's %r" % (where("version", v), v, release))
+        p = meta.get("provides", {}).get("claimq", {})
+        v = p.get("version")
+        if v != release:
+            problems.append("%s: provides.claimq.version is %r, not the release's %r"
+                            % (where("version", v), v, release))
+        f = p.get("file")
+        if f != "sql/claimq.sql":
+            problems.append("%s: provides.claimq.file is %r, not the current schema's source "
+                            "sql/claimq.sql" % (where("file", f), f))
+        elif not os.path.isfile(f):
+            problems.append("%s: provides.claimq.file %s does not exist" % (where("file", f), f))
+        tap.expect("META.json names release %s and the schema's source" % release, problems)
+
+    # debian/changelog
+    text = read("debian/changelog")
+    m = re.match(r"^\S+ \(([^)]*)\)", text)
+    if not m:
+        tap.result(False, "debian/changelog's top entry is release %s" % release,
+                   ["debian/changelog:1: not a changelog entry's first line"])
+    else:
+        tap.expect("debian/changelog's top entry is release %s" % release,
+                   [] if m.group(1) == release else
+                   ["debian/changelog:1: the top entry is %s" % m.group(1)])
+
+    # src/claimq.h
+    text = read("src/claimq.h")
+    m = re.search(r'^#define\s+CQ_SCHEMA_VERSION\s+"([^"]*)"', text, re.M)
+    tap.expect("src/claimq.h's CQ_SCHEMA_VERSION is %s" % release,
+               ["src/claimq.h: no CQ_SCHEMA_VERSION"] if not m else
+               [] if m.group(1) == release else
+               ["src/claimq.h:%d: CQ_SCHEMA_VERSION is %s" % (line_at(text, m.start()), m.group(1))])
+
+    # README.md's Debian package
+    text = read("README.md")
+    debs = list(re.finditer(r"postgresql-\d+-claimq_([^_\s]+)_[A-Za-z0-9]+\.deb", text))
+    problems = ["README.md:%d: %s names version %s" % (line_at(text, m.start()), m.group(0), m.group(1))
+                for m in debs if m.group(1) != release]
+    if not debs:
+        problems.append("README.md: no postgresql-NN-claimq_VERSION_ARCH.deb found")
+    tap.expect("README.md's Debian package is release %s" % release, problems)
+
+    # The client libraries
+    problems = []
+    path = "clients/python/claimq/__init__.py"
+    text = read(path)
+    m = re.search(r'^__version__\s*=\s*["\']([^"\']*)["\']', text, re.M)
+    if not m:
+        problems.append("%s: no __version__" % path)
+    elif m.group(1) != release:
+        problems.append("%s:%d: __version__ is %s" % (path, line_at(text, m.start()), m.group(1)))
+    for path, keys in (("clients/node/package.json", [["version"]]),
+                       ("clients/node/package-lock.json", [["version"], ["packages", "", "version"]])):
+        text = read(path)
+        data = json.loads(text)
+        for key in keys:
+            v = data
+            for k in key:
+                v = v.get(k, {}) if isinstance(v, dict) else {}
+            if v != release:
+                m = re.search(r'"version"\s*:\s*"%s"' % re.escape(str(v)), text)
+                problems.append("%s:%d: %s is %r" % (path, line_at(text, m.start()) if m else 1,
+                                                    ".".join(k or '""' for k in key), v))
+    tap.expect("the client libraries are release %s" % release, problems)
+
+    # Statements of the current release
+    problems = []
+    found = 0
+    for path in markdown_docs():
+        text = read(path)
+        for pattern in CURRENT:
+            for m in pattern.finditer(text):
+                found += 1
+                wrong = [v for v in m.groups() if v != release]
+                if wrong:
+                    problems.append("%s:%d: \"%s\" names %s" % (
+                        path, line_at(text, m.start()), " ".join(m.group(0).split()), wrong[0]))
+    tap.expect("the %d statements of the current release in README.md and docs/ name %s"
+               % (found, release), problems)
+    return release
+
+
+def markdown_docs():
+    return ["README.md"] + sorted(glob.glob("docs/*.md"))
+
+
+# --------------------------------------------------------------------------
+# The catalogue
+
+
+def duty_checks(tap):
+    path = "docs/reference.md"
+    sec = section(path, "### Privileges")
+    if sec is None:
+        tap.result(False, "docs/reference.md has a Privileges subsection",
+                   ["%s: no \"### Privileges\" heading" % path])
+        return
+    doc = {}           # duty -> (line, functions, views)
+    owner = {}         # function -> line, for the rows of no duty
+    problems = []
+    for t in tables(*sec):
+        if t["header"] is None or t["header"][:3] != ["duty", "functions", "views"]:
+            continue
+        for line, c in t["rows"]:
+            c = c + [""] * (3 - len(c))
+            duty = names(c[0])
+            if duty:
+                if duty[0] in doc:
+                    problems.append("%s:%d: duty %s listed twice" % (path, line, duty[0]))
+                doc[duty[0]] = (line, set(names(c[1])), set(names(c[2])))
+            else:
+                for f in names(c[1]):
+                    owner[f] = line
+    if not doc:
+        tap.result(False, "docs/reference.md's Privileges lists the duties",
+                   ["%s:%d: no table | duty | functions | views |" % (path, sec[0])])
+        return
+
+    # The duties there are: grant_duty's hint for an unknown one names them.
+    status, err = psql_error("SELECT claimq.grant_duty('postgres', 'no such duty')")
+    m = DUTY_PATTERN.search(err)
+    if not m:
+        problems.append("grant_duty's hint for an unknown duty names no duties: %s" % err.strip())
+        duties = sorted(doc)
+    else:
+        duties = [d for d in re.split(r",\s*|\s+and\s+", m.group(1).strip()) if d]
+        for d in duties:
+            if d not in doc:
+                problems.append("%s:%d: duty %s is not documented" % (path, sec[0], d))
+        for d in doc:
+            if d not in duties:
+                problems.append("%s:%d: duty %s does not exist (grant_duty knows %s)"
+                                % (path, doc[d][0], d, ", ".join(duties)))
+    tap.expect("docs/reference.md documents the duties there are (%s)" % ", ".join(duties),
+               problems)
+
+    # What each duty grants, in a transaction that is rolled back.
+    sql = ["BEGIN;"]
+    for d in duties:
+        sql.append("CREATE ROLE claimq_facts_%s;" % d)
+        sql.append("SELECT claimq.grant_duty('claimq_facts_%s', '%s');" % (d, d))
+    sql.append("""
+SELECT r.d, 'f', p.proname,
+       bool_and(has_function_privilege('claimq_facts_' || r.d, p.oid, 'EXECUTE'))::text,
+       bool_or(has_function_privilege('claimq_facts_' || r.d, p.oid, 'EXECUTE'))::text
+  FROM unnest(%(duties)s::text[]) AS r(d),
+       pg_proc p
+ WHERE p.pronamespace = 'claimq'::regnamespace
+ GROUP BY r.d, p.proname
+UNION ALL
+SELECT r.d, 'r', c.relname,
+       has_table_privilege('claimq_facts_' || r.d, c.oid, 'SELECT')::text,
+       has_table_privilege('claimq_facts_' || r.d, c.oid,
+                           'INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER')::text
+  FROM unnest(%(duties)s::text[]) AS r(d),
+       pg_class c
+ WHERE c.relnamespace = 'claimq'::regnamespace AND c.relkind IN ('r', 'v', 'm', 'p', 'f', 'S')
+UNION ALL
+SELECT r.d, 's', 'claimq',
+       has_schema_privilege('claimq_facts_' || r.d, 'claimq', 'USAGE')::text, 'false'
+  FROM unnest(%(duties)s::text[]) AS r(d)
+ ORDER BY 1, 2, 3;
+ROLLBACK;""" % {"duties": "ARRAY[%s]" % ", ".join("'%s'" % d for d in duties)})
+    try:
+        rows = psql("\n".join(sql))
+    except RuntimeError as e:
+        tap.result(False, "each duty can be granted", [str(e)])
+        return
+    granted = {d: (set(), set()) for d in duties}
+    in_some_duty = set()
+    for d, kind, name, all_, any_ in rows:
+        problems = []
+        if kind == "f":
+            if all_ == "true":
+                granted[d][0].add(name)
+                in_some_duty.add(name)
+            elif any_ == "true":
+                granted[d][0].add(name)
+                in_some_duty.add(name)
+                granted[d][1].add("!some overloads of %s only" % name)
+        elif kind == "r":
+            if all_ == "true":
+                granted[d][1].add(name)
+            if any_ == "true":
+                granted[d][1].add("!more than SELECT on %s" % name)
+        elif kind == "s" and all_ != "true":
+            granted[d][1].add("!no USAGE on the schema claimq")
+    for d in duties:
+        if d not in doc:
+            continue
+        line, fdoc, vdoc = doc[d]
+        fcat, vcat = granted[d]
+        problems = []
+        for x in sorted(v for v in vcat if v.startswith("!")):
+            problems.append("grant_duty(role, '%s') grants %s" % (d, x[1:]))
+        vcat = {v for v in vcat if not v.startswith("!")}
+        for f in sorted(fcat - fdoc):
+            problems.append("%s:%d: %s grants function %s, not listed" % (path, line, d, f))
+        for f in sorted(fdoc - fcat):
+            problems.append("%s:%d: %s does not grant function %s, listed" % (path, line, d, f))
+        for v in sorted(vcat - vdoc):
+            problems.append("%s:%d: %s grants SELECT on %s, not listed" % (path, line, d, v))
+        for v in sorted(vdoc - vcat):
+            problems.append("%s:%d: %s does not grant SELECT on %s, listed" % (path, line, d, v))
+        tap.expect("duty %s grants what docs/reference.md lists (%d functions, %d views)"
+                   % (d, len(fcat), len(vcat)), problems)
+
+    # Every function: in a duty, private, or the owner's (documented).
+    rows = psql("""
+SELECT p.proname, bool_and(coalesce(obj_description(p.oid, 'pg_proc'), '') LIKE 'private%')::text,
+       bool_or(coalesce(obj_description(p.oid, 'pg_proc'), '') LIKE 'private%')::text
+  FROM pg_proc p
+ WHERE p.pronamespace = 'claimq'::regnamespace
+ GROUP BY p.proname ORDER BY 1""")
+    problems = []
+    functions = set()
+    for name, all_private, any_private in rows:
+        functions.add(name)
+        if name in in_some_duty:
+            if any_private == "true":
+                problems.append("function %s is in a duty but its comment says private" % name)
+            if name in owner:
+                problems.append("%s:%d: function %s is in a duty, not the owner's alone"
+                                % (path, owner[name], name))
+        elif all_private == "true":
+            if name in owner:
+                problems.append("%s:%d: function %s is private (its comment says so), not "
+                                "listed among the owner's" % (path, owner[name], name))
+        elif any_private == "true":
+            problems.append("function %s: some overloads' comments say private, some not" % name)
+        elif name not in owner:
+            problems.append("function %s is in no duty, and neither private (its comment) nor "
+                            "documented as the owner's (%s:%d)" % (name, path, sec[0]))
+    for name in sorted(set(owner) - functions):
+        problems.append("%s:%d: there is no function %s" % (path, owner[name], name))
+    tap.expect("every claimq function (%d by name) is in a duty, private or the owner's"
+               % len(functions), problems)
+
+
+UNITS = {
+    "ms": {"us": 0.001, "ms": 1, "s": 1000, "min": 60000, "h": 3600000, "d": 86400000},
+    "s": {"ms": 0.001, "s": 1, "min": 60, "h": 3600, "d": 86400},
+    "min": {"min": 1, "h": 60, "d": 1440},
+    "kB": {"B": 1 / 1024, "kB": 1, "MB": 1024, "GB": 1024 ** 2, "TB": 1024 ** 3},
+    "8kB": {"kB": 1 / 8, "MB": 128, "GB": 128 * 1024},
+}
+
+
+def normal(value, unit, vartype):
+    """A documented default in the setting's own terms (a string), or None
+    if it cannot be read."""
+    value = value.strip().strip("`").strip().strip("'")
+    if vartype == "bool":
+        v = value.lower()
+        return {"on": "on", "true": "on", "yes": "on", "off": "off", "false": "off", "no": "off"}.get(v)
+    if vartype in ("integer", "real"):
+        m = re.match(r"^(-?[\d,]*\.?\d+)\s*([A-Za-z]*)$", value)
+        if not m:
+            return None
+        n = float(m.group(1).replace(",", ""))
+        u = m.group(2)
+        if u:
+            factor = UNITS.get(unit or "", {}).get(u)
+            if factor is None:
+                return None
+            n *= factor
+        return ("%d" % n) if n == int(n) else repr(n)
+    return value
+
+
+def settings_checks(tap):
+    try:
+        rows = psql("SELECT name, boot_val, coalesce(unit, ''), vartype FROM pg_settings "
+                    "WHERE name LIKE 'claimq.%' ORDER BY name")
+    except RuntimeError as e:
+        tap.result(False, "pg_settings lists claimq's settings", [str(e)])
+        return
+    settings = {r[0]: (r[1], r[2], r[3]) for r in rows}
+
+    def boot(name):
+        v, unit, vartype = settings[name]
+        return normal(v, unit, vartype) if vartype != "string" else v
+
+    def compare(path, line, name, doc):
+        v, unit, vartype = settings[name]
+        got = normal(doc, unit, vartype)
+        if got is None:
+            return ["%s:%d: %s: cannot read the default %r" % (path, line, name, doc)]
+        if got != boot(name):
+            return ["%s:%d: %s: the default is %s%s, not %s" % (path, line, name, v,
+                                                               unit and " " + unit, doc)]
+        return []
+
+    path = "docs/reference.md"
+    sec = section(path, "## Settings")
+    problems = []
+    documented = {}
+    if sec is None:
+        problems.append("%s: no \"## Settings\" heading" % path)
+    else:
+        ts = tables(*sec)
+        for t in ts:
+            if t["header"] is None:
+                problems.append("%s:%d: a table without a header (a blank line splits a table?)"
+                                % (path, t["line"]))
+            elif t["header"][:2] != ["setting", "default"]:
+                continue
+            for line, c in t["rows"]:
+                n = names(c[0])
+                if not n or not n[0].startswith("claimq."):
+                    continue
+                if n[0] in documented:
+                    problems.append("%s:%d: %s is listed twice" % (path, line, n[0]))
+                documented[n[0]] = True
+                if n[0] not in settings:
+                    problems.append("%s:%d: there is no setting %s" % (path, line, n[0]))
+                elif len(c) < 2:
+                    problems.append("%s:%d: %s has no default" % (path, line, n[0]))
+                else:
+                    problems.extend(compare(path, line, n[0], c[1]))
+        if not [t for t in ts if t["header"] and t["header"][:2] == ["setting", "default"]]:
+            problems.append("%s:%d: no table | setting | default | ... |" % (path, sec[0]))
+        elif len(ts) > 1:
+            problems.append("%s:%d: the settings are in %d tables, not one" % (path, sec[0], len(ts)))
+        for name in sorted(settings):
+            if name not in documented:
+                problems.append("%s:%d: setting %s (default %s) is not documented"
+                                % (path, sec[0], name, settings[name][0]))
+    tap.expect("docs/reference.md documents the %d claimq settings and their defaults"
+               % len(settings), problems)
+
+    path = "README.md"
+    sec = section(path, "## Shared memory")
+    problems = []
+    count = 0
+    if sec is None:
+        problems.append("%s: no \"## Shared memory\" heading" % path)
+    else:
+        for t in tables(*sec):
+            if t["header"] is None or t["header"][:2] != ["setting", "default"]:
+                continue
+            for line, c in t["rows"]:
+                n = names(c[0])
+                if not n:
+                    continue
+                count += 1
+                if n[0] not in settings:
+                    problems.append("%s:%d: there is no setting %s" % (path, line, n[0]))
+                else:
+                    problems.extend(compare(path, line, n[0], c[1] if len(c) > 1 else ""))
+        if not count:
+            problems.append("%s:%d: no table | setting | default | ... |" % (path, sec[0]))
+    tap.expect("README.md's Shared memory table states the defaults (%d settings)" % count,
+               problems)
+
+
+def word_checks(tap):
+    found = 0
+    for path in markdown_docs():
+        for k, line in enumerate(read(path).split("\n"), 1):
+            for m in WORDS.finditer(line):
+                found += 1
+                tap.result(False, "%s:%d: the word \"%s\"" % (path, k, m.group(1)),
+                           [line.strip()])
+    if not found:
+        tap.result(True, "README.md and docs/*.md say no contract, issue or targets")
+    try:
+        rows = psql("""
+SELECT pg_describe_object(d.classoid, d.objoid, d.objsubid), replace(d.description, E'\\n', ' ')
+  FROM pg_description d,
+       LATERAL pg_identify_object(d.classoid, d.objoid, d.objsubid) o
+ WHERE o.schema = 'claimq'
+    OR (o.type IN ('schema', 'extension') AND o.identity = 'claimq')
+    OR (o.type = 'trigger' AND o.identity LIKE '% on claimq.%')
+ ORDER BY 1""")
+    except RuntimeError as e:
+        tap.result(False, "the catalogue comments can be read", [str(e)])
+        return
+    found = 0
+    for obj, text in rows:
+        for m in WORDS.finditer(text):
+            found += 1
+            tap.result(False, "catalogue: the comment of %s: the word \"%s\"" % (obj, m.group(1)),
+                       [text])
+    if not found:
+        tap.result(True, "the %d catalogue comments of claimq's objects say no contract, issue "
+                   "or targets" % len(rows))
+
+
+def main():
+    tap = Tap()
+    release_checks(tap)
+    try:
+        subprocess.run([PSQL, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", "postgres",
+                        "-c", "SET client_min_messages = warning",
+                        "-c", "DROP DATABASE IF EXISTS %s" % DB, "-c", "CREATE DATABASE %s" % DB],
+                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([PSQL, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", DB,
+                        "-c", "CREATE EXTENSION claimq"], check=True, stdout=subprocess.DEVNULL)
+    except subprocess.CalledProcessError as e:
+        tap.result(False, "a database with claimq", [str(e)])
+        return 1
+    try:
+        duty_checks(tap)
+        settings_checks(tap)
+        word_checks(tap)
+    finally:
+        subprocess.run([PSQL, "-X", "-q", "-d", "postgres", "-c", "DROP DATABASE IF EXISTS %s" % DB],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print("# %d facts checked, %d failed" % (tap.n, tap.failed))
+    return 1 if tap.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

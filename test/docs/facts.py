@@ -225,9 +225,10 @@ def release_checks(tap):
         tap.result(False, "META.json is JSON", [str(e)])
         meta = None
     if meta is not None:
-        def where(key, value):
-            m = re.search(r'"%s"\s*:\s*"%s"' % (re.escape(key), re.escape(str(value))), text)
+        def where(key, value, after=0):
+            m = re.compile(r'"%s"\s*:\s*"%s"' % (re.escape(key), re.escape(str(value)))).search(text, after)
             return "META.json:%d" % (line_at(text, m.start()) if m else 1)
+        provides = max(text.find('"provides"'), 0)
         v = meta.get("version")
         if v != release:
             problems.append("%s: version is %r, not the release's %r" % (where("version", v), v, release))
@@ -235,13 +236,13 @@ def release_checks(tap):
         v = p.get("version")
         if v != release:
             problems.append("%s: provides.claimq.version is %r, not the release's %r"
-                            % (where("version", v), v, release))
+                            % (where("version", v, provides), v, release))
         f = p.get("file")
         if f != "sql/claimq.sql":
             problems.append("%s: provides.claimq.file is %r, not the current schema's source "
-                            "sql/claimq.sql" % (where("file", f), f))
+                            "sql/claimq.sql" % (where("file", f, provides), f))
         elif not os.path.isfile(f):
-            problems.append("%s: provides.claimq.file %s does not exist" % (where("file", f), f))
+            problems.append("%s: provides.claimq.file %s does not exist" % (where("file", f, provides), f))
         tap.expect("META.json names release %s and the schema's source" % release, problems)
 
     # debian/changelog

@@ -15,7 +15,8 @@ claimq.control.  Everything else that names it must name the same:
   - README.md and docs/*.md: the statements that name the current release,
     which are written in one of these forms (CURRENT below; "X" is a
     version, optionally in backticks):
-        "The current release is X" / "the current version is X"
+        "The current release is X", "the current version is X",
+        "the current one, X" (also with ":" or "(")
         "Version X is reached from ..."
         "... updates step by step to X"
         "the library of X serves only the X schema"
@@ -45,8 +46,11 @@ any case) must not occur in README.md, docs/*.md or the catalogue comments
 of claimq's objects.  Each occurrence is a failure of its own.
 
 Usage: facts.py   (from the top of the tree; libpq's environment names
-the server, which has claimq installed, the role must be a superuser;
-PSQL names psql).  Prints TAP lines and exits non-zero if any failed.
+the server, which must have claimq installed and in
+shared_preload_libraries, since the sizing settings exist only then; the
+role must be a superuser; PSQL names psql).  Prints TAP lines, each
+failure with the places ("FILE:LINE: ...") that disagree, and exits
+non-zero if any failed.
 """
 
 import glob
@@ -60,7 +64,7 @@ PSQL = os.environ.get("PSQL", "psql")
 DB = "claimq_facts"
 VERSION = r"`?(\d+(?:\.\d+)+)`?"
 CURRENT = [re.compile(p.replace(" ", r"\s+"), re.I) for p in (
-    r"\bcurrent (?:release|version) is " + VERSION,
+    r"\bcurrent (?:release|version|one)(?:\s+is\s+|,\s*|:\s*|\s+\(|\s+)" + VERSION,
     r"\bVersion " + VERSION + r" is reached from",
     r"\bstep by step to " + VERSION,
     r"\bthe library of " + VERSION + r" serves only the " + VERSION + r" schema",

@@ -166,11 +166,11 @@ def main(paths):
         problems = broken(path, top)
         if problems:
             failed += 1
-            print("not ok %d - %s: %d of its %d links are broken" % (n, path, len(problems), count))
+            print("not ok %d - %s: %d of its %d links broken" % (n, path, len(problems), count))
             for p in problems:
                 print("# " + p)
         else:
-            print("ok %d - %s: its %d links resolve" % (n, path, count))
+            print("ok %d - %s: %d link%s, all resolve" % (n, path, count, "" if count == 1 else "s"))
     print("# %d links in %d files checked; %d files with broken links" % (total, n, failed))
     return 1 if failed else 0
 

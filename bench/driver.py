@@ -43,7 +43,7 @@ def parse_args(argv):
         prog="bench/run",
         description="claimq benchmark: jobs/s, WAL bytes/job and table+index "
                     "size per method, clients and batch size; plus backlog, "
-                    "wake-up latency and reclaim targets.")
+                    "wake-up latency and reclaim tests.")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true",
                    help="short runs on a subset (under 2 minutes)")

@@ -155,7 +155,6 @@ static int	cq_notes_size = 0;
 static Oid	cq_notes_relid = InvalidOid;
 static CqCommitSlot *cq_my_slot = NULL; /* set from pre-commit to commit */
 static bool cq_census_unknown = false;	/* make it unknown at commit */
-static bool cq_census_callbacks = false;
 
 /* Where the trigger finds queue_id and state in claimq.job's rows. */
 static Oid	cq_attrs_relid = InvalidOid;
@@ -407,8 +406,9 @@ cq_census_reset_notes(void)
 	cq_census_unknown = false;
 }
 
-static void
-cq_census_xact_callback(XactEvent event, void *arg)
+/* The end of a transaction (ledger.c calls it). */
+void
+cq_census_xact_event(XactEvent event)
 {
 	if (cq_nnotes == 0 && !cq_census_unknown && cq_my_slot == NULL)
 		return;
@@ -447,9 +447,8 @@ cq_census_xact_callback(XactEvent event, void *arg)
  * A subtransaction's notes become its parent's when it commits, and are
  * dropped when it aborts.
  */
-static void
-cq_census_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-						   SubTransactionId parentSubid, void *arg)
+void
+cq_census_subxact_event(SubXactEvent event)
 {
 	int			level = GetCurrentTransactionNestLevel();
 	int			kept = 0;
@@ -556,12 +555,7 @@ claimq_job_census(PG_FUNCTION_ARGS)
 	event = trigdata->tg_event;
 	if (!cq_shmem_ready)
 		return PointerGetDatum(NULL);
-	if (!cq_census_callbacks)
-	{
-		RegisterXactCallback(cq_census_xact_callback, NULL);
-		RegisterSubXactCallback(cq_census_subxact_callback, NULL);
-		cq_census_callbacks = true;
-	}
+	cq_ledger_use();
 	cq_notes_relid = RelationGetRelid(rel);
 	if (TRIGGER_FIRED_BY_TRUNCATE(event))
 	{

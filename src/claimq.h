@@ -53,6 +53,7 @@
 
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -173,6 +174,18 @@ extern void cq_count_flush(CqCountBatch *batch);
 extern void cq_counters_free_dropped(void);
 extern void cq_latency_add(CqCountBatch *batch, int32 queue_id,
 						   CqLatencyKind kind, int64 usecs);
+
+/*
+ * The end of a transaction (ledger.c): the one pair of callbacks, which
+ * calls each module's function below, in the order ledger.c states.  A
+ * module calls cq_ledger_use() before it first records something.
+ */
+extern void cq_ledger_use(void);
+extern void cq_flow_xact_event(XactEvent event);
+extern void cq_census_xact_event(XactEvent event);
+extern void cq_census_subxact_event(SubXactEvent event);
+extern void cq_wakeup_xact_event(XactEvent event);
+extern void cq_wakeup_subxact_event(SubXactEvent event);
 
 /* Jobs per queue and state, kept as changes commit (census.c) */
 extern Size cq_census_shmem_size(void);

@@ -290,7 +290,6 @@ static LWLock *cq_flow_gate = NULL;
 static HTAB *cq_flow_table = NULL;
 static CqFlowShared *cq_flow = NULL;
 
-static void cq_flow_xact_callback(XactEvent event, void *arg);
 
 /* What this backend's transaction holds: slots reserved, rows claimed on. */
 #define CQ_FLOW_HELD	16		/* queues one transaction claims from */
@@ -307,7 +306,6 @@ static CqFlowHeld cq_flow_held[CQ_FLOW_HELD];
 static int	cq_flow_nheld = 0;
 static uint32 cq_flow_rows[CQ_FLOW_HELD];	/* indexes into row_claims */
 static int	cq_flow_nrows = 0;
-static bool cq_flow_callback = false;
 
 static Size
 cq_flow_shared_size(void)
@@ -493,16 +491,6 @@ cq_flow_slot(const CqFlowKey *key, TimestampTz now)
 	return slot;
 }
 
-static void
-cq_flow_register_callback(void)
-{
-	if (!cq_flow_callback)
-	{
-		RegisterXactCallback(cq_flow_xact_callback, NULL);
-		cq_flow_callback = true;
-	}
-}
-
 /*
  * Note that this transaction claims on the queue's row, which keeps a
  * slot from being made for the queue until it ends.  False if the queue
@@ -517,7 +505,7 @@ cq_flow_row_enter(const CqFlowKey *key, bool *too_many)
 	bool		mine = false;
 
 	*too_many = false;
-	cq_flow_register_callback();
+	cq_ledger_use();
 	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
 	if (hash_search_with_hash_value(cq_flow_table, key, hash, HASH_FIND, NULL) != NULL)
 	{
@@ -546,8 +534,8 @@ cq_flow_row_enter(const CqFlowKey *key, bool *too_many)
  * row it claimed on; tokens taken by a claim that failed before it spent
  * them count as spent.
  */
-static void
-cq_flow_xact_callback(XactEvent event, void *arg)
+void
+cq_flow_xact_event(XactEvent event)
 {
 	/*
 	 * A prepared transaction's claims stay uncommitted after this backend has
@@ -741,7 +729,7 @@ cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 
 	if (queue->rate_limit > 0)
 		period = cq_flow_period_of(queue->name, &queue->rate_period);
-	cq_flow_register_callback();
+	cq_ledger_use();
 	for (;;)
 	{
 		slot = cq_flow_slot(&key, now);

@@ -95,7 +95,6 @@ static int	cq_nqueues = 0;
 static bool cq_queues_many = false;
 static bool cq_xact_finished = false;	/* finished or removed jobs */
 static Oid	cq_xact_relid = InvalidOid;
-static bool cq_callback_registered = false;
 static bool cq_exit_callback_registered = false;
 
 Size
@@ -308,8 +307,9 @@ cq_lower_floors(bool ready)
 	}
 }
 
-static void
-cq_wakeup_xact_callback(XactEvent event, void *arg)
+/* The end of a transaction (ledger.c calls it). */
+void
+cq_wakeup_xact_event(XactEvent event)
 {
 	if (cq_nqueues == 0 && !cq_queues_many && !cq_xact_finished)
 		return;
@@ -342,9 +342,8 @@ cq_wakeup_xact_callback(XactEvent event, void *arg)
 }
 
 /* Claims of an aborted subtransaction are undone: lower at once. */
-static void
-cq_wakeup_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-						   SubTransactionId parentSubid, void *arg)
+void
+cq_wakeup_subxact_event(SubXactEvent event)
 {
 	if (event == SUBXACT_EVENT_ABORT_SUB)
 		cq_lower_floors(false);
@@ -354,23 +353,12 @@ cq_wakeup_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
  * The entry of a queue in this transaction's list, or NULL once there are
  * too many to list.
  */
-static void
-cq_register_callbacks(void)
-{
-	if (!cq_callback_registered)
-	{
-		RegisterXactCallback(cq_wakeup_xact_callback, NULL);
-		RegisterSubXactCallback(cq_wakeup_subxact_callback, NULL);
-		cq_callback_registered = true;
-	}
-}
-
 static CqXactQueue *
 cq_xact_queue(int32 queue_id)
 {
 	CqXactQueue *xq;
 
-	cq_register_callbacks();
+	cq_ledger_use();
 	if (cq_nqueues == 0 && !cq_queues_many)
 		cq_xact_relid = cq_job_relid();
 	for (int q = 0; q < cq_nqueues; q++)
@@ -440,7 +428,7 @@ cq_finished_on_commit(void)
 {
 	if (!cq_shmem_ready)
 		return;
-	cq_register_callbacks();
+	cq_ledger_use();
 	cq_xact_finished = true;
 }
 

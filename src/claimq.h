@@ -23,6 +23,7 @@
  *					timer
  *		wakeup.c	what a transaction did to the pending jobs: wake-ups of
  *					waiting claims and wait_for, floors lowered
+ *		ledger.c	the end of a transaction: the one pair of callbacks
  *		floor.c		claim floors in shared memory
  *		token.c		fencing tokens, never handed out twice
  *		counters.c	shared per-queue counters and latency histograms

@@ -88,9 +88,8 @@ $node->safe_psql('postgres', $blocks[1]);
 is( $node->safe_psql('postgres', q{
 		SELECT string_agg(command || ' in ' || database || ' as ' || username, ', ' ORDER BY command)
 		  FROM cron.job}),
-	'SELECT claimq.fire_schedules() in app as claimq_cron, '
-	  . 'SELECT claimq.prune() in app as claimq_cron, '
-	  . 'SELECT claimq.reclaim() in app as claimq_cron',
+	'SELECT claimq.reclaim(); SELECT claimq.fire_schedules(); SELECT claimq.prune() '
+	  . 'in app as claimq_cron',
 	'the recipe schedules reclaim, fire_schedules and prune in app, as its role');
 
 my $deadline = time() + 200;
@@ -108,6 +107,15 @@ poll_ok($node, 'app', 'SELECT count(*) FROM claimq.key_claim',
 	'0', left(), 'the expired key claim is deleted');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM cron.job_run_details WHERE status = 'failed'}),
 	'0', 'no run of the recipe failed');
+# What pg_cron did, and what runs now, for a failure's report.
+note "pg_cron's runs:\n"
+  . $node->safe_psql('postgres', q{
+	SELECT jobid, status, start_time, end_time, return_message
+	  FROM cron.job_run_details ORDER BY start_time, jobid});
+note "sessions:\n"
+  . $node->safe_psql('postgres', q{
+	SELECT pid, datname, usename, state, wait_event_type, wait_event, query
+	  FROM pg_stat_activity WHERE backend_type = 'client backend'});
 
 is( $node->safe_psql('app', q{
 		SELECT bool_and(extract(second FROM run_at) = 0 AND payload = '{"from": "cron"}')

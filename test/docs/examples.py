@@ -36,6 +36,8 @@ import re
 import subprocess
 import sys
 
+from tap import Tap
+
 FENCE = re.compile(r"^```\s*([A-Za-z0-9_+-]*)\s*$")
 SKIP = re.compile(r"^<!--\s*not run:\s*(.*?)\s*-->\s*$")
 MARK = "@@claimq-doc@@"
@@ -117,18 +119,18 @@ def run_file(path, tap):
     if not blocks:
         return
     db = "docs_" + re.sub(r"[^a-z0-9]+", "_", os.path.splitext(path)[0].lower()).strip("_")
-    admin = [PSQL, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", "postgres"]
-    subprocess.run(admin + ["-c", "SET client_min_messages = warning",
-                            "-c", "DROP DATABASE IF EXISTS %s" % db,
-                            "-c", "CREATE DATABASE %s" % db],
-                   check=True, stdout=subprocess.DEVNULL)
+    def setup(database, *commands):
+        subprocess.run([PSQL, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", database]
+                       + [a for c in commands for a in ("-c", c)],
+                       check=True, stdout=subprocess.DEVNULL)
+
+    setup("postgres", "SET client_min_messages = warning",
+          "DROP DATABASE IF EXISTS %s" % db, "CREATE DATABASE %s" % db)
     creates = any(b.lang == "sql" and not b.skip and
                   re.search(r"CREATE\s+EXTENSION\s+claimq", "\n".join(b.lines), re.I)
                   for b in blocks)
     if not creates:
-        subprocess.run([PSQL, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", db,
-                        "-c", "CREATE EXTENSION claimq"],
-                       check=True, stdout=subprocess.DEVNULL)
+        setup(db, "CREATE EXTENSION claimq")
 
     # One script for the whole file: a marker before each statement of a
     # psql block and before each sql block, so that the output can be cut
@@ -220,35 +222,23 @@ def run_file(path, tap):
         tap.result(False, path, "the session ended early:\n" + proc.stdout[-2000:])
 
 
-class Tap:
-    def __init__(self):
-        self.n = 0
-        self.failed = 0
-        self.skipped = []
-        self.checked = 0
+class DocTap(Tap):
+    """Also lists the blocks that were not run."""
 
-    def result(self, ok, name, detail=""):
-        self.n += 1
-        self.checked += 1
-        if ok:
-            print("ok %d - %s" % (self.n, name))
-        else:
-            self.failed += 1
-            print("not ok %d - %s" % (self.n, name))
-            for line in detail.split("\n"):
-                print("# " + line)
-        sys.stdout.flush()
+    def __init__(self):
+        super().__init__()
+        self.skipped = []
 
     def skip(self, name, why):
         self.skipped.append("%s (%s)" % (name, why))
 
 
 def main(paths):
-    tap = Tap()
+    tap = DocTap()
     for path in paths:
         run_file(path, tap)
     print("# %d SQL examples checked, %d failed; %d not run%s" %
-          (tap.checked, tap.failed, len(tap.skipped),
+          (tap.n, tap.failed, len(tap.skipped),
            "".join("\n#   not run: " + s for s in tap.skipped)))
     return 1 if tap.failed else 0
 

@@ -60,6 +60,8 @@ import re
 import subprocess
 import sys
 
+from tap import Tap
+
 PSQL = os.environ.get("PSQL", "psql")
 DB = "claimq_facts"
 VERSION = r"`?(\d+(?:\.\d+)+)`?"
@@ -71,27 +73,6 @@ CURRENT = [re.compile(p.replace(" ", r"\s+"), re.I) for p in (
 )]
 WORDS = re.compile(r"\b(contract|issue|targets)\b", re.I)
 DUTY_PATTERN = re.compile(r"The duties are ([a-z_, ]+?)\.?$", re.M)
-
-
-class Tap:
-    def __init__(self):
-        self.n = 0
-        self.failed = 0
-
-    def result(self, ok, name, detail=()):
-        self.n += 1
-        if ok:
-            print("ok %d - %s" % (self.n, name))
-        else:
-            self.failed += 1
-            print("not ok %d - %s" % (self.n, name))
-            for line in detail:
-                for part in str(line).split("\n"):
-                    print("# " + part)
-        sys.stdout.flush()
-
-    def expect(self, name, problems):
-        self.result(not problems, name, problems)
 
 
 def read(path):

@@ -36,12 +36,10 @@ ANCHOR_HTML = re.compile(r"<[a-z]+\b[^>]*?\b(?:name|id)\s*=\s*[\"']([^\"']*)[\"'
 SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
-def prose_lines(text):
-    """(line number, line) of the lines outside fenced code blocks, with
-    code spans blanked out."""
-    out = []
+def outside_fences(lines):
+    """(index, line) of the lines outside fenced code blocks."""
     fence = None
-    for n, line in enumerate(text.split("\n"), 1):
+    for i, line in enumerate(lines):
         m = FENCE.match(line)
         if fence:
             if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
@@ -50,8 +48,14 @@ def prose_lines(text):
         if m:
             fence = m.group(1)
             continue
-        out.append((n, re.sub(r"(`+)(.+?)\1", lambda c: " " * len(c.group(0)), line)))
-    return out
+        yield i, line
+
+
+def prose_lines(text):
+    """(line number, line) of the lines outside fenced code blocks, with
+    code spans blanked out."""
+    return [(i + 1, re.sub(r"(`+)(.+?)\1", lambda c: " " * len(c.group(0)), line))
+            for i, line in outside_fences(text.split("\n"))]
 
 
 def slug(heading):
@@ -75,16 +79,7 @@ def anchors(path):
     found = set()
     seen = {}
     lines = text.split("\n")
-    fence = None
-    for i, line in enumerate(lines):
-        m = FENCE.match(line)
-        if fence:
-            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
-                fence = None
-            continue
-        if m:
-            fence = m.group(1)
-            continue
+    for i, line in outside_fences(lines):
         for a in ANCHOR_HTML.finditer(line):
             found.add(a.group(1))
         h = HEADING.match(line)
@@ -123,9 +118,10 @@ def links(path):
     return [(n, t[1:-1] if t.startswith("<") and t.endswith(">") else t) for n, t in out]
 
 
-def broken(path, top):
+def broken(path, top, found):
+    """The problems of the links found in path."""
     problems = []
-    for n, target in links(path):
+    for n, target in found:
         if not target or SCHEME.match(target) or target.startswith("//"):
             continue
         file_part, _, anchor = target.partition("#")
@@ -161,9 +157,10 @@ def main(paths):
     for path in paths:
         path = os.path.normpath(path)
         n += 1
-        count = len(links(path))
+        found = links(path)
+        count = len(found)
         total += count
-        problems = broken(path, top)
+        problems = broken(path, top, found)
         if problems:
             failed += 1
             print("not ok %d - %s: %d of its %d links broken" % (n, path, len(problems), count))

@@ -27,22 +27,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from examples import blocks_of  # noqa: E402
+from tap import Tap  # noqa: E402
 
 PSQL = os.environ.get("PSQL", "psql")
 PYTHON = sys.executable
-n = 0
-failed = 0
-
-
-def result(ok, name, detail=""):
-    global n, failed
-    n += 1
-    print("%s %d - %s" % ("ok" if ok else "not ok", n, name))
-    if not ok:
-        failed += 1
-        for line in detail.rstrip("\n").split("\n"):
-            print("# " + line)
-    sys.stdout.flush()
+TAP = Tap()
 
 
 def psql(db, sql):
@@ -60,9 +49,9 @@ def syntax(paths, tmp):
             if b.lang == "python":
                 try:
                     compile(src, b.where(), "exec")
-                    result(True, "%s (python): compiles" % b.where())
+                    TAP.result(True, "%s (python): compiles" % b.where())
                 except SyntaxError as e:
-                    result(False, "%s (python): compiles" % b.where(),
+                    TAP.result(False, "%s (python): compiles" % b.where(),
                            "%s:%d: %s" % (path, b.line + (e.lineno or 1) - 1, e.msg))
             elif b.lang in ("js", "javascript"):
                 f = os.path.join(tmp, "block.js")
@@ -73,7 +62,7 @@ def syntax(paths, tmp):
                 detail = re.sub(re.escape(f) + r":(\d+)",
                                 lambda m: "%s:%d" % (path, b.line + int(m.group(1)) - 2),
                                 p.stdout)
-                result(p.returncode == 0, "%s (js): node --check" % b.where(), detail)
+                TAP.result(p.returncode == 0, "%s (js): node --check" % b.where(), detail)
 
 
 def run_worker(name, argv, cwd, env, db, deadline=60):
@@ -108,7 +97,7 @@ def run_worker(name, argv, cwd, env, db, deadline=60):
     log.seek(0)
     out = log.read()
     delivered = all(("%s-%d@example.com" % (name, k)) in out for k in (1, 2))
-    result(ok and delivered and status == 0,
+    TAP.result(ok and delivered and status == 0,
            "README.md: the %s worker completes two jobs with its result, and stops on SIGTERM" % name,
            "jobs done with the result: %s of 2; delivered both: %s; exit status: %s\n%s"
            % (done, delivered, status, out[-3000:]))
@@ -146,7 +135,7 @@ def main():
                     "  console.log('delivered', to);\n}\n\n")
             f.write("\n".join(js.lines) + "\n")
         run_worker("node", ["node", "worker.js"], node_project, env, db)
-    return 1 if failed else 0
+    return 1 if TAP.failed else 0
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@
 #endif
 
 /* The extension version (claimq.control) whose schema this library uses. */
-#define CQ_SCHEMA_VERSION	"0.6.1"
+#define CQ_SCHEMA_VERSION	"0.6.2"
 
 /* Limits from the API contract. */
 #define CQ_MAX_BATCH		10000	/* max_jobs per claim, elements per call */

@@ -390,6 +390,32 @@ AS 'MODULE_PATHNAME', 'claimq_note_change';
 COMMENT ON FUNCTION claimq.note_change(integer,boolean,boolean) IS
 'private: at commit, wake claims waiting on the queue (made_pending) or wait_for calls (finished)';
 
+/*
+ * Private: the SQL-language functions that move jobs between states
+ * (drop_queue, purge_queue, retry_dead) report it to the ledger
+ * (src/ledger.c) as claimq's C paths do: ledger_begin() before their
+ * statements, so that the census's guard stands aside, and ledger_end()
+ * with the jobs moved, per state left.
+ */
+CREATE FUNCTION claimq.ledger_begin()
+RETURNS void
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_ledger_begin';
+
+COMMENT ON FUNCTION claimq.ledger_begin() IS
+'private: the statements that follow, until ledger_end(), are claimq''s own writes of jobs';
+
+CREATE FUNCTION claimq.ledger_end(queue_id integer, to_state text,
+								  from_states text[], counts bigint[])
+RETURNS void
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_ledger_end';
+
+COMMENT ON FUNCTION claimq.ledger_end(integer,text,text[],bigint[]) IS
+'private: counts[i] jobs of the queue went from from_states[i] to to_state (NULL: deleted); ends the scope of ledger_begin()';
+
 /*------------------------------------------------------------------------
  * 4. Queues: create, alter, drop, pause, resume, purge
  *-----------------------------------------------------------------------*/
@@ -562,6 +588,8 @@ AS $$
 DECLARE
 	q claimq.queue;
 	held bigint;
+	states text[];
+	counts bigint[];
 BEGIN
 	IF force IS NULL THEN
 		RAISE EXCEPTION 'argument "force" must not be null'
@@ -575,9 +603,15 @@ BEGIN
 	 * makes the DELETE wait for it and then skip the job it claimed; the
 	 * count that follows, with a fresh snapshot, finds every held job.
 	 */
-	DELETE FROM claimq.job j
-	 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
-	   AND (force OR j.state OPERATOR(pg_catalog.<>) ALL ('{claimed,running}'::text[]));
+	PERFORM claimq.ledger_begin();
+	WITH gone AS (
+		DELETE FROM claimq.job j
+		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+		   AND (force OR j.state OPERATOR(pg_catalog.<>) ALL ('{claimed,running}'::text[]))
+		RETURNING j.state)
+	SELECT pg_catalog.array_agg(g.state), pg_catalog.array_agg(g.n)
+	  INTO states, counts
+	  FROM (SELECT d.state, pg_catalog.count(*) AS n FROM gone d GROUP BY d.state) g;
 	IF NOT force THEN
 		SELECT pg_catalog.count(*) INTO held FROM claimq.job j
 		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id;
@@ -598,7 +632,8 @@ BEGIN
 	END IF;
 	DELETE FROM claimq.schedule s WHERE s.queue_id OPERATOR(pg_catalog.=) q.queue_id;
 	DELETE FROM claimq.queue t WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
-	PERFORM claimq.note_change(q.queue_id, false, true);
+	PERFORM claimq.ledger_end(q.queue_id, NULL, COALESCE(states, '{}'),
+							  COALESCE(counts, '{}'));
 END
 $$;
 
@@ -650,6 +685,7 @@ DECLARE
 	n bigint;
 	groups text[];
 BEGIN
+	PERFORM claimq.ledger_begin();
 	WITH purged AS (
 		DELETE FROM claimq.job j
 		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
@@ -659,11 +695,9 @@ BEGIN
 		   pg_catalog.array_agg(DISTINCT p.group_key) FILTER (WHERE p.group_key IS NOT NULL)
 	  INTO n, groups
 	  FROM purged p;
+	PERFORM claimq.ledger_end(q.queue_id, NULL, '{pending}', ARRAY[n]);
 	IF groups IS NOT NULL THEN
 		PERFORM claimq.sync_groups(q.queue_id, groups);
-	END IF;
-	IF n OPERATOR(pg_catalog.>) 0 THEN
-		PERFORM claimq.note_change(q.queue_id, false, true);
 	END IF;
 	RETURN n;
 END
@@ -1195,6 +1229,7 @@ BEGIN
 	/* No enqueue may add a live key while this looks for live keys. */
 	PERFORM claimq.lock_producers(queue);
 	q := claimq.lock_queue(queue);
+	PERFORM claimq.ledger_begin();
 	/*
 	 * A dead job whose dedup key a live job has taken again stays dead:
 	 * redriving it would make two live jobs with one key.  Of several dead
@@ -1225,11 +1260,9 @@ BEGIN
 		   pg_catalog.array_agg(DISTINCT r.group_key) FILTER (WHERE r.group_key IS NOT NULL)
 	  INTO n, groups
 	  FROM redriven r;
+	PERFORM claimq.ledger_end(q.queue_id, 'pending', '{dead}', ARRAY[n]);
 	IF groups IS NOT NULL THEN
 		PERFORM claimq.sync_groups(q.queue_id, groups);
-	END IF;
-	IF n OPERATOR(pg_catalog.>) 0 THEN
-		PERFORM claimq.note_change(q.queue_id, true, false);
 	END IF;
 	RETURN n;
 END
@@ -1321,12 +1354,12 @@ COMMENT ON FUNCTION claimq.waiting_claims() IS
 'private: the claims of this database that wait for work now (with the preload), for diagnosis';
 
 /*
- * The census's triggers (src/census.c): every row written to claimq.job
- * notes +1 for its new state and -1 for its old one, per queue; the
- * notes reach shared memory when the transaction commits.  Updates that
- * set neither the state nor the queue (extend, the held flag) fire
- * nothing.  TRUNCATE, which fires no row trigger, makes the counts unknown
- * until the reclaimer counts again.
+ * The census's guard (src/census.c): claimq's own paths tell the census
+ * what they did to jobs (src/ledger.c), and a statement that writes
+ * claimq.job otherwise (plain SQL, COPY, TRUNCATE) makes the counts
+ * unknown, once its transaction commits, until the reclaimer counts
+ * again.  One statement-level trigger: nothing per row.  Updates that set
+ * neither the state nor the queue (extend, the held flag) fire nothing.
  */
 CREATE FUNCTION claimq.job_census()
 RETURNS trigger
@@ -1334,28 +1367,15 @@ LANGUAGE C
 AS 'MODULE_PATHNAME', 'claimq_job_census';
 
 COMMENT ON FUNCTION claimq.job_census() IS
-'private: the census''s trigger on claimq.job';
+'private: the census''s guard on claimq.job, which makes the census unknown after writes that are not claimq''s own';
 
-CREATE TRIGGER job_census_rows
-	AFTER INSERT OR DELETE ON claimq.job
-	FOR EACH ROW EXECUTE FUNCTION claimq.job_census();
-
--- No WHEN clause: each statement would parse and compile it again, which
--- costs more than the few rows that keep their state.
-CREATE TRIGGER job_census_state
-	AFTER UPDATE OF state, queue_id ON claimq.job
-	FOR EACH ROW EXECUTE FUNCTION claimq.job_census();
-
-CREATE TRIGGER job_census_truncate
-	AFTER TRUNCATE ON claimq.job
+CREATE TRIGGER job_census_guard
+	AFTER INSERT OR UPDATE OF state, queue_id OR DELETE OR TRUNCATE ON claimq.job
 	FOR EACH STATEMENT EXECUTE FUNCTION claimq.job_census();
 
--- Also under session_replication_role = replica (logical replication's
--- apply, some restores): a write the census does not see would leave it
--- valid and wrong.
-ALTER TABLE claimq.job ENABLE ALWAYS TRIGGER job_census_rows;
-ALTER TABLE claimq.job ENABLE ALWAYS TRIGGER job_census_state;
-ALTER TABLE claimq.job ENABLE ALWAYS TRIGGER job_census_truncate;
+-- Also under session_replication_role = replica (some restores): a write
+-- the census does not see would leave it valid and wrong.
+ALTER TABLE claimq.job ENABLE ALWAYS TRIGGER job_census_guard;
 
 /*
  * The current database's counts per queue and state as committed; a row

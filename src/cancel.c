@@ -36,7 +36,9 @@ PG_FUNCTION_INFO_V1(claimq_cancel);
 
 /*
  * Cancel the live jobs among ids ($1); $2 is the call's time.  Returns, for
- * each job cancelled, its id, queue and group key.
+ * each job cancelled, its id, queue, group key and the state it left: a
+ * job cancelled while pending loses its token, and a held one was running
+ * if it has a started_at (as in settle.c).
  */
 static void
 cq_cancel_live(Datum ids)
@@ -51,8 +53,11 @@ cq_cancel_live(Datum ids)
 			"       token = CASE WHEN j.state = 'pending' THEN NULL"
 			"               ELSE j.token END"
 			" WHERE j.job_id = ANY ($1)"
-			"   AND j.state = ANY ('{pending,claimed,running}'::text[])"
-			" RETURNING j.job_id, j.queue_id, j.group_key",
+			"   AND j.state = ANY (" CQ_LIVE_STATES ")"
+			" RETURNING j.job_id, j.queue_id, j.group_key,"
+			"           CASE WHEN j.token IS NULL THEN 'pending'"
+			"                WHEN j.started_at IS NULL THEN 'claimed'"
+			"                ELSE 'running' END",
 			2, argtypes);
 	values[0] = ids;
 	values[1] = TimestampTzGetDatum(GetCurrentTimestamp());
@@ -99,10 +104,7 @@ claimq_cancel(PG_FUNCTION_ARGS)
 	int			n;
 	HASHCTL		ctl;
 	HTAB	   *jobs;
-	CqCountBatch counts = {0};
-	CqGroups	groups = {0};
-	int32		freed_queue = 0;
-	uint64		ncancelled = 0;
+	CqLedgerCall call = {0};
 
 	cq_require_primary(fcinfo);
 	ids = cq_job_ids_arg(fcinfo, 0);
@@ -138,21 +140,21 @@ claimq_cancel(PG_FUNCTION_ARGS)
 			bool		isnull;
 			int64		job_id = DatumGetInt64(cq_spi_value(row, 1, &isnull));
 			int32		queue_id = DatumGetInt32(cq_spi_value(row, 2, &isnull));
+			CqState		from = cq_state_of(cq_spi_value(row, 4, &isnull));
 			Datum		group_key = cq_spi_value(row, 3, &isnull);
 			CqCancelEntry *entry = hash_search(jobs, &job_id, HASH_FIND, NULL);
+			CqMove		move;
 
 			entry->outcome = "ok";
 			entry->state = "cancelled";
-			cq_count_add(&counts, queue_id, CQ_CANCELLED, 1);
+			cq_move_init(&move, queue_id, from, CQ_IS_CANCELLED, 1);
+			move.counter = CQ_CANCELLED;
 			if (!isnull)
-				cq_groups_note(&groups, queue_id, group_key);
-			if (queue_id != freed_queue)
-				cq_flow_freed(queue_id);
-			freed_queue = queue_id;
-			ncancelled++;
+				move.group_key = group_key;
+			cq_ledger_note(&call, &move);
 		}
-		/* A cancelled job frees its group's slot (flow.c). */
-		cq_groups_sync(&groups);
+		/* A cancelled job frees its group's slot (groups.c). */
+		cq_ledger_close(&call);
 
 		/*
 		 * Why the others were not cancelled, with a fresh snapshot: gone, or
@@ -207,8 +209,5 @@ claimq_cancel(PG_FUNCTION_ARGS)
 			nulls[2] = true;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
-	cq_count_flush(&counts);
-	if (ncancelled > 0)
-		cq_finished_on_commit();
 	PG_RETURN_VOID();
 }

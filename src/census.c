@@ -7,14 +7,16 @@
  *		commit that adds its changes to shared memory, the recount that
  *		makes the counts exact after a start, and claimq.census().
  *
- * Every change of a job's state goes through claimq.job, whose row
- * triggers (claimq.job_census) note +1 for the new state and -1 for the
- * old one, per queue, in this backend's transaction; an aborted
- * subtransaction's notes are dropped.  Only AFTER row triggers see exactly
- * the rows written (an INSERT ... ON CONFLICT DO NOTHING that skips a row
- * fires none; a BEFORE trigger on UPDATE or DELETE would lock each row
- * once more).  Updates that set neither the state nor the queue, such as
- * extend, fire nothing; the few others that keep both add up to nothing.
+ * Every change of a job's state that claimq makes is reported to the
+ * ledger (ledger.c), which notes here -n for the state left and +n for the
+ * one entered, per queue, in this backend's transaction
+ * (cq_census_move); an aborted subtransaction's notes are dropped.  Writes
+ * by anything else are caught by the guard, a statement-level trigger on
+ * claimq.job (claimq.job_census: after INSERT, DELETE, TRUNCATE, and an
+ * UPDATE that sets queue_id or state), which makes the census unknown
+ * from the moment the transaction commits, unless one of claimq's own
+ * statements is running (cq_own_statements).  A row trigger on every job,
+ * which counted in 0.6, cost about 5% of a claim's throughput.
  *
  * Shared memory holds, per database and installation (the OID of
  * claimq.job) and queue, one count per state (absent means all zero), in
@@ -49,14 +51,14 @@
  * meanwhile.
  *
  * What makes a database's census unknown, from the moment it commits: a
- * server start (shared memory is new), TRUNCATE of claimq.job (no row
- * triggers), PREPARE TRANSACTION of a transaction that changed jobs
+ * server start (shared memory is new), a write to claimq.job that is not
+ * claimq's own (the guard), PREPARE TRANSACTION of a transaction that changed jobs
  * (another backend decides its fate; the recount waits until no prepared
  * transaction holds a lock on claimq.job), and no room for a queue's
  * entry when the table is full (the notes without one are dropped).
  * Entries whose counts are all zero make room when the table is full;
  * those of dropped databases are freed by the launcher (and by a recount
- * that finds no room).  Writes with the triggers disabled (ALTER TABLE ...
+ * that finds no room).  Writes with the guard disabled (ALTER TABLE ...
  * DISABLE TRIGGER, pg_restore --disable-triggers) are not seen:
  * claimq.census_recount() counts again.  On a standby nothing is counted.
  * While a database's census is not valid, claimq.census() says so and
@@ -89,18 +91,6 @@
 PG_FUNCTION_INFO_V1(claimq_job_census);
 PG_FUNCTION_INFO_V1(claimq_census);
 PG_FUNCTION_INFO_V1(claimq_census_recount);
-
-/* The states, in the order of claimq.census()'s columns. */
-typedef enum CqState
-{
-	CQ_IS_PENDING,
-	CQ_IS_CLAIMED,
-	CQ_IS_RUNNING,
-	CQ_IS_DONE,
-	CQ_IS_DEAD,
-	CQ_IS_CANCELLED,
-	CQ_NSTATES
-} CqState;
 
 static const char *const cq_state_names[CQ_NSTATES] = {
 	"pending", "claimed", "running", "done", "dead", "cancelled"
@@ -155,11 +145,6 @@ static int	cq_notes_size = 0;
 static Oid	cq_notes_relid = InvalidOid;
 static CqCommitSlot *cq_my_slot = NULL; /* set from pre-commit to commit */
 static bool cq_census_unknown = false;	/* make it unknown at commit */
-
-/* Where the trigger finds queue_id and state in claimq.job's rows. */
-static Oid	cq_attrs_relid = InvalidOid;
-static AttrNumber cq_queue_attr;
-static AttrNumber cq_state_attr;
 
 Size
 cq_census_shmem_size(void)
@@ -484,7 +469,8 @@ cq_census_subxact_event(SubXactEvent event)
 	cq_nnotes = kept;
 }
 
-static CqState
+/* The state named by a text datum. */
+CqState
 cq_state_of(Datum state)
 {
 	text	   *t = DatumGetTextPP(state);
@@ -498,91 +484,80 @@ cq_state_of(Datum state)
 	return CQ_NSTATES;			/* keep the compiler quiet */
 }
 
-/* Note one row of claimq.job entering (+1) or leaving (-1) its state. */
-static void
-cq_census_note(Relation rel, HeapTuple tuple, int sign)
+/* This transaction's note of a queue at the current level, made if missing. */
+static CqCensusNote *
+cq_census_note(int32 queue_id)
 {
-	TupleDesc	desc = RelationGetDescr(rel);
 	int			level = GetCurrentTransactionNestLevel();
-	bool		isnull;
-	int32		queue_id;
-	CqState		state;
-	CqCensusNote *note = NULL;
-
-	queue_id = DatumGetInt32(heap_getattr(tuple, cq_queue_attr, desc, &isnull));
-	state = cq_state_of(heap_getattr(tuple, cq_state_attr, desc, &isnull));
+	CqCensusNote *note;
 
 	for (int i = cq_nnotes - 1; i >= 0; i--)
 		if (cq_notes[i].queue_id == queue_id && cq_notes[i].level == level)
-		{
-			note = &cq_notes[i];
-			break;
-		}
-	if (note == NULL)
+			return &cq_notes[i];
+	if (cq_nnotes == cq_notes_size)
 	{
-		if (cq_nnotes == cq_notes_size)
-		{
-			cq_notes_size = Max(16, cq_notes_size * 2);
-			cq_notes = cq_notes == NULL ?
-				MemoryContextAlloc(TopMemoryContext,
-								   cq_notes_size * sizeof(CqCensusNote)) :
-				repalloc(cq_notes, cq_notes_size * sizeof(CqCensusNote));
-		}
-		note = &cq_notes[cq_nnotes++];
-		memset(note, 0, sizeof(*note));
-		note->queue_id = queue_id;
-		note->level = level;
+		cq_notes_size = Max(16, cq_notes_size * 2);
+		cq_notes = cq_notes == NULL ?
+			MemoryContextAlloc(TopMemoryContext,
+							   cq_notes_size * sizeof(CqCensusNote)) :
+			repalloc(cq_notes, cq_notes_size * sizeof(CqCensusNote));
 	}
-	note->delta[state] += sign;
+	if (cq_nnotes == 0)
+		cq_notes_relid = cq_job_relid();
+	note = &cq_notes[cq_nnotes++];
+	memset(note, 0, sizeof(*note));
+	note->queue_id = queue_id;
+	note->level = level;
+	return note;
 }
 
 /*
- * claimq.job_census(): the row triggers of claimq.job (AFTER INSERT or
- * DELETE, AFTER UPDATE of a job's state) and its TRUNCATE trigger.
+ * n jobs of the queue left state from and entered state to in this
+ * transaction (either CQ_IS_ABSENT: inserted, deleted).  Called by the
+ * ledger only.
+ */
+void
+cq_census_move(int32 queue_id, CqState from, CqState to, int64 n)
+{
+	CqCensusNote *note;
+
+	if (!cq_shmem_ready)
+		return;
+	cq_ledger_use();
+	note = cq_census_note(queue_id);
+	if (from != CQ_IS_ABSENT)
+		note->delta[from] -= n;
+	if (to != CQ_IS_ABSENT)
+		note->delta[to] += n;
+}
+
+/*
+ * claimq.job_census(): the census's guard, a statement-level trigger of
+ * claimq.job (after INSERT, DELETE, TRUNCATE, and an UPDATE that sets
+ * queue_id or state).  A statement of claimq's own has told the ledger
+ * what it did; anything else makes the census unknown once its
+ * transaction commits, and TRUNCATE always does.
  */
 Datum
 claimq_job_census(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
-	Relation	rel;
-	TriggerEvent event;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("claimq.job_census() is a trigger of claimq.job")));
-	rel = trigdata->tg_relation;
-	event = trigdata->tg_event;
+	/*
+	 * (The row triggers of 0.6 call it too, until ALTER EXTENSION claimq
+	 * UPDATE replaces them: the same for each row.)
+	 */
 	if (!cq_shmem_ready)
 		return PointerGetDatum(NULL);
-	cq_ledger_use();
-	cq_notes_relid = RelationGetRelid(rel);
-	if (TRIGGER_FIRED_BY_TRUNCATE(event))
-	{
-		/* Rows gone without row triggers: unknown once this commits. */
-		cq_census_unknown = true;
+	if (cq_own_statements > 0 && !TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event))
 		return PointerGetDatum(NULL);
-	}
-	if (!TRIGGER_FIRED_FOR_ROW(event) || !TRIGGER_FIRED_AFTER(event))
-		elog(ERROR, "claimq.job_census() fired for something other than a row, after");
-
-	if (cq_attrs_relid != RelationGetRelid(rel))
-	{
-		cq_queue_attr = SPI_fnumber(RelationGetDescr(rel), "queue_id");
-		cq_state_attr = SPI_fnumber(RelationGetDescr(rel), "state");
-		if (cq_queue_attr <= 0 || cq_state_attr <= 0)
-			elog(ERROR, "claimq.job_census() fired for a table without queue_id and state");
-		cq_attrs_relid = RelationGetRelid(rel);
-	}
-	if (TRIGGER_FIRED_BY_INSERT(event))
-		cq_census_note(rel, trigdata->tg_trigtuple, 1);
-	else if (TRIGGER_FIRED_BY_DELETE(event))
-		cq_census_note(rel, trigdata->tg_trigtuple, -1);
-	else
-	{
-		cq_census_note(rel, trigdata->tg_trigtuple, -1);
-		cq_census_note(rel, trigdata->tg_newtuple, 1);
-	}
+	cq_ledger_use();
+	cq_notes_relid = RelationGetRelid(trigdata->tg_relation);
+	cq_census_unknown = true;
 	return PointerGetDatum(NULL);
 }
 

@@ -79,7 +79,7 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	CqFloor		floor;
 	uint64		claimed;
 	bool		isnull;
-	CqCountBatch counts = {0};
+	CqLedgerCall call = {0};
 	CqFlowTicket ticket;
 
 	max_jobs = cq_flow_allowance(queue, max_jobs, &ticket);
@@ -159,27 +159,27 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	cq_execute(plan, values, nulls, SPI_OK_SELECT);
 	claimed = SPI_processed;
 
-	counts.queue_name = queue->name;
-	counts.named_queue_id = queue->queue_id;
-	cq_count_add(&counts, queue->queue_id, CQ_CLAIMED, claimed);
-	if (start)
-		cq_count_add(&counts, queue->queue_id, CQ_STARTED, claimed);
-
+	call.counts.queue_name = queue->name;
+	call.counts.named_queue_id = queue->queue_id;
 	for (uint64 row = 0; row < claimed; row++)
 	{
 		Datum		rowvalues[10];
 		bool		rownulls[10];
-		TimestampTz ready;
+		CqMove		move;
 
 		heap_deform_tuple(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
 						  rowvalues, rownulls);
 		tuplestore_putvalues(result, desc, rowvalues, rownulls);
+		cq_move_init(&move, queue->queue_id, CQ_IS_PENDING,
+					 start ? CQ_IS_RUNNING : CQ_IS_CLAIMED, 1);
+		move.counter = CQ_CLAIMED;
 		/* Waiting since it became ready: run_at, or its enqueue if later. */
-		ready = Max(DatumGetTimestampTz(rowvalues[7]),
-					DatumGetTimestampTz(rowvalues[5]));
-		cq_latency_add(&counts, queue->queue_id, CQ_LATENCY_WAIT, now - ready);
+		move.latency = CQ_LATENCY_WAIT;
+		move.latency_us = now - Max(DatumGetTimestampTz(rowvalues[7]),
+									DatumGetTimestampTz(rowvalues[5]));
+		cq_ledger_note(&call, &move);
 	}
-	cq_count_flush(&counts);
+	cq_ledger_close(&call);
 	if (claimed == 0)
 	{
 		cq_flow_spend(queue, &ticket, 0);

@@ -23,7 +23,8 @@
  *					timer
  *		wakeup.c	what a transaction did to the pending jobs: wake-ups of
  *					waiting claims and wait_for, floors lowered
- *		ledger.c	the end of a transaction: the one pair of callbacks
+ *		ledger.c	what a transaction did to jobs, reported once per move;
+ *					the one pair of transaction callbacks
  *		floor.c		claim floors in shared memory
  *		token.c		fencing tokens, never handed out twice
  *		counters.c	shared per-queue counters and latency histograms
@@ -107,6 +108,23 @@ extern int	cq_flow_slots;
 extern int	cq_counter_entries;
 extern int	cq_floor_slots;
 extern bool cq_shmem_ready;
+
+/* A job's states, in the order of claimq.census()'s columns. */
+typedef enum CqState
+{
+	CQ_IS_ABSENT = -1,			/* not in claimq.job: before an insert, after
+								 * a delete */
+	CQ_IS_PENDING,
+	CQ_IS_CLAIMED,
+	CQ_IS_RUNNING,
+	CQ_IS_DONE,
+	CQ_IS_DEAD,
+	CQ_IS_CANCELLED,
+	CQ_NSTATES
+} CqState;
+
+/* The live states, in which a job holds its dedup key and its group. */
+#define CQ_LIVE_STATES "'{pending,claimed,running}'::text[]"
 
 /* Shared counters (counters.c), one set per database and queue. */
 typedef enum CqCounter
@@ -192,6 +210,7 @@ extern void cq_wakeup_subxact_event(SubXactEvent event);
 extern Size cq_census_shmem_size(void);
 extern void cq_census_shmem_init(LWLock *lock, LWLock *gate);
 extern bool cq_census_recount(void);
+extern void cq_census_move(int32 queue_id, CqState from, CqState to, int64 n);
 extern void cq_census_free_dropped(void);
 
 /* The background reclaimer (reclaimer.c) */
@@ -338,6 +357,49 @@ extern int32 cq_flow_allowance(const CqQueue *queue, int32 max_jobs,
 							   CqFlowTicket *ticket);
 extern void cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket,
 						  int32 n);
+
+/*
+ * The ledger (ledger.c).  Every change of jobs' states that claimq makes is
+ * reported to it once, as a move, by the path that made it; the ledger
+ * tells the call's counters and latencies, the census, the wake-ups and
+ * floors, and flow control, each what it needs.  A call gathers its moves
+ * in a CqLedgerCall and closes it at its end (with SPI connected: the
+ * groups noted are synced then).
+ */
+typedef struct CqMove
+{
+	int32		queue_id;
+	CqState		from;
+	CqState		to;
+	int64		n;				/* how many jobs */
+	int			counter;		/* the CqCounter the call counts them as, or -1 */
+	TimestampTz run_at;			/* to pending: the earliest run_at (DT_NOBEGIN:
+								 * not known) */
+	int			latency;		/* a CqLatencyKind sampled once, or -1 */
+	int64		latency_us;
+	Datum		group_key;		/* text: the group of the jobs, or 0 */
+	Datum		group_keys;		/* text[]: the groups of the jobs, or 0 */
+} CqMove;
+
+typedef struct CqLedgerCall
+{
+	CqCountBatch counts;
+	CqGroups	groups;
+	int32		freed_queue;	/* the last queue told that jobs left flight */
+} CqLedgerCall;
+
+extern void cq_move_init(CqMove *move, int32 queue_id, CqState from,
+						 CqState to, int64 n);
+extern void cq_ledger_note(CqLedgerCall *call, const CqMove *move);
+extern void cq_ledger_close(CqLedgerCall *call);
+extern CqState cq_state_of(Datum state);
+
+/*
+ * The census's guard (census.c) stands aside while claimq's own statements
+ * run: cq_execute and its kin count them here (common.c), and the SQL
+ * functions that write jobs open a scope with claimq.ledger_begin().
+ */
+extern int	cq_own_statements;
 
 /*
  * Backoff before retry number n (n >= 1, an SQL expression over the

@@ -389,7 +389,12 @@ cq_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
  * and never planned again per call.  Both are decided when the statement
  * is planned, which happens inside SPI_execute_plan: the first time, and
  * again whenever the plan is invalidated.
+ *
+ * While it runs, the statement is counted in cq_own_statements: the
+ * census's guard leaves claimq's own writes to the ledger (ledger.c).
  */
+int			cq_own_statements = 0;
+
 static void
 cq_execute_plan(SPIPlanPtr plan, Datum *values, const char *nulls,
 				int expected, bool read_only)
@@ -400,12 +405,14 @@ cq_execute_plan(SPIPlanPtr plan, Datum *values, const char *nulls,
 
 	jit_enabled = false;
 	plan_cache_mode = PLAN_CACHE_MODE_FORCE_GENERIC_PLAN;
+	cq_own_statements++;
 	PG_TRY();
 	{
 		ret = SPI_execute_plan(plan, values, nulls, read_only, 0);
 	}
 	PG_FINALLY();
 	{
+		cq_own_statements--;
 		jit_enabled = save_jit;
 		plan_cache_mode = save_plan_cache_mode;
 	}

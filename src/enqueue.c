@@ -22,7 +22,8 @@
  * bits plus the next value of claimq.job_id_seq.
  *
  * On a queue with group limits, a job with a group key goes in held, after
- * its group's lock is taken, and its group is synced afterwards (flow.c).
+ * its group's lock is taken (by a sync of its group before the insert),
+ * and its group is synced afterwards, through the ledger.
  *
  * Every enqueue holds its queue's producer lock in share mode (claimq.h),
  * so a job cannot be inserted into a queue that drop_queue is deleting.
@@ -48,8 +49,6 @@ PG_FUNCTION_INFO_V1(claimq_enqueue_many);
 /* A live job's key cannot be freed and taken again forever; bound it. */
 #define CQ_DEDUP_RETRIES	100
 
-#define CQ_LIVE_STATES "'{pending,claimed,running}'::text[]"
-
 /* Limits of the contract. */
 #define CQ_MAX_JOB_ATTEMPTS	1000
 #define CQ_MAX_GROUP_KEY	200 /* bytes */
@@ -68,6 +67,9 @@ typedef struct CqEnqueueArgs
 	Datum		max_attempts;	/* 0 when NULL: the queue's */
 	bool		max_attempts_null;
 	bool		replace;		/* on_duplicate => 'replace' */
+	/* What the call did: */
+	int64		inserted;		/* jobs inserted */
+	bool		replaced;		/* a pending job took the call's run_at */
 } CqEnqueueArgs;
 
 /*
@@ -87,6 +89,8 @@ cq_enqueue_args(FunctionCallInfo fcinfo, CqEnqueueArgs *args)
 	args->max_attempts_null = true;
 	args->max_attempts = (Datum) 0;
 	args->replace = false;
+	args->inserted = 0;
+	args->replaced = false;
 	if (PG_NARGS() > 6)
 	{
 		char	   *on_duplicate;
@@ -233,13 +237,19 @@ cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null,
 
 		cq_execute(plan, values, nulls, SPI_OK_INSERT_RETURNING);
 		if (SPI_processed == 1)
+		{
+			args->inserted++;
 			return DatumGetInt64(cq_spi_value(0, 1, &isnull));
+		}
 
 		/* Only a dedup conflict inserts nothing. */
 		Assert(!key_null);
 		if (args->replace &&
 			(job_id = cq_replace_pending(args, payload, key)) != 0)
+		{
+			args->replaced = true;
 			return job_id;
+		}
 		job_id = cq_live_job_for_key(args->queue.queue_id, key);
 		if (job_id != 0)
 			return job_id;
@@ -285,12 +295,28 @@ cq_enqueue_queue(CqEnqueueArgs *args)
 				 errhint("Retry the transaction.")));
 }
 
+/*
+ * The end of an enqueue: the jobs inserted go to the ledger, which syncs
+ * their groups (a text[], or 0) with the queue's group limits; a pending
+ * job that took the call's run_at is claimable from then; and the queue's
+ * listeners hear of it.  The caller has connected SPI.
+ */
 static void
-cq_enqueue_notify(CqEnqueueArgs *args)
+cq_enqueue_done(CqEnqueueArgs *args, Datum groups)
 {
-	cq_ready_on_commit(args->queue.queue_id,
-					   args->run_at_null ? args->now :
-					   DatumGetTimestampTz(args->run_at));
+	CqLedgerCall call = {0};
+	CqMove		move;
+	TimestampTz run_at = args->run_at_null ? args->now :
+		DatumGetTimestampTz(args->run_at);
+
+	cq_move_init(&move, args->queue.queue_id, CQ_IS_ABSENT, CQ_IS_PENDING,
+				 args->inserted);
+	move.run_at = run_at;
+	move.group_keys = groups;
+	cq_ledger_note(&call, &move);
+	cq_ledger_close(&call);
+	if (args->replaced)
+		cq_ready_on_commit(args->queue.queue_id, run_at);
 	if (args->queue.notify)
 		Async_Notify("claimq", args->queue_name);
 }
@@ -328,11 +354,8 @@ claimq_enqueue(PG_FUNCTION_ARGS)
 							PG_ARGISNULL(4),
 							group_key_null ? (Datum) 0 : PG_GETARG_DATUM(7),
 							group_key_null);
-	if (groups != (Datum) 0)
-		cq_sync_groups(args.queue.queue_id, groups);
+	cq_enqueue_done(&args, groups);
 	SPI_finish();
-
-	cq_enqueue_notify(&args);
 	PG_RETURN_INT64(job_id);
 }
 
@@ -475,7 +498,9 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 			inserted = DatumGetBool(SPI_getbinval(tuptable->vals[row],
 												  tuptable->tupdesc, 2,
 												  &isnull));
-			if (!inserted)
+			if (inserted)
+				args.inserted++;
+			else
 			{
 				/* A live job holds the key: find it, or insert after all. */
 				Datum		key = SPI_getbinval(tuptable->vals[row],
@@ -497,10 +522,7 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 		}
 		SPI_freetuptable(tuptable);
 	}
-	if (sync)
-		cq_sync_groups(args.queue.queue_id, PointerGetDatum(group_keys));
+	cq_enqueue_done(&args, sync ? PointerGetDatum(group_keys) : (Datum) 0);
 	SPI_finish();
-
-	cq_enqueue_notify(&args);
 	return (Datum) 0;
 }

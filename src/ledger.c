@@ -1,16 +1,42 @@
 /*-------------------------------------------------------------------------
  *
  * ledger.c
- *		The one pair of transaction and subtransaction callbacks through
- *		which whatever a transaction did to jobs takes effect when it
- *		ends: the flow slots it reserved, the census's notes, the claim
- *		floors and the wake-ups.
+ *		What a transaction did to jobs: every change of jobs' states that
+ *		claimq makes is reported here once, and takes effect through the
+ *		one pair of transaction and subtransaction callbacks when the
+ *		transaction ends.
  *
- * Each module keeps its own record of the transaction (flow.c its
- * reservations, census.c its notes and commit slot, wakeup.c its queues)
- * and has one function per kind of event; a module registers nothing
- * itself, but calls cq_ledger_use() before it first records something, and
- * the ledger calls every module, in this order:
+ * A move is n jobs of a queue going from one state to another (CQ_IS_ABSENT
+ * before an insert and after a delete), reported by the path that made it
+ * (enqueue.c, claim.c, settle.c, cancel.c, reclaim.c, prune.c, schedule.c,
+ * and through claimq.ledger_end() the SQL-language ones).  The path knows
+ * both states: each statement that moves jobs returns, per row, enough to
+ * tell the state it left (a deleted row's own state; where an update's
+ * RETURNING sees only the new row, a rule that holds of claimq's rows: a
+ * held job was claimed if its started_at is null and running if not, and
+ * a job cancelled while pending loses its token).  From each move the
+ * ledger derives what the consumers need, at once:
+ *
+ *	counters		the call's counter for the jobs, and dead and started
+ *					where the move says so (added to shared memory when the
+ *					call closes: counters count calls, committed or not)
+ *	latencies		one sample, if the move carries one
+ *	census			a note of -n for the state left and +n for the one
+ *					entered (census.c adds them when the commit is visible)
+ *	wake-ups		jobs made pending lower the queue's floor and wake its
+ *					waiting claims at commit; jobs finished or deleted wake
+ *					wait_for (wakeup.c)
+ *	flow control	jobs leaving flight free queue-wide slots (limits.c);
+ *					the groups of the jobs are synced with their queue's
+ *					group limits when the call closes (groups.c)
+ *
+ * The census is fed from here only.  Writes to claimq.job by anything else
+ * (plain SQL, a restore) are caught by a statement-level trigger, the
+ * census's guard, which makes the census unknown until the reclaimer
+ * counts again; it stands aside while one of claimq's own statements runs
+ * (cq_own_statements).
+ *
+ * When the transaction ends, every module is called in this order:
  *
  *	pre-prepare		flow (refuses to prepare a transaction holding flow
  *					reservations: nothing would hold them meanwhile)
@@ -33,10 +59,124 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
 
 #include "claimq.h"
 
+PG_FUNCTION_INFO_V1(claimq_ledger_begin);
+PG_FUNCTION_INFO_V1(claimq_ledger_end);
+
 static bool cq_ledger_registered = false;
+
+/* claimq.ledger_begin() scopes open in this transaction. */
+static int	cq_sql_scopes = 0;
+
+/* Whether jobs in the state hold a slot of their queue's flight. */
+static inline bool
+cq_in_flight(CqState state)
+{
+	return state == CQ_IS_CLAIMED || state == CQ_IS_RUNNING;
+}
+
+/* A move of n jobs from one state to another, with nothing else to tell. */
+void
+cq_move_init(CqMove *move, int32 queue_id, CqState from, CqState to, int64 n)
+{
+	move->queue_id = queue_id;
+	move->from = from;
+	move->to = to;
+	move->n = n;
+	move->counter = -1;
+	move->run_at = DT_NOBEGIN;
+	move->latency = -1;
+	move->latency_us = 0;
+	move->group_key = (Datum) 0;
+	move->group_keys = (Datum) 0;
+}
+
+/*
+ * Report a move (see the file header).  Nothing here fails but for want of
+ * memory; what needs SPI waits for cq_ledger_close.
+ */
+void
+cq_ledger_note(CqLedgerCall *call, const CqMove *move)
+{
+	int32		queue_id = move->queue_id;
+
+	if (move->n <= 0 && move->latency < 0)
+		return;
+	if (move->counter >= 0)
+		cq_count_add(&call->counts, queue_id, (CqCounter) move->counter,
+					 move->n);
+	if (move->to == CQ_IS_DEAD && move->counter != CQ_DEAD)
+		cq_count_add(&call->counts, queue_id, CQ_DEAD, move->n);
+	if (move->from == CQ_IS_PENDING && move->to == CQ_IS_RUNNING)
+		cq_count_add(&call->counts, queue_id, CQ_STARTED, move->n);
+	if (move->latency >= 0)
+		cq_latency_add(&call->counts, queue_id, (CqLatencyKind) move->latency,
+					   move->latency_us);
+	if (move->n <= 0)
+		return;
+
+	if (move->from != move->to)
+		cq_census_move(queue_id, move->from, move->to, move->n);
+
+	if (move->to == CQ_IS_PENDING)
+		cq_ready_on_commit(queue_id, move->run_at);
+	else if (move->to == CQ_IS_DONE || move->to == CQ_IS_DEAD ||
+			 move->to == CQ_IS_CANCELLED || move->to == CQ_IS_ABSENT)
+		cq_finished_on_commit();
+
+	if (cq_in_flight(move->from) && !cq_in_flight(move->to) &&
+		call->freed_queue != queue_id)
+	{
+		cq_flow_freed(queue_id);
+		call->freed_queue = queue_id;
+	}
+	if (move->group_key != (Datum) 0)
+		cq_groups_note(&call->groups, queue_id, move->group_key);
+	if (move->group_keys != (Datum) 0)
+	{
+		ArrayType  *keys = DatumGetArrayTypeP(move->group_keys);
+		Datum	   *elems;
+		bool	   *nulls;
+		int			nelems;
+
+		deconstruct_array(keys, TEXTOID, -1, false, TYPALIGN_INT,
+						  &elems, &nulls, &nelems);
+		for (int i = 0; i < nelems; i++)
+			if (!nulls[i])
+				cq_groups_note(&call->groups, queue_id, elems[i]);
+	}
+}
+
+/*
+ * The end of a call: its counts go to shared memory and the groups noted
+ * are synced.  The caller has connected SPI, and the group keys of its
+ * moves are still valid.
+ */
+void
+cq_ledger_close(CqLedgerCall *call)
+{
+	cq_count_flush(&call->counts);
+	cq_groups_sync(&call->groups);
+	call->freed_queue = 0;
+}
+
+/*
+ * The scopes of claimq.ledger_begin() end with the (sub)transaction that
+ * failed inside them.  (An aborted subtransaction ends them all: a scope
+ * opened by its parent and still open then makes the guard note a write
+ * of its own as someone else's, which costs a recount, never a count.)
+ */
+static void
+cq_ledger_reset_scopes(void)
+{
+	cq_own_statements -= cq_sql_scopes;
+	cq_sql_scopes = 0;
+}
 
 static void
 cq_ledger_xact_callback(XactEvent event, void *arg)
@@ -54,6 +194,7 @@ cq_ledger_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
+			cq_ledger_reset_scopes();
 			cq_flow_xact_event(event);
 			cq_census_xact_event(event);
 			cq_wakeup_xact_event(event);
@@ -69,6 +210,8 @@ cq_ledger_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 {
 	if (event != SUBXACT_EVENT_COMMIT_SUB && event != SUBXACT_EVENT_ABORT_SUB)
 		return;
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		cq_ledger_reset_scopes();
 	cq_census_subxact_event(event);
 	cq_wakeup_subxact_event(event);
 }
@@ -86,4 +229,73 @@ cq_ledger_use(void)
 	RegisterXactCallback(cq_ledger_xact_callback, NULL);
 	RegisterSubXactCallback(cq_ledger_subxact_callback, NULL);
 	cq_ledger_registered = true;
+}
+
+/*
+ * ledger_begin() returns void: the SQL-language functions that move jobs
+ * (drop_queue, purge_queue, retry_dead) open a scope before their
+ * statements, in which the census's guard stands aside, and report what
+ * the statements did with ledger_end().  In no duty.
+ */
+Datum
+claimq_ledger_begin(PG_FUNCTION_ARGS)
+{
+	cq_ledger_use();
+	cq_own_statements++;
+	cq_sql_scopes++;
+	PG_RETURN_VOID();
+}
+
+/*
+ * ledger_end(queue_id, to_state, from_states, counts) returns void: counts[i]
+ * jobs of the queue moved from from_states[i] to to_state (NULL: deleted),
+ * and the scope of the last ledger_begin() ends.  In no duty.
+ */
+Datum
+claimq_ledger_end(PG_FUNCTION_ARGS)
+{
+	CqLedgerCall call = {0};
+	int32		queue_id;
+	CqState		to;
+	Datum	   *froms;
+	bool	   *fromnulls;
+	Datum	   *counts;
+	bool	   *countnulls;
+	int			nfroms;
+	int			ncounts;
+
+	cq_arg_not_null(fcinfo, 0, "queue_id");
+	cq_arg_not_null(fcinfo, 2, "from_states");
+	cq_arg_not_null(fcinfo, 3, "counts");
+	if (cq_sql_scopes == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("ledger_end() without ledger_begin()")));
+	queue_id = PG_GETARG_INT32(0);
+	to = PG_ARGISNULL(1) ? CQ_IS_ABSENT : cq_state_of(PG_GETARG_DATUM(1));
+	deconstruct_array(PG_GETARG_ARRAYTYPE_P(2), TEXTOID, -1, false,
+					  TYPALIGN_INT, &froms, &fromnulls, &nfroms);
+	deconstruct_array(PG_GETARG_ARRAYTYPE_P(3), INT8OID, sizeof(int64),
+					  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &counts, &countnulls,
+					  &ncounts);
+	if (nfroms != ncounts)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("from_states and counts must have as many elements")));
+	for (int i = 0; i < nfroms; i++)
+	{
+		CqMove		move;
+
+		if (fromnulls[i] || countnulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("from_states and counts must not hold nulls")));
+		cq_move_init(&move, queue_id, cq_state_of(froms[i]), to,
+					 DatumGetInt64(counts[i]));
+		cq_ledger_note(&call, &move);
+	}
+	cq_count_flush(&call.counts);
+	cq_sql_scopes--;
+	cq_own_statements--;
+	PG_RETURN_VOID();
 }

@@ -33,13 +33,16 @@ cq_prune_finished(int32 max_jobs)
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[2] = {INT4OID, TIMESTAMPTZOID};
 	Datum		values[2];
+	CqLedgerCall call = {0};
+	uint64		n = 0;
 
 	/*
 	 * One branch per state, each with the state as a constant, so that each
 	 * uses the partial index over finished jobs.
 	 */
 	cq_plan(&plan,
-			"DELETE FROM claimq.job j"
+			"WITH pruned AS ("
+			" DELETE FROM claimq.job j"
 			" WHERE j.job_id = ANY (ARRAY("
 			"   SELECT o.job_id"
 			"     FROM claimq.queue q"
@@ -59,14 +62,28 @@ cq_prune_finished(int32 max_jobs)
 			"          AND f.finished_at < $2 - q.keep_dead"
 			"        ORDER BY f.finished_at LIMIT $1)) o"
 			"    LIMIT $1))"
-			"   AND j.finished_at IS NOT NULL",
+			"   AND j.finished_at IS NOT NULL"
+			" RETURNING j.queue_id, j.state"
+			")"
+			" SELECT p.queue_id, p.state, pg_catalog.count(*)"
+			"   FROM pruned p GROUP BY p.queue_id, p.state",
 			2, argtypes);
 	values[0] = Int32GetDatum(max_jobs);
 	values[1] = TimestampTzGetDatum(GetCurrentTimestamp());
-	cq_execute(plan, values, NULL, SPI_OK_DELETE);
-	if (SPI_processed > 0)
-		cq_finished_on_commit();
-	return SPI_processed;
+	cq_execute(plan, values, NULL, SPI_OK_SELECT);
+	for (uint64 row = 0; row < SPI_processed; row++)
+	{
+		bool		isnull;
+		CqMove		move;
+
+		cq_move_init(&move, DatumGetInt32(cq_spi_value(row, 1, &isnull)),
+					 cq_state_of(cq_spi_value(row, 2, &isnull)), CQ_IS_ABSENT,
+					 DatumGetInt64(cq_spi_value(row, 3, &isnull)));
+		cq_ledger_note(&call, &move);
+		n += move.n;
+	}
+	cq_ledger_close(&call);
+	return n;
 }
 
 /*

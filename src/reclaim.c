@@ -48,7 +48,7 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 	Oid			argtypes[3] = {INT4OID, INT4OID, TIMESTAMPTZOID};
 	Datum		values[3];
 	uint64		total = 0;
-	CqCountBatch counts = {0};
+	CqLedgerCall call = {0};
 	SPITupleTable *tuptable;
 	uint64		nrows;
 
@@ -74,20 +74,20 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 			"    FROM claimq.queue q"
 			"   WHERE j.job_id = ANY (ARRAY(SELECT c.job_id FROM cand c))"
 			"     AND j.expires_at < $3 AND q.queue_id = j.queue_id"
-			"  RETURNING q.queue_id, q.name, j.state, j.run_at,"
+			"  RETURNING q.queue_id, q.name, j.state, j.run_at, j.started_at,"
 			"            CASE WHEN q.group_limit IS NOT NULL OR q.group_fifo"
 			"                 THEN j.group_key END AS group_key"
 			")"
 
 	/*
-	 * A released job keeps its run_at, which is before its claim and so
-	 * before $3; a retried one runs at $3 plus a backoff.
+	 * A released job was claimed, a retried one running: the update keeps
+	 * started_at, null while a job is claimed (as in settle.c).
 	 */
 			" SELECT u.queue_id, u.name,"
 			"        pg_catalog.count(*) FILTER (WHERE u.state = 'pending'"
-			"                                      AND u.run_at < $3),"
+			"                                      AND u.started_at IS NULL),"
 			"        pg_catalog.count(*) FILTER (WHERE u.state = 'pending'"
-			"                                      AND u.run_at >= $3),"
+			"                                      AND u.started_at IS NOT NULL),"
 			"        pg_catalog.count(*) FILTER (WHERE u.state = 'dead'),"
 			"        pg_catalog.min(u.run_at) FILTER (WHERE u.state = 'pending'),"
 			"        pg_catalog.array_agg(DISTINCT u.group_key)"
@@ -118,26 +118,29 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 		n = DatumGetInt64(rowvalues[2]) + DatumGetInt64(rowvalues[3]) +
 			DatumGetInt64(rowvalues[4]);
 		total += n;
-		cq_count_add(&counts, DatumGetInt32(rowvalues[0]), CQ_RECLAIMED, n);
-		if (!rownulls[5])
-			cq_ready_on_commit(DatumGetInt32(rowvalues[0]),
-							   DatumGetTimestampTz(rowvalues[5]));
-		cq_count_add(&counts, DatumGetInt32(rowvalues[0]), CQ_DEAD,
-					 DatumGetInt64(rowvalues[4]));
-		if (DatumGetInt64(rowvalues[4]) > 0)
-			cq_finished_on_commit();
 		if (result)
 			tuplestore_putvalues(result, desc, rowvalues + 1, rownulls + 1);
+		/* The groups go with the first move of any jobs. */
+		for (int m = 0; m < 3; m++)
+		{
+			CqMove		move;
 
-		/*
-		 * A job reclaimed frees a queue-wide slot; one that died, its
-		 * group's.
-		 */
-		cq_flow_freed(DatumGetInt32(rowvalues[0]));
-		if (!rownulls[6])
-			cq_sync_groups(DatumGetInt32(rowvalues[0]), rowvalues[6]);
+			cq_move_init(&move, DatumGetInt32(rowvalues[0]),
+						 m == 0 ? CQ_IS_CLAIMED : CQ_IS_RUNNING,
+						 m == 2 ? CQ_IS_DEAD : CQ_IS_PENDING,
+						 DatumGetInt64(rowvalues[2 + m]));
+			move.counter = CQ_RECLAIMED;
+			if (!rownulls[5])
+				move.run_at = DatumGetTimestampTz(rowvalues[5]);
+			if (!rownulls[6] && move.n > 0)
+			{
+				move.group_keys = rowvalues[6];
+				rownulls[6] = true;
+			}
+			cq_ledger_note(&call, &move);
+		}
 	}
-	cq_count_flush(&counts);
+	cq_ledger_close(&call);
 	return total;
 }
 

@@ -326,7 +326,13 @@ cq_fire_one(const char *name, int32 queue_id, const char *queue_name,
 	cq_execute(plan, values, nulls, SPI_OK_UPDATE);
 	if (n > 0)
 	{
-		cq_ready_on_commit(queue_id, occurrences[0]);
+		CqLedgerCall call = {0};
+		CqMove		move;
+
+		cq_move_init(&move, queue_id, CQ_IS_ABSENT, CQ_IS_PENDING, n);
+		move.run_at = occurrences[0];
+		cq_ledger_note(&call, &move);
+		cq_ledger_close(&call);
 		if (notify)
 			Async_Notify("claimq", queue_name);
 	}

@@ -86,6 +86,13 @@ PG_FUNCTION_INFO_V1(claimq_release_worker);
 	" j.job_id = i.job_id AND j.token = i.token" \
 	" AND j.state = ANY ('{claimed,running}'::text[]) "
 
+/*
+ * The state a held job was in, read off a row that an update left with
+ * its started_at (see below).
+ */
+#define CQ_HELD_STATE_SQL \
+	"CASE WHEN j.started_at IS NULL THEN 'claimed' ELSE 'running' END"
+
 /* The arguments a settle function takes after its pairs. */
 typedef enum CqSettleArgs
 {
@@ -99,11 +106,15 @@ typedef enum CqSettleArgs
 /*
  * Each statement changes the rows it may and returns, for each, the input
  * pair's number and the job's queue, followed by the operation's extra
- * result columns; a statement that moves jobs out of flight returns their
- * group_key too, for the group limits (flow.c).  Pairs it does not return
- * are told apart afterwards (see cq_settle).  What else a settled pair
- * means (a job made pending or dead, finished, a run measured) the fields
- * after the counter say.
+ * result columns; then, by name, what the ledger is told of each job
+ * moved: from_state and to_state (NULL: deleted), ready_at (its run_at,
+ * if it was made pending), started_at (the start of a run that ended) and
+ * group_key (for the group limits).  An update's RETURNING sees the new
+ * row only: the state a held job left is told by its started_at, null
+ * while claimed and set once running (claim.c and start keep that so);
+ * start, which sets started_at, reads the state under the row lock
+ * instead.  Pairs it does not return are told apart afterwards (see
+ * cq_settle).
  */
 typedef struct CqSettleOp
 {
@@ -115,16 +126,22 @@ typedef struct CqSettleOp
 	bool		report_started; /* a running job under the token is "started" */
 	int			spi_ok;			/* the statement's SPI result code */
 	int			counter;		/* CqCounter of a settled pair, or -1 */
-	int			ready_col;		/* column: run_at of a job made pending; NULL:
-								 * the job is dead; 0 if none */
-	int			started_col;	/* column: started_at, for the run latency; 0
-								 * if none */
-	bool		finishes;		/* a settled job is done or deleted */
 	SPIPlanPtr	plan;
 } CqSettleOp;
 
+/*
+ * Start locks the jobs first, to read the state each leaves: a job started
+ * again under its token stays running.  The update finds each locked row
+ * by its id, so that a row changed since the statement's snapshot is
+ * followed to the version locked.
+ */
 static CqSettleOp cq_start_op = {
 	CQ_INPUT_SQL
+	", held AS ("
+	"  SELECT j.job_id, j.state, i.ord FROM claimq.job j, input i"
+	"   WHERE" CQ_FENCE_SQL
+	"     FOR UPDATE OF j"
+	")"
 	"UPDATE claimq.job j"
 	"   SET state = 'running',"
 	"       attempts = j.attempts"
@@ -132,12 +149,13 @@ static CqSettleOp cq_start_op = {
 	"       started_at = CASE WHEN j.state = 'claimed' THEN $3"
 	"                    ELSE j.started_at END,"
 	"       expires_at = $3 + COALESCE($4, q.run_lease)"
-	"  FROM input i, claimq.queue q"
-	" WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
-	" RETURNING i.ord, j.queue_id, j.expires_at",
+	"  FROM held h, input i, claimq.queue q"
+	" WHERE j.job_id = h.job_id AND i.ord = h.ord"
+	"   AND" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
+	" RETURNING i.ord, j.queue_id, j.expires_at,"
+	"           h.state AS from_state, 'running' AS to_state",
 	CQ_ARGS_LEASE,
-	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, CQ_STARTED,
-	0, 0, false, NULL
+	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, CQ_STARTED, NULL
 };
 
 static CqSettleOp cq_extend_op = {
@@ -149,8 +167,7 @@ static CqSettleOp cq_extend_op = {
 	" WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	" RETURNING i.ord, j.queue_id, j.expires_at",
 	CQ_ARGS_LEASE,
-	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, -1,
-	0, 0, false, NULL
+	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, -1, NULL
 };
 
 /*
@@ -171,14 +188,16 @@ static CqSettleOp cq_complete_op = {
 	"   USING input i"
 	"   WHERE" CQ_FENCE_SQL
 	"     AND NOT (SELECT k.any FROM keeping k)"
-	"  RETURNING i.ord, j.queue_id, j.started_at, j.group_key"
+	"  RETURNING i.ord, j.queue_id, j.started_at, j.group_key,"
+	"            j.state AS from_state, NULL::text AS to_state"
 	"), del_some AS ("
 	"  DELETE FROM claimq.job j"
 	"   USING input i, claimq.queue q"
 	"   WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	"     AND q.keep_done <= '0'::interval"
 	"     AND (SELECT k.any FROM keeping k)"
-	"  RETURNING i.ord, j.queue_id, j.started_at, j.group_key"
+	"  RETURNING i.ord, j.queue_id, j.started_at, j.group_key,"
+	"            j.state AS from_state, NULL::text AS to_state"
 	"), kept AS ("
 	"  UPDATE claimq.job j"
 	"     SET state = 'done', finished_at = $3, expires_at = NULL,"
@@ -187,13 +206,13 @@ static CqSettleOp cq_complete_op = {
 	"   WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	"     AND q.keep_done > '0'::interval"
 	"     AND (SELECT k.any FROM keeping k)"
-	"  RETURNING i.ord, j.queue_id, j.started_at, j.group_key"
+	"  RETURNING i.ord, j.queue_id, j.started_at, j.group_key,"
+	"            " CQ_HELD_STATE_SQL " AS from_state, 'done' AS to_state"
 	")"
 	" SELECT * FROM del UNION ALL SELECT * FROM del_some"
 	" UNION ALL SELECT * FROM kept",
 	CQ_ARGS_RESULTS,
-	1, {JSONBARRAYOID}, 2, false, SPI_OK_SELECT, CQ_COMPLETED,
-	0, 3, true, NULL
+	1, {JSONBARRAYOID}, 2, false, SPI_OK_SELECT, CQ_COMPLETED, NULL
 };
 
 /*
@@ -218,12 +237,12 @@ static CqSettleOp cq_fail_op = {
 	"  FROM input i, claimq.queue q"
 	" WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	" RETURNING i.ord, j.queue_id, j.state,"
-	"           CASE WHEN j.state = 'pending' THEN j.run_at END, j.started_at,"
-	"           j.group_key",
+	"           CASE WHEN j.state = 'pending' THEN j.run_at END AS ready_at,"
+	"           j.started_at, j.group_key,"
+	"           " CQ_HELD_STATE_SQL " AS from_state, j.state AS to_state",
 	CQ_ARGS_FAIL,
 	3, {TEXTOID, INTERVALOID, BOOLOID}, 4, false, SPI_OK_UPDATE_RETURNING,
-	CQ_FAILED,
-	4, 5, false, NULL
+	CQ_FAILED, NULL
 };
 
 /* Release touches claimed jobs only; a running one reports "started". */
@@ -234,10 +253,10 @@ static CqSettleOp cq_release_op = {
 	"  FROM input i"
 	" WHERE j.job_id = i.job_id AND j.token = i.token"
 	"   AND j.state = 'claimed'"
-	" RETURNING i.ord, j.queue_id, j.run_at, j.group_key",
+	" RETURNING i.ord, j.queue_id, j.run_at AS ready_at, j.group_key,"
+	"           'claimed' AS from_state, 'pending' AS to_state",
 	CQ_ARGS_NONE,
-	0, {InvalidOid}, 2, true, SPI_OK_UPDATE_RETURNING, CQ_RELEASED,
-	3, 0, false, NULL
+	0, {InvalidOid}, 2, true, SPI_OK_UPDATE_RETURNING, CQ_RELEASED, NULL
 };
 
 /*
@@ -252,10 +271,10 @@ static CqSettleOp cq_snooze_op = {
 	"                  - CASE WHEN j.state = 'running' THEN 1 ELSE 0 END, 0)"
 	"  FROM input i"
 	" WHERE" CQ_FENCE_SQL
-	" RETURNING i.ord, j.queue_id, j.run_at, j.group_key",
+	" RETURNING i.ord, j.queue_id, j.run_at AS ready_at, j.group_key,"
+	"           " CQ_HELD_STATE_SQL " AS from_state, 'pending' AS to_state",
 	CQ_ARGS_DELAY,
-	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, CQ_SNOOZED,
-	3, 0, false, NULL
+	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, CQ_SNOOZED, NULL
 };
 
 typedef struct CqJobEntry
@@ -346,10 +365,13 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 	int		   *rowof = palloc(n * sizeof(int));
 	int			nunsettled = 0;
 	HTAB	   *jobs = NULL;
-	CqCountBatch counts = {0};
-	CqGroups	groups = {0};
+	CqLedgerCall call = {0};
+	int			from_col;
+	int			to_col;
+	int			ready_col;
+	int			started_col;
 	int			group_col;
-	int32		freed_queue = 0;
+	TimestampTz now = GetCurrentTimestamp();
 
 	for (int i = 0; i < op->nextra; i++)
 	{
@@ -360,11 +382,15 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 	cq_plan(&op->plan, op->sql, 3 + op->nextra, argtypes);
 	values[0] = cq_int8_array(ids, n);
 	values[1] = cq_int8_array(tokens, n);
-	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
+	values[2] = TimestampTzGetDatum(now);
 	cq_execute(op->plan, values, nulls, op->spi_ok);
 	settled = SPI_tuptable;
 	nsettled = SPI_processed;
 	SPI_tuptable = NULL;		/* keep it across the look-up below */
+	from_col = SPI_fnumber(settled->tupdesc, "from_state");
+	to_col = SPI_fnumber(settled->tupdesc, "to_state");
+	ready_col = SPI_fnumber(settled->tupdesc, "ready_at");
+	started_col = SPI_fnumber(settled->tupdesc, "started_at");
 	group_col = SPI_fnumber(settled->tupdesc, "group_key");
 
 	for (int i = 0; i < n; i++)
@@ -372,53 +398,48 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 	for (uint64 row = 0; row < nsettled; row++)
 	{
 		HeapTuple	tuple = settled->vals[row];
+		TupleDesc	tupdesc = settled->tupdesc;
 		bool		isnull;
-		int64		ord = DatumGetInt64(SPI_getbinval(tuple, settled->tupdesc,
-													  1, &isnull));
-		int32		queue_id = DatumGetInt32(SPI_getbinval(tuple,
-														   settled->tupdesc,
-														   2, &isnull));
+		int64		ord = DatumGetInt64(SPI_getbinval(tuple, tupdesc, 1,
+													  &isnull));
+		int32		queue_id = DatumGetInt32(SPI_getbinval(tuple, tupdesc, 2,
+														   &isnull));
+		CqMove		move;
+		Datum		value;
 
 		rowof[ord - 1] = (int) row;
-		if (group_col > 0)
-		{
-			Datum		key = SPI_getbinval(tuple, settled->tupdesc, group_col,
-											&isnull);
+		if (from_col <= 0)
+			continue;			/* extend: no state changes */
 
+		value = SPI_getbinval(tuple, tupdesc, to_col, &isnull);
+		cq_move_init(&move, queue_id,
+					 cq_state_of(SPI_getbinval(tuple, tupdesc, from_col,
+											   &isnull)),
+					 isnull ? CQ_IS_ABSENT : cq_state_of(value), 1);
+		move.counter = op->counter;
+		if (ready_col > 0)
+		{
+			value = SPI_getbinval(tuple, tupdesc, ready_col, &isnull);
 			if (!isnull)
-				cq_groups_note(&groups, queue_id, key);
-			if (queue_id != freed_queue)
-				cq_flow_freed(queue_id);
-			freed_queue = queue_id;
+				move.run_at = DatumGetTimestampTz(value);
 		}
-		if (op->counter >= 0)
-			cq_count_add(&counts, queue_id, op->counter, 1);
-		if (op->started_col > 0)
+		if (started_col > 0)
 		{
 			/* A started job's run: from start to complete or fail. */
-			Datum		started_at = SPI_getbinval(tuple, settled->tupdesc,
-												   op->started_col, &isnull);
-
+			value = SPI_getbinval(tuple, tupdesc, started_col, &isnull);
 			if (!isnull)
-				cq_latency_add(&counts, queue_id, CQ_LATENCY_RUN,
-							   DatumGetTimestampTz(values[2]) -
-							   DatumGetTimestampTz(started_at));
-		}
-		if (op->finishes)
-			cq_finished_on_commit();
-		if (op->ready_col > 0)
-		{
-			Datum		ready_at = SPI_getbinval(tuple, settled->tupdesc,
-												 op->ready_col, &isnull);
-
-			if (isnull)
 			{
-				cq_count_add(&counts, queue_id, CQ_DEAD, 1);
-				cq_finished_on_commit();
+				move.latency = CQ_LATENCY_RUN;
+				move.latency_us = now - DatumGetTimestampTz(value);
 			}
-			else
-				cq_ready_on_commit(queue_id, DatumGetTimestampTz(ready_at));
 		}
+		if (group_col > 0)
+		{
+			value = SPI_getbinval(tuple, tupdesc, group_col, &isnull);
+			if (!isnull)
+				move.group_key = value;
+		}
+		cq_ledger_note(&call, &move);
 	}
 	for (int i = 0; i < n; i++)
 		nunsettled += (rowof[i] < 0);
@@ -482,7 +503,7 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 			else
 			{
 				outcome = "stale";
-				cq_count_add(&counts, job->queue_id, CQ_STALE, 1);
+				cq_count_add(&call.counts, job->queue_id, CQ_STALE, 1);
 			}
 			for (int col = 2; col < op->ncols; col++)
 				outnulls[col] = true;
@@ -494,8 +515,7 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 			tuplestore_putvalues(result, desc, outvalues, outnulls);
 		}
 	}
-	cq_count_flush(&counts);
-	cq_groups_sync(&groups);
+	cq_ledger_close(&call);
 	SPI_freetuptable(settled);
 	return nsettled;
 }
@@ -738,7 +758,8 @@ claimq_release_worker(PG_FUNCTION_ARGS)
 	CqQueue		queue;
 	uint64		n;
 	bool		isnull;
-	Datum		groups;
+	CqLedgerCall call = {0};
+	CqMove		move;
 
 	cq_require_primary(fcinfo);
 	queue_name = cq_queue_name_arg(fcinfo, 0);
@@ -762,16 +783,15 @@ claimq_release_worker(PG_FUNCTION_ARGS)
 	values[1] = PG_GETARG_DATUM(1);
 	cq_execute(plan, values, NULL, SPI_OK_SELECT);
 	n = DatumGetInt64(cq_spi_value(0, 1, &isnull));
-	groups = cq_spi_value(0, 2, &isnull);
-	if (!isnull && cq_queue_groups_limited(&queue))
-		cq_sync_groups(queue.queue_id, groups);
+	cq_move_init(&move, queue.queue_id, CQ_IS_CLAIMED, CQ_IS_PENDING, n);
+	move.counter = CQ_RELEASED;
+	move.group_keys = cq_spi_value(0, 2, &isnull);
+	if (isnull || !cq_queue_groups_limited(&queue))
+		move.group_keys = (Datum) 0;
+	call.counts.queue_name = queue_name;
+	call.counts.named_queue_id = queue.queue_id;
+	cq_ledger_note(&call, &move);
+	cq_ledger_close(&call);
 	SPI_finish();
-
-	cq_count(queue.queue_id, queue_name, CQ_RELEASED, n);
-	if (n > 0)
-	{
-		cq_ready_on_commit(queue.queue_id, DT_NOBEGIN);
-		cq_flow_freed(queue.queue_id);
-	}
 	PG_RETURN_INT64((int64) n);
 }

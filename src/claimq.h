@@ -345,6 +345,12 @@ extern void cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket,
 						  int32 n);
 
 /*
+ * The live states, as an SQL array: a job in one of them holds its dedup
+ * key and, unless it is held, a place under its group's limit.
+ */
+#define CQ_LIVE_STATES	"'{pending,claimed,running}'::text[]"
+
+/*
  * Backoff before retry number n (n >= 1, an SQL expression over the
  * claimq.queue row q): retry_base * 2^(n-1), capped at retry_max, less up
  * to 20% random jitter so that retries of one batch spread out.

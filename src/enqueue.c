@@ -48,8 +48,6 @@ PG_FUNCTION_INFO_V1(claimq_enqueue_many);
 /* A live job's key cannot be freed and taken again forever; bound it. */
 #define CQ_DEDUP_RETRIES	100
 
-#define CQ_LIVE_STATES "'{pending,claimed,running}'::text[]"
-
 /* Limits of the contract. */
 #define CQ_MAX_JOB_ATTEMPTS	1000
 #define CQ_MAX_GROUP_KEY	200 /* bytes */

@@ -164,7 +164,7 @@ cq_groups_upkeep(void)
 			"   AND (SELECT pg_catalog.count(*) FROM claimq.job j"
 			"         WHERE j.queue_id = g.queue_id AND j.group_key = g.group_key"
 			"           AND NOT j.held"
-			"           AND j.state = ANY ('{pending,claimed,running}'::text[]))"
+			"           AND j.state = ANY (" CQ_LIVE_STATES "))"
 			"       < CASE WHEN q.group_fifo THEN 1 ELSE q.group_limit END"
 			" GROUP BY g.queue_id",
 			0, NULL);

@@ -73,3 +73,163 @@ COMMENT ON FUNCTION claimq.copy_grants(oid,oid,regclass) IS
 'private: for the update scripts, give new_oid the grants of old_oid (functions with catalog pg_proc, tables and views with pg_class) and leave its initial privileges as they were';
 
 REVOKE ALL ON FUNCTION claimq.copy_grants(oid, oid, regclass) FROM PUBLIC;
+
+/*
+ * A group's cap, the rule that FIFO means a limit of 1, in one place:
+ * group_cap, src/groups.c's rule for SQL, which sync_groups and the
+ * reclaimer call.
+ */
+CREATE FUNCTION claimq.group_cap(group_limit integer, group_fifo boolean)
+RETURNS integer
+LANGUAGE c IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_group_cap';
+
+COMMENT ON FUNCTION claimq.group_cap(integer,boolean) IS
+'private: how many jobs of a group may be free at a time under a queue''s group_limit and group_fifo (1 with group_fifo); NULL if its groups are not limited';
+
+REVOKE ALL ON FUNCTION claimq.group_cap(integer, boolean) FROM PUBLIC;
+
+/* sync_groups takes its limit from group_cap. */
+ALTER FUNCTION claimq.sync_groups(integer, text[]) RENAME TO sync_groups_0_6_1;
+
+CREATE FUNCTION claimq.sync_groups(queue_id integer, group_keys text[])
+RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q record;
+	lim integer;
+	g text;
+	free integer;
+	n integer;
+	freed_at timestamptz;
+	first_freed timestamptz;
+	h record;
+	u record;
+BEGIN
+	SELECT t.group_fifo, claimq.group_cap(t.group_limit, t.group_fifo) AS cap
+	  INTO q FROM claimq.queue t
+	 WHERE t.queue_id OPERATOR(pg_catalog.=) sync_groups.queue_id;
+	IF NOT FOUND OR q.cap IS NULL THEN
+		RETURN NULL;
+	END IF;
+	lim := q.cap;
+
+	FOR g IN SELECT DISTINCT k.k COLLATE "C" FROM pg_catalog.unnest(group_keys) AS k(k)
+			  WHERE k.k IS NOT NULL ORDER BY 1 LOOP
+		INSERT INTO claimq.job_group AS x (queue_id, group_key)
+		VALUES (sync_groups.queue_id, g)
+		ON CONFLICT ON CONSTRAINT job_group_pkey
+		DO UPDATE SET changes = x.changes OPERATOR(pg_catalog.+) 1;
+
+		SELECT pg_catalog.count(*) INTO free FROM claimq.job j
+		 WHERE j.queue_id OPERATOR(pg_catalog.=) sync_groups.queue_id
+		   AND j.group_key OPERATOR(pg_catalog.=) g AND NOT j.held
+		   AND j.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[]);
+
+		IF free OPERATOR(pg_catalog.=) 0 AND NOT EXISTS (
+			SELECT 1 FROM claimq.job j
+			 WHERE j.queue_id OPERATOR(pg_catalog.=) sync_groups.queue_id
+			   AND j.group_key OPERATOR(pg_catalog.=) g
+			   AND j.state OPERATOR(pg_catalog.=) 'pending') THEN
+			DELETE FROM claimq.job_group x
+			 WHERE x.queue_id OPERATOR(pg_catalog.=) sync_groups.queue_id
+			   AND x.group_key OPERATOR(pg_catalog.=) g;
+			CONTINUE;
+		END IF;
+
+		IF free OPERATOR(pg_catalog.>) lim THEN
+			UPDATE claimq.job j SET held = true
+			 WHERE j.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+				SELECT p.ctid FROM claimq.job p
+				 WHERE p.queue_id OPERATOR(pg_catalog.=) sync_groups.queue_id
+				   AND p.group_key OPERATOR(pg_catalog.=) g AND NOT p.held
+				   AND p.state OPERATOR(pg_catalog.=) 'pending'
+				 ORDER BY CASE WHEN q.group_fifo THEN NULL ELSE p.run_at END DESC,
+						  p.job_id DESC
+				 LIMIT free OPERATOR(pg_catalog.-) lim
+				 FOR UPDATE SKIP LOCKED));
+			GET DIAGNOSTICS n = ROW_COUNT;
+			free := free OPERATOR(pg_catalog.-) n;
+		ELSIF free OPERATOR(pg_catalog.<) lim THEN
+			IF q.group_fifo THEN
+				WITH f AS (
+					UPDATE claimq.job j SET held = false
+					 WHERE j.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+						SELECT p.ctid FROM claimq.job p
+						 WHERE p.queue_id OPERATOR(pg_catalog.=) sync_groups.queue_id
+						   AND p.group_key OPERATOR(pg_catalog.=) g AND p.held
+						   AND p.state OPERATOR(pg_catalog.=) 'pending'
+						 ORDER BY p.job_id
+						 LIMIT lim OPERATOR(pg_catalog.-) free
+						 FOR UPDATE SKIP LOCKED))
+					RETURNING j.run_at)
+				SELECT pg_catalog.min(f.run_at) INTO freed_at FROM f;
+			ELSE
+				WITH f AS (
+					UPDATE claimq.job j SET held = false
+					 WHERE j.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+						SELECT p.ctid FROM claimq.job p
+						 WHERE p.queue_id OPERATOR(pg_catalog.=) sync_groups.queue_id
+						   AND p.group_key OPERATOR(pg_catalog.=) g AND p.held
+						   AND p.state OPERATOR(pg_catalog.=) 'pending'
+						 ORDER BY p.run_at, p.job_id
+						 LIMIT lim OPERATOR(pg_catalog.-) free
+						 FOR UPDATE SKIP LOCKED))
+					RETURNING j.run_at)
+				SELECT pg_catalog.min(f.run_at) INTO freed_at FROM f;
+			END IF;
+			first_freed := LEAST(first_freed, freed_at);
+		END IF;
+
+		/* A held job before a free pending one: they change places. */
+		FOR i IN 1 .. lim LOOP
+			IF q.group_fifo THEN
+				SELECT p.ctid, p.job_id, p.run_at INTO h FROM claimq.job p
+				 WHERE p.queue_id OPERATOR(pg_catalog.=) sync_groups.queue_id
+				   AND p.group_key OPERATOR(pg_catalog.=) g AND p.held
+				   AND p.state OPERATOR(pg_catalog.=) 'pending'
+				 ORDER BY p.job_id LIMIT 1;
+			ELSE
+				SELECT p.ctid, p.job_id, p.run_at INTO h FROM claimq.job p
+				 WHERE p.queue_id OPERATOR(pg_catalog.=) sync_groups.queue_id
+				   AND p.group_key OPERATOR(pg_catalog.=) g AND p.held
+				   AND p.state OPERATOR(pg_catalog.=) 'pending'
+				 ORDER BY p.run_at, p.job_id LIMIT 1;
+			END IF;
+			EXIT WHEN h.ctid IS NULL;
+			SELECT p.ctid, p.job_id, p.run_at INTO u FROM claimq.job p
+			 WHERE p.queue_id OPERATOR(pg_catalog.=) sync_groups.queue_id
+			   AND p.group_key OPERATOR(pg_catalog.=) g AND NOT p.held
+			   AND p.state OPERATOR(pg_catalog.=) 'pending'
+			   AND (p.job_id OPERATOR(pg_catalog.>) h.job_id
+					OR NOT q.group_fifo)
+			   AND (q.group_fifo OR p.run_at OPERATOR(pg_catalog.>) h.run_at
+					OR (p.run_at OPERATOR(pg_catalog.=) h.run_at
+						AND p.job_id OPERATOR(pg_catalog.>) h.job_id))
+			 ORDER BY CASE WHEN q.group_fifo THEN NULL ELSE p.run_at END DESC,
+					  p.job_id DESC
+			 LIMIT 1
+			 FOR UPDATE SKIP LOCKED;
+			EXIT WHEN u.ctid IS NULL;
+			UPDATE claimq.job j SET held = true WHERE j.ctid OPERATOR(pg_catalog.=) u.ctid;
+			UPDATE claimq.job j SET held = false WHERE j.ctid OPERATOR(pg_catalog.=) h.ctid;
+			first_freed := LEAST(first_freed, h.run_at);
+		END LOOP;
+	END LOOP;
+	RETURN first_freed;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.sync_groups(integer,text[]) IS
+'private: under each group''s lock, hold or free the groups'' pending jobs so that no more are free than the queue''s group limit allows, first in the group''s order; returns the earliest run_at it freed';
+
+REVOKE ALL ON FUNCTION claimq.sync_groups(integer, text[]) FROM PUBLIC;
+
+SELECT claimq.copy_grants('claimq.sync_groups_0_6_1(integer, text[])'::regprocedure,
+						  'claimq.sync_groups(integer, text[])'::regprocedure,
+						  'pg_catalog.pg_proc');
+
+DROP FUNCTION claimq.sync_groups_0_6_1(integer, text[]);

@@ -918,6 +918,21 @@ COMMENT ON FUNCTION claimq.release_worker(text,text) IS
  *-----------------------------------------------------------------------*/
 
 /*
+ * A group's cap: how many of its jobs may be free at a time.  group_fifo
+ * means 1 (one job at a time, in id order), else group_limit; NULL when
+ * neither is set and the queue's groups are not limited.  The C side's
+ * rule (src/groups.c), for SQL.
+ */
+CREATE FUNCTION claimq.group_cap(group_limit integer, group_fifo boolean)
+RETURNS integer
+LANGUAGE c IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_group_cap';
+
+COMMENT ON FUNCTION claimq.group_cap(integer,boolean) IS
+'private: how many jobs of a group may be free at a time under a queue''s group_limit and group_fifo (1 with group_fifo); NULL if its groups are not limited';
+
+/*
  * Bring the held jobs of the groups listed in line with the queue's group
  * limits.  For each group, in key order, under its lock: the free jobs
  * (in flight, or pending and not held) are counted; if there are more
@@ -948,12 +963,13 @@ DECLARE
 	h record;
 	u record;
 BEGIN
-	SELECT t.group_limit, t.group_fifo INTO q FROM claimq.queue t
+	SELECT t.group_fifo, claimq.group_cap(t.group_limit, t.group_fifo) AS cap
+	  INTO q FROM claimq.queue t
 	 WHERE t.queue_id OPERATOR(pg_catalog.=) sync_groups.queue_id;
-	IF NOT FOUND OR (q.group_limit IS NULL AND NOT q.group_fifo) THEN
+	IF NOT FOUND OR q.cap IS NULL THEN
 		RETURN NULL;
 	END IF;
-	lim := CASE WHEN q.group_fifo THEN 1 ELSE q.group_limit END;
+	lim := q.cap;
 
 	FOR g IN SELECT DISTINCT k.k COLLATE "C" FROM pg_catalog.unnest(group_keys) AS k(k)
 			  WHERE k.k IS NOT NULL ORDER BY 1 LOOP

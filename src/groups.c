@@ -10,7 +10,9 @@
  * saturated group; and the free jobs of a group, pending or in flight,
  * are never more than its limit, so a claim may take any free job without
  * looking at its group at all.  A claim turns a free pending job into a
- * free job in flight and so changes no group's count.
+ * free job in flight and so changes no group's count.  The limit, a
+ * group's cap, is group_limit, or 1 with group_fifo (cq_group_cap, which
+ * SQL calls as claimq.group_cap).
  *
  * Which jobs are held is decided by claimq.sync_groups (sql/claimq.sql)
  * under the group's lock, a row of claimq.job_group:
@@ -42,13 +44,45 @@
 #include "claimq.h"
 
 /*
- * Whether the queue's groups are limited, so that its grouped pending
- * jobs go in held.
+ * A group's cap: how many of its jobs may be free at a time under the
+ * queue's group_limit (0: none) and group_fifo.  A FIFO group's cap is 1,
+ * whatever group_limit says (one job at a time, in id order); 0 means the
+ * queue's groups are not limited.  The one copy of the rule: SQL reaches
+ * it through claimq.group_cap.
+ */
+static int32
+cq_group_cap(int32 group_limit, bool group_fifo)
+{
+	if (group_fifo)
+		return 1;
+	return Max(group_limit, 0);
+}
+
+PG_FUNCTION_INFO_V1(claimq_group_cap);
+
+/*
+ * group_cap(group_limit, group_fifo) returns integer: cq_group_cap, NULL
+ * where that is 0.  A NULL group_limit is none, a NULL group_fifo false.
+ */
+Datum
+claimq_group_cap(PG_FUNCTION_ARGS)
+{
+	int32		cap = cq_group_cap(PG_ARGISNULL(0) ? 0 : PG_GETARG_INT32(0),
+								   !PG_ARGISNULL(1) && PG_GETARG_BOOL(1));
+
+	if (cap == 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT32(cap);
+}
+
+/*
+ * Whether the queue's groups are limited (they have a cap), so that its
+ * grouped pending jobs go in held.
  */
 bool
 cq_queue_groups_limited(const CqQueue *queue)
 {
-	return queue->group_limit > 0 || queue->group_fifo;
+	return cq_group_cap(queue->group_limit, queue->group_fifo) > 0;
 }
 
 /*
@@ -138,7 +172,7 @@ cq_groups_sync(CqGroups *groups)
 /*
  * The reclaimer's share of group limits, once a pass, in a transaction of
  * its own (after limits.c's): sync the groups that have held jobs but
- * fewer free jobs than their limit.  Every call that changes a group syncs
+ * fewer free jobs than their cap.  Every call that changes a group syncs
  * it, so such a group is one whose sync had to skip a row another
  * transaction held, or one changed under REPEATABLE READ from a snapshot
  * older than the group's last change; without this it could wait for
@@ -157,7 +191,7 @@ cq_groups_upkeep(void)
 	cq_plan(&stuck_plan,
 			"SELECT g.queue_id, pg_catalog.array_agg(g.group_key)"
 			"  FROM claimq.job_group g JOIN claimq.queue q ON q.queue_id = g.queue_id"
-			" WHERE (q.group_limit IS NOT NULL OR q.group_fifo)"
+			" WHERE claimq.group_cap(q.group_limit, q.group_fifo) IS NOT NULL"
 			"   AND EXISTS (SELECT 1 FROM claimq.job j"
 			"                WHERE j.queue_id = g.queue_id AND j.group_key = g.group_key"
 			"                  AND j.held AND j.state = 'pending')"
@@ -165,7 +199,7 @@ cq_groups_upkeep(void)
 			"         WHERE j.queue_id = g.queue_id AND j.group_key = g.group_key"
 			"           AND NOT j.held"
 			"           AND j.state = ANY (" CQ_LIVE_STATES "))"
-			"       < CASE WHEN q.group_fifo THEN 1 ELSE q.group_limit END"
+			"       < claimq.group_cap(q.group_limit, q.group_fifo)"
 			" GROUP BY g.queue_id",
 			0, NULL);
 	cq_execute(stuck_plan, NULL, NULL, SPI_OK_SELECT);

@@ -21,7 +21,7 @@
  *  10. Recovery: reclaim, retry_dead, prune
  *  11. Observing: counters, latency, the reclaimer, the census, the views
  *  12. Observing: metrics
- *  13. Duties
+ *  13. Duties, and copy_grants for the update scripts
  *  14. PUBLIC gets nothing
  */
 
@@ -952,6 +952,21 @@ COMMENT ON FUNCTION claimq.release_worker(text,text) IS
  *-----------------------------------------------------------------------*/
 
 /*
+ * A group's cap: how many of its jobs may be free at a time.  group_fifo
+ * means 1 (one job at a time, in id order), else group_limit; NULL when
+ * neither is set and the queue's groups are not limited.  The C side's
+ * rule (src/groups.c), for SQL.
+ */
+CREATE FUNCTION claimq.group_cap(group_limit integer, group_fifo boolean)
+RETURNS integer
+LANGUAGE c IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_group_cap';
+
+COMMENT ON FUNCTION claimq.group_cap(integer,boolean) IS
+'private: how many jobs of a group may be free at a time under a queue''s group_limit and group_fifo (1 with group_fifo); NULL if its groups are not limited';
+
+/*
  * Bring the held jobs of the groups listed in line with the queue's group
  * limits.  For each group, in key order, under its lock: the free jobs
  * (in flight, or pending and not held) are counted; if there are more
@@ -982,12 +997,13 @@ DECLARE
 	h record;
 	u record;
 BEGIN
-	SELECT t.group_limit, t.group_fifo INTO q FROM claimq.queue t
+	SELECT t.group_fifo, claimq.group_cap(t.group_limit, t.group_fifo) AS cap
+	  INTO q FROM claimq.queue t
 	 WHERE t.queue_id OPERATOR(pg_catalog.=) sync_groups.queue_id;
-	IF NOT FOUND OR (q.group_limit IS NULL AND NOT q.group_fifo) THEN
+	IF NOT FOUND OR q.cap IS NULL THEN
 		RETURN NULL;
 	END IF;
-	lim := CASE WHEN q.group_fifo THEN 1 ELSE q.group_limit END;
+	lim := q.cap;
 
 	FOR g IN SELECT DISTINCT k.k COLLATE "C" FROM pg_catalog.unnest(group_keys) AS k(k)
 			  WHERE k.k IS NOT NULL ORDER BY 1 LOOP
@@ -1709,7 +1725,7 @@ COMMENT ON FUNCTION claimq.metrics() IS
 'the current database''s queue figures in the Prometheus text exposition format';
 
 /*------------------------------------------------------------------------
- * 13. Duties
+ * 13. Duties, and copy_grants for the update scripts
  *-----------------------------------------------------------------------*/
 
 CREATE FUNCTION claimq.duty_functions(duty text)
@@ -1830,6 +1846,68 @@ AS $$ SELECT claimq.set_duty(role, duty, false) $$;
 
 COMMENT ON FUNCTION claimq.revoke_duty(regrole,text) IS
 'take a duty back from a role (schema USAGE stays, and grants nothing by itself)';
+
+/*
+ * For the update scripts: a function or view whose signature, result or
+ * body changes is created anew beside the old one and given the old one's
+ * grants with copy_grants; then the old one is dropped.  A GRANT run by an
+ * extension script is recorded as the object's initial privilege, which
+ * pg_dump leaves out of a dump; the grants copied were made by users (with
+ * grant_duty), so the object's initial privileges are put back as they
+ * were, and pg_dump keeps the grants.  (The updates to 0.4, 0.5 and 0.6
+ * each had a copy of their own, upgrade_copy_grants, dropped at their end.)
+ */
+CREATE FUNCTION claimq.copy_grants(old_oid oid, new_oid oid, catalog regclass)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	acl aclitem[];
+	owner oid;
+	target text;
+	saved aclitem[];
+	had_initprivs boolean;
+	a record;
+BEGIN
+	IF catalog OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::regclass THEN
+		SELECT p.proacl, p.proowner INTO acl, owner
+		  FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) old_oid;
+		target := 'FUNCTION ' OPERATOR(pg_catalog.||) new_oid::regprocedure::text;
+	ELSE
+		SELECT c.relacl, c.relowner INTO acl, owner
+		  FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) old_oid;
+		target := 'TABLE ' OPERATOR(pg_catalog.||) new_oid::regclass::text;
+	END IF;
+	SELECT i.initprivs INTO saved FROM pg_catalog.pg_init_privs i
+	 WHERE i.objoid OPERATOR(pg_catalog.=) new_oid
+	   AND i.classoid OPERATOR(pg_catalog.=) catalog
+	   AND i.objsubid OPERATOR(pg_catalog.=) 0;
+	had_initprivs := FOUND;
+	FOR a IN SELECT x.grantee, x.privilege_type, x.is_grantable
+			   FROM pg_catalog.aclexplode(acl) x
+			  WHERE x.grantee OPERATOR(pg_catalog.<>) owner LOOP
+		EXECUTE pg_catalog.format('GRANT %s ON %s TO %s%s', a.privilege_type, target,
+			CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+				 ELSE a.grantee::regrole::text END,
+			CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+	END LOOP;
+	IF had_initprivs THEN
+		UPDATE pg_catalog.pg_init_privs i SET initprivs = saved
+		 WHERE i.objoid OPERATOR(pg_catalog.=) new_oid
+		   AND i.classoid OPERATOR(pg_catalog.=) catalog
+		   AND i.objsubid OPERATOR(pg_catalog.=) 0;
+	ELSE
+		DELETE FROM pg_catalog.pg_init_privs i
+		 WHERE i.objoid OPERATOR(pg_catalog.=) new_oid
+		   AND i.classoid OPERATOR(pg_catalog.=) catalog
+		   AND i.objsubid OPERATOR(pg_catalog.=) 0;
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.copy_grants(oid,oid,regclass) IS
+'private: for the update scripts, give new_oid the grants of old_oid (functions with catalog pg_proc, tables and views with pg_class) and leave its initial privileges as they were';
 
 /*------------------------------------------------------------------------
  * 14. PUBLIC gets nothing

@@ -7,8 +7,8 @@
  * in CONTRIBUTING.md):
  *		enqueue.c	(new) -> pending
  *		claim.c		pending -> claimed | running
- *		flow.c		flow control: held pending -> pending under group
- *					limits; the queue-wide limits a claim obeys
+ *		groups.c	group limits: held pending -> pending
+ *		limits.c	the queue-wide limits a claim obeys
  *		settle.c	claimed | running -> running, done, pending, dead
  *					(start, extend, complete, fail, release, snooze)
  *		cancel.c	pending | claimed | running -> cancelled
@@ -38,7 +38,7 @@
  * one way everywhere: cq_shmem_ready.
  *
  * Shared memory's rules, kept by every file that has a table in it
- * (census.c, flow.c, counters.c, floor.c, wakeup.c, reclaimer.c): no lock
+ * (census.c, limits.c, counters.c, floor.c, wakeup.c, reclaimer.c): no lock
  * is held across a commit, a statement or anything else that can wait on
  * another session (NOTIFY's commit lock, a synchronous standby, a row
  * lock); every table is sized by a setting, and a full table makes the
@@ -123,8 +123,11 @@ typedef enum CqState
 	CQ_NSTATES
 } CqState;
 
-/* The live states, in which a job holds its dedup key and its group. */
-#define CQ_LIVE_STATES "'{pending,claimed,running}'::text[]"
+/*
+ * The live states, as an SQL array: a job in one of them holds its dedup
+ * key and, unless it is held, a place under its group's limit.
+ */
+#define CQ_LIVE_STATES	"'{pending,claimed,running}'::text[]"
 
 /* Shared counters (counters.c), one set per database and queue. */
 typedef enum CqCounter
@@ -318,9 +321,8 @@ typedef struct CqQueue
 } CqQueue;
 
 /*
- * Flow control (flow.c).  The groups whose jobs a statement changed, to be
- * synced with the queue's group limits; and a claim's view of the rate
- * limit's bucket.
+ * Group limits (groups.c): the groups whose jobs a statement changed, to be
+ * synced with the queue's group limits.
  */
 typedef struct CqGroups
 {
@@ -330,6 +332,16 @@ typedef struct CqGroups
 	Datum	   *keys;			/* text */
 } CqGroups;
 
+extern bool cq_queue_groups_limited(const CqQueue *queue);
+extern void cq_groups_note(CqGroups *groups, int32 queue_id, Datum key);
+extern void cq_groups_sync(CqGroups *groups);
+extern void cq_sync_groups(int32 queue_id, Datum keys);
+extern uint64 cq_groups_upkeep(void);
+
+/*
+ * Queue-wide limits (limits.c): max_in_flight and rate_limit, and a
+ * claim's view of them.
+ */
 typedef struct CqFlowTicket
 {
 	struct CqFlowSlot *slot;	/* shared memory: the queue's slot, or NULL */
@@ -344,15 +356,11 @@ typedef struct CqFlowTicket
 	long		refill_ms;		/* no token: when the next one is whole */
 } CqFlowTicket;
 
-extern bool cq_queue_groups_limited(const CqQueue *queue);
-extern void cq_groups_note(CqGroups *groups, int32 queue_id, Datum key);
-extern void cq_groups_sync(CqGroups *groups);
-extern void cq_sync_groups(int32 queue_id, Datum keys);
 extern Size cq_flow_shmem_size(void);
 extern void cq_flow_shmem_init(LWLock *lock, LWLock *gate);
 extern void cq_flow_free_dropped(void);
 extern void cq_flow_freed(int32 queue_id);
-extern uint64 cq_flow_upkeep(void);
+extern void cq_flow_upkeep(void);
 extern int32 cq_flow_allowance(const CqQueue *queue, int32 max_jobs,
 							   CqFlowTicket *ticket);
 extern void cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket,

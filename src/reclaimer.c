@@ -560,7 +560,10 @@ cq_pass_step(CqPassStep step)
 		else if (step == CQ_STEP_FIRE)
 			result = (int64) cq_fire_schedules(CQ_FIRE_BATCH);
 		else if (step == CQ_STEP_FLOW)
-			result = (int64) cq_flow_upkeep();
+		{
+			cq_flow_upkeep();
+			result = (int64) cq_groups_upkeep();
+		}
 		else if (step == CQ_STEP_CENSUS)
 			result = cq_census_recount() ? 1 : 0;
 		else

@@ -7,7 +7,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(79);
+SELECT plan(80);
 
 -- The free jobs of each group of a queue (pending and not held, or in
 -- flight), for checking the invariant the claim relies on.
@@ -198,6 +198,13 @@ SELECT is((SELECT state FROM claimq.fail(ARRAY[:d1]::bigint[], ARRAY[:d1t]::bigi
 SELECT is(claimq.retry_dead('fl_d'), 1::bigint, 'retry_dead redrives it');
 SELECT is((SELECT job_id FROM pg_temp.take('fl_d')), :d1::bigint, 'it is the group''s next again, before the later ones');
 SELECT is((SELECT count(*) FROM pg_temp.take('fl_d')), 0::bigint, 'and the only one in flight');
+
+-- A group's cap, the one rule of C and SQL: group_fifo means 1.
+SELECT results_eq($$SELECT claimq.group_cap(l, f)
+					  FROM (VALUES (1, NULL::integer, false), (2, 3, false), (3, 3, true),
+								   (4, NULL, true)) v(n, l, f) ORDER BY n$$,
+	$$VALUES (NULL::integer), (3), (1), (1)$$,
+	'group_cap: none without limits, else group_limit, and 1 with group_fifo whatever group_limit says');
 
 --
 -- alter_queue re-decides the held jobs of every group.

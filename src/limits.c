@@ -1,40 +1,14 @@
 /*-------------------------------------------------------------------------
  *
- * flow.c
- *		Flow control: group limits (held pending -> pending) and the
- *		queue-wide limits a claim obeys (max_in_flight, rate_limit).
+ * limits.c
+ *		The queue-wide limits a claim obeys: max_in_flight and rate_limit.
+ *		(Group limits are groups.c's.)
  *
- * Group limits.  On a queue with group_limit or group_fifo, a pending job
- * of a group is either free or "held".  Held jobs are not in the claim's
- * index, so a claim never sees, let alone steps over, the jobs of a
- * blocked or saturated group; and the free jobs of a group, pending or in
- * flight, are never more than its limit, so a claim may take any free job
- * without looking at its group at all.  A claim turns a free pending job
- * into a free job in flight and so changes no group's count.
- *
- * Which jobs are held is decided by claimq.sync_groups (in the update
- * script to 0.5) under the group's lock, a row of claimq.job_group:
- *
- *		enqueue		locks the group before the insert (so that in a FIFO
- *					group id order is commit order), inserts the job held,
- *					then syncs
- *		complete, fail, release, snooze, release_worker, cancel, reclaim
- *					sync the groups of the jobs they changed, in the same
- *					statement's transaction
- *		retry_dead, purge_queue, alter_queue
- *					the same, in SQL
- *
- * The sync counts the group's free jobs after taking the lock, so it sees
- * every change of the group's previous holder; a free job settled by a
- * transaction still in progress is still counted, which errs on the side
- * of the limit, and that transaction syncs after it.  Jobs it frees wake
- * waiting claims and lower the queue's claim floor at commit.
- *
- * Queue-wide limits, with the preload.  Shared memory holds, per queue with
- * max_in_flight or rate_limit that was claimed from lately (a table of
- * claimq.flow_slots slots for the whole server), the slots reserved by
- * claims whose transactions are still in progress and the rate limit's
- * token bucket.  A claim, under the slot's spinlock:
+ * With the preload, shared memory holds, per queue with max_in_flight or
+ * rate_limit that was claimed from lately (a table of claimq.flow_slots
+ * slots for the whole server), the slots reserved by claims whose
+ * transactions are still in progress and the rate limit's token bucket.
+ * A claim, under the slot's spinlock:
  *
  *	1. reserves max_jobs slots and takes up to max_jobs tokens, and notes
  *	   what the other transactions in progress had reserved (r);
@@ -90,11 +64,11 @@
  * work in memory, never across a statement or a commit.  The launcher
  * frees the slots of dropped databases.
  *
- * Queue-wide limits without the preload: a claim updates the queue's row
- * and so holds it until its transaction ends, counts the jobs in flight
- * and refills the bucket kept in the row.  Claims of one such queue then
- * take turns; under REPEATABLE READ one that missed the previous holder's
- * commit fails to serialize.
+ * Without the preload, a claim updates the queue's row and so holds it
+ * until its transaction ends, counts the jobs in flight and refills the
+ * bucket kept in the row.  Claims of one such queue then take turns; under
+ * REPEATABLE READ one that missed the previous holder's commit fails to
+ * serialize.
  *
  *-------------------------------------------------------------------------
  */
@@ -148,100 +122,6 @@ claimq_check_flow_settings(PG_FUNCTION_ARGS)
 	(void) cq_interval_arg(fcinfo, 3, "rate_period", false,
 						   &cq_max_rate_period, "1 day");
 	PG_RETURN_VOID();
-}
-
-/*
- * Whether the queue's groups are limited, so that its grouped pending
- * jobs go in held.
- */
-bool
-cq_queue_groups_limited(const CqQueue *queue)
-{
-	return queue->group_limit > 0 || queue->group_fifo;
-}
-
-/*
- * Note that a statement changed a job of group key in the queue.
- */
-void
-cq_groups_note(CqGroups *groups, int32 queue_id, Datum key)
-{
-	if (groups->n == groups->size)
-	{
-		groups->size = Max(8, groups->size * 2);
-		if (groups->n == 0)
-		{
-			groups->queue_ids = palloc(groups->size * sizeof(int32));
-			groups->keys = palloc(groups->size * sizeof(Datum));
-		}
-		else
-		{
-			groups->queue_ids = repalloc(groups->queue_ids,
-										 groups->size * sizeof(int32));
-			groups->keys = repalloc(groups->keys, groups->size * sizeof(Datum));
-		}
-	}
-	groups->queue_ids[groups->n] = queue_id;
-	groups->keys[groups->n] = key;
-	groups->n++;
-}
-
-/*
- * Sync one queue's groups, keys a text[] (claimq.sync_groups does nothing
- * on a queue without group limits).  The caller has connected SPI.
- */
-void
-cq_sync_groups(int32 queue_id, Datum keys)
-{
-	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[2] = {INT4OID, TEXTARRAYOID};
-	Datum		values[2];
-	bool		isnull;
-	Datum		freed_at;
-
-	cq_plan(&plan, "SELECT claimq.sync_groups($1, $2)", 2, argtypes);
-	values[0] = Int32GetDatum(queue_id);
-	values[1] = keys;
-	cq_execute(plan, values, NULL, SPI_OK_SELECT);
-	freed_at = cq_spi_value(0, 1, &isnull);
-	if (!isnull)
-		cq_ready_on_commit(queue_id, DatumGetTimestampTz(freed_at));
-}
-
-/*
- * Sync the groups noted, one call per queue.  The caller has connected
- * SPI; the keys must stay valid until this returns.
- */
-void
-cq_groups_sync(CqGroups *groups)
-{
-	bool	   *done;
-
-	if (groups->n == 0)
-		return;
-	done = palloc0(groups->n * sizeof(bool));
-	for (int i = 0; i < groups->n; i++)
-	{
-		Datum	   *keys;
-		int			nkeys = 0;
-
-		if (done[i])
-			continue;
-		keys = palloc(groups->n * sizeof(Datum));
-		for (int j = i; j < groups->n; j++)
-			if (!done[j] && groups->queue_ids[j] == groups->queue_ids[i])
-			{
-				keys[nkeys++] = groups->keys[j];
-				done[j] = true;
-			}
-		cq_sync_groups(groups->queue_ids[i],
-					   PointerGetDatum(construct_array(keys, nkeys, TEXTOID,
-													   -1, false,
-													   TYPALIGN_INT)));
-		pfree(keys);
-	}
-	pfree(done);
-	groups->n = 0;
 }
 
 /* The queue's jobs in flight ($1): every claimed or running job has a lease. */
@@ -1056,127 +936,90 @@ cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket, int32 n)
 }
 
 /*
- * The reclaimer's share of flow control, once a pass, in a transaction of
- * its own:
- *
- *	- record in their queues' rows the buckets in shared memory for this
- *	  database whose rows have no record, with the tokens they hold now,
- *	  only where the row's rate is still the bucket's (an alter_queue that
- *	  changed the rate since has made the next bucket new and full).  Each
- *	  pass looks again, so a record whose transaction failed is written by
- *	  the next;
- *	- sync the groups that have held jobs but fewer free jobs than their
- *	  limit.  Every call that changes a group syncs it, so such a group is
- *	  one whose sync had to skip a row another transaction held, or one
- *	  changed under REPEATABLE READ from a snapshot older than the group's
- *	  last change; without this it could wait for ever.
- *
- * Returns the number of groups synced.  The caller has connected SPI.
+ * The reclaimer's share of the queue-wide limits, once a pass, in a
+ * transaction of its own (before groups.c's): record in their queues' rows
+ * the buckets in shared memory for this database whose rows have no
+ * record, with the tokens they hold now, only where the row's rate is
+ * still the bucket's (an alter_queue that changed the rate since has made
+ * the next bucket new and full).  Each pass looks again, so a record whose
+ * transaction failed is written by the next.  The caller has connected
+ * SPI.
  */
-uint64
+void
 cq_flow_upkeep(void)
 {
 	static SPIPlanPtr mark_plan = NULL;
-	static SPIPlanPtr stuck_plan = NULL;
 	Oid			argtypes[5] = {INT4ARRAYOID, INT4ARRAYOID, INTERVALARRAYOID,
 	FLOAT8ARRAYOID, TIMESTAMPTZOID};
 	Datum		values[5];
-	uint64		synced = 0;
-	SPITupleTable *stuck;
-	uint64		nstuck;
+	CqFlowKey	key;
+	int32	   *ids;
+	int32	   *rates;
+	Interval   *periods;
+	double	   *tokens;
+	TimestampTz now;
+	HASH_SEQ_STATUS status;
+	CqFlowSlot *slot;
+	int			n = 0;
+	Datum	   *d[4];
 
-	if (cq_shmem_ready && pg_atomic_read_u32(&cq_flow->any_used) != 0)
+	if (!cq_shmem_ready || pg_atomic_read_u32(&cq_flow->any_used) == 0)
+		return;
+	key = cq_flow_key(0);
+	ids = palloc(sizeof(int32) * cq_flow_slots);
+	rates = palloc(sizeof(int32) * cq_flow_slots);
+	periods = palloc0(sizeof(Interval) * cq_flow_slots);
+	tokens = palloc(sizeof(double) * cq_flow_slots);
+	now = GetCurrentTimestamp();
+
+	/* Copied under the spinlocks; no allocation while one is held. */
+	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
+	hash_seq_init(&status, cq_flow_table);
+	while ((slot = hash_seq_search(&status)) != NULL)
 	{
-		CqFlowKey	key = cq_flow_key(0);
-		int32	   *ids = palloc(sizeof(int32) * cq_flow_slots);
-		int32	   *rates = palloc(sizeof(int32) * cq_flow_slots);
-		Interval   *periods = palloc0(sizeof(Interval) * cq_flow_slots);
-		double	   *tokens = palloc(sizeof(double) * cq_flow_slots);
-		TimestampTz now = GetCurrentTimestamp();
-		HASH_SEQ_STATUS status;
-		CqFlowSlot *slot;
-		int			n = 0;
-
-		/* Copied under the spinlocks; no allocation while one is held. */
-		cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
-		hash_seq_init(&status, cq_flow_table);
-		while ((slot = hash_seq_search(&status)) != NULL)
+		if (slot->key.dboid != key.dboid || slot->key.relid != key.relid)
+			continue;
+		SpinLockAcquire(&slot->mutex);
+		if (slot->bucket != 0)
 		{
-			if (slot->key.dboid != key.dboid || slot->key.relid != key.relid)
-				continue;
-			SpinLockAcquire(&slot->mutex);
-			if (slot->bucket != 0)
-			{
-				ids[n] = slot->key.queue_id;
-				rates[n] = slot->rate_limit;
-				periods[n].time = slot->period;
-				tokens[n++] = cq_flow_tokens_at(slot, now);
-			}
-			SpinLockRelease(&slot->mutex);
+			ids[n] = slot->key.queue_id;
+			rates[n] = slot->rate_limit;
+			periods[n].time = slot->period;
+			tokens[n++] = cq_flow_tokens_at(slot, now);
 		}
-		LWLockRelease(cq_flow_lock);
-		if (n > 0)
-		{
-			Datum	   *d[4];
-
-			for (int k = 0; k < 4; k++)
-				d[k] = palloc(sizeof(Datum) * n);
-			for (int i = 0; i < n; i++)
-			{
-				d[0][i] = Int32GetDatum(ids[i]);
-				d[1][i] = Int32GetDatum(rates[i]);
-				d[2][i] = IntervalPGetDatum(&periods[i]);
-				d[3][i] = Float8GetDatum(tokens[i]);
-			}
-			cq_plan(&mark_plan,
-					"UPDATE claimq.queue q SET rate_tokens = v.tokens, rate_at = $5"
-					"  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
-					"                 pg_catalog.unnest($3), pg_catalog.unnest($4))"
-					"       v(queue_id, rate_limit, period, tokens)"
-					" WHERE q.queue_id = v.queue_id AND q.rate_at IS NULL"
-					"   AND q.rate_limit = v.rate_limit AND q.rate_period = v.period",
-					5, argtypes);
-			values[0] = PointerGetDatum(construct_array(d[0], n, INT4OID, sizeof(int32),
-														true, TYPALIGN_INT));
-			values[1] = PointerGetDatum(construct_array(d[1], n, INT4OID, sizeof(int32),
-														true, TYPALIGN_INT));
-			values[2] = PointerGetDatum(construct_array(d[2], n, INTERVALOID,
-														sizeof(Interval), false,
-														TYPALIGN_DOUBLE));
-			values[3] = PointerGetDatum(construct_array(d[3], n, FLOAT8OID,
-														sizeof(float8), FLOAT8PASSBYVAL,
-														TYPALIGN_DOUBLE));
-			values[4] = TimestampTzGetDatum(now);
-			cq_execute(mark_plan, values, NULL, SPI_OK_UPDATE);
-		}
+		SpinLockRelease(&slot->mutex);
 	}
+	LWLockRelease(cq_flow_lock);
+	if (n == 0)
+		return;
 
-	cq_plan(&stuck_plan,
-			"SELECT g.queue_id, pg_catalog.array_agg(g.group_key)"
-			"  FROM claimq.job_group g JOIN claimq.queue q ON q.queue_id = g.queue_id"
-			" WHERE (q.group_limit IS NOT NULL OR q.group_fifo)"
-			"   AND EXISTS (SELECT 1 FROM claimq.job j"
-			"                WHERE j.queue_id = g.queue_id AND j.group_key = g.group_key"
-			"                  AND j.held AND j.state = 'pending')"
-			"   AND (SELECT pg_catalog.count(*) FROM claimq.job j"
-			"         WHERE j.queue_id = g.queue_id AND j.group_key = g.group_key"
-			"           AND NOT j.held"
-			"           AND j.state = ANY ('{pending,claimed,running}'::text[]))"
-			"       < CASE WHEN q.group_fifo THEN 1 ELSE q.group_limit END"
-			" GROUP BY g.queue_id",
-			0, NULL);
-	cq_execute(stuck_plan, NULL, NULL, SPI_OK_SELECT);
-	stuck = SPI_tuptable;
-	nstuck = SPI_processed;
-	for (uint64 row = 0; row < nstuck; row++)
+	for (int k = 0; k < 4; k++)
+		d[k] = palloc(sizeof(Datum) * n);
+	for (int i = 0; i < n; i++)
 	{
-		bool		isnull;
-		Datum		keys = SPI_getbinval(stuck->vals[row], stuck->tupdesc, 2, &isnull);
-
-		cq_sync_groups(DatumGetInt32(SPI_getbinval(stuck->vals[row], stuck->tupdesc,
-												   1, &isnull)), keys);
-		synced += ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(keys)),
-								 ARR_DIMS(DatumGetArrayTypeP(keys)));
+		d[0][i] = Int32GetDatum(ids[i]);
+		d[1][i] = Int32GetDatum(rates[i]);
+		d[2][i] = IntervalPGetDatum(&periods[i]);
+		d[3][i] = Float8GetDatum(tokens[i]);
 	}
-	return synced;
+	cq_plan(&mark_plan,
+			"UPDATE claimq.queue q SET rate_tokens = v.tokens, rate_at = $5"
+			"  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
+			"                 pg_catalog.unnest($3), pg_catalog.unnest($4))"
+			"       v(queue_id, rate_limit, period, tokens)"
+			" WHERE q.queue_id = v.queue_id AND q.rate_at IS NULL"
+			"   AND q.rate_limit = v.rate_limit AND q.rate_period = v.period",
+			5, argtypes);
+	values[0] = PointerGetDatum(construct_array(d[0], n, INT4OID, sizeof(int32),
+												true, TYPALIGN_INT));
+	values[1] = PointerGetDatum(construct_array(d[1], n, INT4OID, sizeof(int32),
+												true, TYPALIGN_INT));
+	values[2] = PointerGetDatum(construct_array(d[2], n, INTERVALOID,
+												sizeof(Interval), false,
+												TYPALIGN_DOUBLE));
+	values[3] = PointerGetDatum(construct_array(d[3], n, FLOAT8OID,
+												sizeof(float8), FLOAT8PASSBYVAL,
+												TYPALIGN_DOUBLE));
+	values[4] = TimestampTzGetDatum(now);
+	cq_execute(mark_plan, values, NULL, SPI_OK_UPDATE);
 }

@@ -547,6 +547,7 @@ claimq_job_census(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("claimq.job_census() is a trigger of claimq.job")));
+
 	/*
 	 * (The row triggers of 0.6 call it too, until ALTER EXTENSION claimq
 	 * UPDATE replaces them: the same for each row.)

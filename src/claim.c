@@ -13,7 +13,7 @@
  * and reads only the ready range of each, under FOR UPDATE SKIP LOCKED.
  * The cost is O(batch + priorities in use), whatever else the table holds.
  * Jobs that group limits hold back are not in the index at all, and the
- * queue-wide limits cut max_jobs down before the statement runs (flow.c).
+ * queue-wide limits cut max_jobs down before the statement runs (limits.c).
  *
  * The probes walk the index backwards, lowest priority first, so that
  * each lands on the newest entries of a priority: the oldest ones are

@@ -21,10 +21,11 @@
  *		reclaimer.c	the background worker that runs reclaim.c, schedule.c,
  *					prune.c, the key sweep and census.c's recount on a
  *					timer
- *		wakeup.c	what a transaction did to the pending jobs: wake-ups of
- *					waiting claims and wait_for, floors lowered
- *		ledger.c	what a transaction did to jobs, reported once per move;
- *					the one pair of transaction callbacks
+ *		wakeup.c	the wait slots of waiting claims and wait_for, and their
+ *					wake-ups
+ *		ledger.c	what a transaction did to jobs, reported once per move:
+ *					counters, census, floors, wake-ups, flow; the one pair
+ *					of transaction callbacks
  *		floor.c		claim floors in shared memory
  *		token.c		fencing tokens, never handed out twice
  *		counters.c	shared per-queue counters and latency histograms
@@ -206,8 +207,6 @@ extern void cq_ledger_use(void);
 extern void cq_flow_xact_event(XactEvent event);
 extern void cq_census_xact_event(XactEvent event);
 extern void cq_census_subxact_event(SubXactEvent event);
-extern void cq_wakeup_xact_event(XactEvent event);
-extern void cq_wakeup_subxact_event(SubXactEvent event);
 
 /* Jobs per queue and state, kept as changes commit (census.c) */
 extern Size cq_census_shmem_size(void);
@@ -224,11 +223,10 @@ extern PGDLLEXPORT void cq_launcher_main(Datum arg);
 extern PGDLLEXPORT void cq_reclaimer_main(Datum arg);
 
 /*
- * What a transaction does to the set of pending jobs (wakeup.c): jobs made
- * pending wake waiting claims and lower the queue's claim floor once the
- * commit is visible; jobs claimed lower it again if the claim aborts.
- * Jobs finished or removed wake wait_for calls, which wait under the
- * queue id CQ_WAIT_FINISHED (no queue has it).
+ * Waiting for work (wakeup.c): a waiting claim or wait_for publishes what
+ * it waits for in its slot; commits wake it (cq_wake_waiters, called by
+ * the ledger).  wait_for waits under the queue id CQ_WAIT_FINISHED (no
+ * queue has it).
  */
 #define CQ_WAIT_FINISHED	0
 extern Size cq_wakeup_shmem_size(void);
@@ -246,6 +244,15 @@ extern void cq_wait_end(void);
 #define CQ_WAKE_RECHECK_MS	1000
 extern void cq_wait_sleep(bool waiting, long recheck_ms, long *poll_ms,
 						  TimestampTz deadline);
+extern void cq_wake_waiters(const int32 *queue_ids, int n, bool all,
+							bool finished);
+
+/*
+ * What a transaction does to the set of pending jobs (ledger.c), besides
+ * the moves that tell it: jobs made pending wake waiting claims and lower
+ * the queue's claim floor once the commit is visible; jobs claimed lower
+ * it again if the claim aborts; jobs finished or removed wake wait_for.
+ */
 extern void cq_ready_on_commit(int32 queue_id, TimestampTz run_at);
 extern void cq_finished_on_commit(void);
 extern void cq_claimed_in_xact(int32 queue_id, TimestampTz run_at);
@@ -380,9 +387,10 @@ typedef struct CqMove
 	CqState		from;
 	CqState		to;
 	int64		n;				/* how many jobs */
-	int			counter;		/* the CqCounter the call counts them as, or -1 */
-	TimestampTz run_at;			/* to pending: the earliest run_at (DT_NOBEGIN:
-								 * not known) */
+	int			counter;		/* the CqCounter the call counts them as, or
+								 * -1 */
+	TimestampTz run_at;			/* to pending: the earliest run_at
+								 * (DT_NOBEGIN: not known) */
 	int			latency;		/* a CqLatencyKind sampled once, or -1 */
 	int64		latency_us;
 	Datum		group_key;		/* text: the group of the jobs, or 0 */

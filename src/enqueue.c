@@ -306,8 +306,10 @@ cq_enqueue_done(CqEnqueueArgs *args, Datum groups)
 {
 	CqLedgerCall call = {0};
 	CqMove		move;
-	TimestampTz run_at = args->run_at_null ? args->now :
-		DatumGetTimestampTz(args->run_at);
+	TimestampTz run_at = args->now;
+
+	if (!args->run_at_null)
+		run_at = DatumGetTimestampTz(args->run_at);
 
 	cq_move_init(&move, args->queue.queue_id, CQ_IS_ABSENT, CQ_IS_PENDING,
 				 args->inserted);

@@ -23,9 +23,12 @@
  *	latencies		one sample, if the move carries one
  *	census			a note of -n for the state left and +n for the one
  *					entered (census.c adds them when the commit is visible)
- *	wake-ups		jobs made pending lower the queue's floor and wake its
- *					waiting claims at commit; jobs finished or deleted wake
- *					wait_for (wakeup.c)
+ *	floors and		the queues of the transaction are listed here: jobs
+ *	wake-ups		made pending lower the queue's floor (floor.c) at once
+ *					and at commit, and wake its waiting claims at commit
+ *					(wakeup.c); jobs finished or deleted wake wait_for;
+ *					a claim lists its queue before its statement runs, so
+ *					that an abort lowers the floor again
  *	flow control	jobs leaving flight free queue-wide slots (limits.c);
  *					the groups of the jobs are synced with their queue's
  *					group limits when the call closes (groups.c)
@@ -43,12 +46,12 @@
  *	pre-commit		census (publishes the xid in the commit slot)
  *	commit, abort,	flow (gives back the slots it reserved, so that the
  *	prepare			claims woken below find them free), census (adds or
- *					drops the notes), wake-ups (lowers the floors first,
- *					then sets the latches of the waiters: a woken claim
- *					finds the floor lowered and the slots free)
+ *					drops the notes), the queues listed here (lowers the
+ *					floors first, then sets the latches of the waiters: a
+ *					woken claim finds the floor lowered and the slots free)
  *	subtransaction	census (a subtransaction's notes become its parent's
- *	commit, abort	or are dropped), wake-ups (an aborted subtransaction's
- *					claims lower their floors)
+ *	commit, abort	or are dropped), the queues listed here (an aborted
+ *					subtransaction's claims lower their floors)
  *
  * Every function is called on every event once the ledger is in use, and
  * returns at once when its module recorded nothing.  Nothing here takes a
@@ -60,8 +63,10 @@
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 
 #include "claimq.h"
 
@@ -165,6 +170,240 @@ cq_ledger_close(CqLedgerCall *call)
 	call->freed_queue = 0;
 }
 
+/*-------------------------------------------------------------------------
+ * The queues of this transaction, for the floors and the wake-ups
+ *-------------------------------------------------------------------------
+ */
+
+/* Queues listed per transaction before it counts as "many". */
+#define CQ_XACT_QUEUES	8
+
+/*
+ * This transaction's queues: those it made jobs pending in (ready) and
+ * those it claimed jobs from (claimed), each with the earliest run_at.
+ * Past CQ_XACT_QUEUES queues it counts as "many": every waiter of the
+ * database is woken and every floor of it dropped.
+ */
+typedef struct CqXactQueue
+{
+	int32		queue_id;
+	bool		ready;
+	bool		freed;			/* took jobs of a limited queue out of flight */
+	bool		claimed;
+	TimestampTz ready_run_at;
+	TimestampTz claimed_run_at;
+} CqXactQueue;
+
+static CqXactQueue cq_xact_queues[CQ_XACT_QUEUES];
+static int	cq_nqueues = 0;
+static bool cq_queues_many = false;
+static bool cq_xact_finished = false;	/* finished or removed jobs */
+static Oid	cq_xact_relid = InvalidOid;
+
+/*
+ * Lower the floors of the listed queues: those made ready (at commit) or
+ * those claimed from (at abort).
+ */
+static void
+cq_lower_floors(bool ready)
+{
+	if (cq_queues_many)
+	{
+		cq_floor_drop_database(MyDatabaseId);
+		return;
+	}
+	for (int q = 0; q < cq_nqueues; q++)
+	{
+		CqXactQueue *xq = &cq_xact_queues[q];
+
+		if (ready ? xq->ready : xq->claimed)
+			cq_floor_lower(MyDatabaseId, cq_xact_relid, xq->queue_id,
+						   ready ? xq->ready_run_at : xq->claimed_run_at);
+	}
+}
+
+/*
+ * The end of a transaction, for the queues listed: the floors, then the
+ * waiters (a woken claim must find its queue's floor lowered).
+ */
+static void
+cq_queues_xact_event(XactEvent event)
+{
+	if (cq_nqueues == 0 && !cq_queues_many && !cq_xact_finished)
+		return;
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+			{
+				int32		woken[CQ_XACT_QUEUES];
+				int			nwoken = 0;
+
+				cq_lower_floors(true);
+				for (int q = 0; q < cq_nqueues; q++)
+					if (cq_xact_queues[q].ready || cq_xact_queues[q].freed)
+						woken[nwoken++] = cq_xact_queues[q].queue_id;
+				cq_wake_waiters(woken, nwoken, cq_queues_many,
+								cq_xact_finished);
+			}
+			break;
+		case XACT_EVENT_ABORT:
+			cq_lower_floors(false);
+			break;
+		case XACT_EVENT_PREPARE:
+
+			/*
+			 * Its fate is decided elsewhere, and COMMIT PREPARED runs no
+			 * callback of ours: the floors' age limit covers it, and waiters
+			 * see its commit at their next recheck (CQ_WAKE_RECHECK_MS).
+			 */
+			cq_lower_floors(true);
+			cq_lower_floors(false);
+			break;
+		default:
+			return;
+	}
+	cq_nqueues = 0;
+	cq_queues_many = false;
+	cq_xact_finished = false;
+}
+
+/*
+ * The entry of a queue in this transaction's list, or NULL once there are
+ * too many to list.
+ */
+static CqXactQueue *
+cq_xact_queue(int32 queue_id)
+{
+	CqXactQueue *xq;
+
+	cq_ledger_use();
+	if (cq_nqueues == 0 && !cq_queues_many)
+		cq_xact_relid = cq_job_relid();
+	for (int q = 0; q < cq_nqueues; q++)
+		if (cq_xact_queues[q].queue_id == queue_id)
+			return &cq_xact_queues[q];
+	if (cq_nqueues == CQ_XACT_QUEUES)
+	{
+		cq_queues_many = true;
+		return NULL;
+	}
+	xq = &cq_xact_queues[cq_nqueues++];
+	xq->queue_id = queue_id;
+	xq->ready = xq->freed = xq->claimed = false;
+	xq->ready_run_at = xq->claimed_run_at = DT_NOEND;
+	return xq;
+}
+
+/*
+ * Note that this transaction made jobs of the queue pending, the earliest
+ * at run_at (DT_NOBEGIN if unknown): waiters on the queue are woken and
+ * its floor lowered when the transaction commits.  The floor is lowered
+ * at once as well, for this transaction's own later claims, which see the
+ * jobs already.
+ */
+void
+cq_ready_on_commit(int32 queue_id, TimestampTz run_at)
+{
+	CqXactQueue *xq;
+
+	if (!cq_shmem_ready)
+		return;
+	xq = cq_xact_queue(queue_id);
+	if (xq == NULL)
+	{
+		cq_floor_drop_database(MyDatabaseId);
+		return;
+	}
+	xq->ready = true;
+	xq->ready_run_at = Min(xq->ready_run_at, run_at);
+	cq_floor_lower(MyDatabaseId, cq_xact_relid, queue_id, run_at);
+}
+
+/*
+ * Note that this transaction took jobs of a queue with queue-wide limits
+ * out of flight: claims waiting on the queue are woken when it commits
+ * (limits.c).
+ */
+void
+cq_freed_on_commit(int32 queue_id)
+{
+	CqXactQueue *xq;
+
+	if (!cq_shmem_ready)
+		return;
+	xq = cq_xact_queue(queue_id);
+	if (xq != NULL)
+		xq->freed = true;
+}
+
+/*
+ * Note that this transaction finished or removed jobs: every wait_for of
+ * the database looks again when it commits.  (A wait_for that finds its
+ * jobs unfinished sleeps on; one woken for nothing costs a look.)
+ */
+void
+cq_finished_on_commit(void)
+{
+	if (!cq_shmem_ready)
+		return;
+	cq_ledger_use();
+	cq_xact_finished = true;
+}
+
+/*
+ * note_change(queue_id, made_pending, finished) returns void: jobs that
+ * became claimable, or finished, without a move: resume_queue and a
+ * change of alter_queue's group limits, which frees held jobs.  (The
+ * SQL-language moves report through ledger_end.)  In no duty.
+ */
+PG_FUNCTION_INFO_V1(claimq_note_change);
+
+Datum
+claimq_note_change(PG_FUNCTION_ARGS)
+{
+	cq_arg_not_null(fcinfo, 0, "queue_id");
+	if (!PG_ARGISNULL(1) && PG_GETARG_BOOL(1))
+		cq_ready_on_commit(PG_GETARG_INT32(0), DT_NOBEGIN);
+	if (!PG_ARGISNULL(2) && PG_GETARG_BOOL(2))
+		cq_finished_on_commit();
+	PG_RETURN_VOID();
+}
+
+/*
+ * Note that this transaction claimed jobs of the queue, the earliest at
+ * run_at: if it aborts, they are pending again.
+ */
+void
+cq_claimed_in_xact(int32 queue_id, TimestampTz run_at)
+{
+	CqXactQueue *xq;
+
+	if (!cq_shmem_ready)
+		return;
+	xq = cq_xact_queue(queue_id);
+	if (xq == NULL)
+		return;
+	xq->claimed = true;
+	xq->claimed_run_at = Min(xq->claimed_run_at, run_at);
+}
+
+/*
+ * The earliest run_at at which this transaction made jobs of the queue
+ * pending (DT_NOEND if none): its own claims start no later than that,
+ * whatever floor other sessions' claims have set meanwhile, since those
+ * could not see the jobs.
+ */
+TimestampTz
+cq_xact_ready_run_at(int32 queue_id)
+{
+	if (cq_queues_many)
+		return DT_NOBEGIN;
+	for (int q = 0; q < cq_nqueues; q++)
+		if (cq_xact_queues[q].queue_id == queue_id && cq_xact_queues[q].ready)
+			return cq_xact_queues[q].ready_run_at;
+	return DT_NOEND;
+}
+
 /*
  * The scopes of claimq.ledger_begin() end with the (sub)transaction that
  * failed inside them.  (An aborted subtransaction ends them all: a scope
@@ -197,7 +436,7 @@ cq_ledger_xact_callback(XactEvent event, void *arg)
 			cq_ledger_reset_scopes();
 			cq_flow_xact_event(event);
 			cq_census_xact_event(event);
-			cq_wakeup_xact_event(event);
+			cq_queues_xact_event(event);
 			break;
 		default:
 			break;
@@ -213,7 +452,8 @@ cq_ledger_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	if (event == SUBXACT_EVENT_ABORT_SUB)
 		cq_ledger_reset_scopes();
 	cq_census_subxact_event(event);
-	cq_wakeup_subxact_event(event);
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		cq_lower_floors(false);
 }
 
 /*

@@ -9,6 +9,8 @@
  *		claim.c		pending -> claimed | running
  *		groups.c	group limits: held pending -> pending
  *		limits.c	the queue-wide limits a claim obeys
+ *		buckets.c	the queue-wide limits' shared memory: a slot per
+ *					limited queue with its reservations and rate bucket
  *		settle.c	claimed | running -> running, done, pending, dead
  *					(start, extend, complete, fail, release, snooze)
  *		cancel.c	pending | claimed | running -> cancelled
@@ -39,7 +41,7 @@
  * one way everywhere: cq_shmem_ready.
  *
  * Shared memory's rules, kept by every file that has a table in it
- * (census.c, limits.c, counters.c, floor.c, wakeup.c, reclaimer.c): no lock
+ * (census.c, buckets.c, counters.c, floor.c, wakeup.c, reclaimer.c): no lock
  * is held across a commit, a statement or anything else that can wait on
  * another session (NOTIFY's commit lock, a synchronous standby, a row
  * lock); every table is sized by a setting, and a full table makes the
@@ -347,7 +349,8 @@ extern uint64 cq_groups_upkeep(void);
 
 /*
  * Queue-wide limits (limits.c): max_in_flight and rate_limit, and a
- * claim's view of them.
+ * claim's view of them.  Their shared memory (buckets.c) holds a slot per
+ * limited queue, private to buckets.c; a ticket only points to it.
  */
 typedef struct CqFlowTicket
 {
@@ -363,15 +366,57 @@ typedef struct CqFlowTicket
 	long		refill_ms;		/* no token: when the next one is whole */
 } CqFlowTicket;
 
-extern Size cq_flow_shmem_size(void);
-extern void cq_flow_shmem_init(LWLock *lock, LWLock *gate);
-extern void cq_flow_free_dropped(void);
-extern void cq_flow_freed(int32 queue_id);
 extern void cq_flow_upkeep(void);
 extern int32 cq_flow_allowance(const CqQueue *queue, int32 max_jobs,
 							   CqFlowTicket *ticket);
 extern void cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket,
 						  int32 n);
+
+/*
+ * The queue row's limits and bucket, read with the latest snapshot by
+ * limits.c, from which cq_flow_reserve makes a bucket in shared memory.
+ */
+typedef struct CqFlowRow
+{
+	bool		found;
+	int32		max_in_flight;	/* 0: none */
+	int32		rate_limit;		/* 0: none */
+	int64		period;
+	double		tokens;			/* the bucket refilled to now */
+} CqFlowRow;
+
+/* What cq_flow_reserve did. */
+typedef enum CqFlowReserve
+{
+	CQ_FLOW_RESERVED,			/* step 1 is done: see the ticket */
+	CQ_FLOW_READ_ROW,			/* nothing yet: read the row, call again */
+	CQ_FLOW_NO_SLOT,			/* nothing: take turns on the queue's row */
+	CQ_FLOW_TOO_MANY			/* nothing: too many limited queues */
+} CqFlowReserve;
+
+/* A bucket in shared memory, for the reclaimer to record in its row. */
+typedef struct CqFlowBucket
+{
+	int32		queue_id;
+	int32		rate_limit;
+	Interval	period;			/* its time only */
+	double		tokens;
+} CqFlowBucket;
+
+/* The queue-wide limits' shared memory (buckets.c) */
+extern Size cq_flow_shmem_size(void);
+extern void cq_flow_shmem_init(LWLock *lock, LWLock *gate);
+extern void cq_flow_free_dropped(void);
+extern void cq_flow_freed(int32 queue_id);
+extern TimestampTz cq_flow_started(TimestampTz now);
+extern long cq_flow_refill_ms(double tokens, int32 rate_limit, int64 period);
+extern CqFlowReserve cq_flow_reserve(const CqQueue *queue, int64 period,
+									 int32 max_jobs, TimestampTz now,
+									 const CqFlowRow *row, uint64 *read_for,
+									 CqFlowTicket *ticket, int64 *others);
+extern bool cq_flow_row_enter(int32 queue_id, bool *too_many);
+extern void cq_flow_give_back(CqFlowTicket *ticket, int32 n);
+extern int	cq_flow_buckets(TimestampTz now, CqFlowBucket **buckets);
 
 /*
  * The ledger (ledger.c).  Every change of jobs' states that claimq makes is

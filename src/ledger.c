@@ -29,7 +29,7 @@
  *					(wakeup.c); jobs finished or deleted wake wait_for;
  *					a claim lists its queue before its statement runs, so
  *					that an abort lowers the floor again
- *	flow control	jobs leaving flight free queue-wide slots (limits.c);
+ *	flow control	jobs leaving flight free queue-wide slots (buckets.c);
  *					the groups of the jobs are synced with their queue's
  *					group limits when the call closes (groups.c)
  *
@@ -322,7 +322,7 @@ cq_ready_on_commit(int32 queue_id, TimestampTz run_at)
 /*
  * Note that this transaction took jobs of a queue with queue-wide limits
  * out of flight: claims waiting on the queue are woken when it commits
- * (limits.c).
+ * (buckets.c).
  */
 void
 cq_freed_on_commit(int32 queue_id)

@@ -2,13 +2,14 @@
  *
  * limits.c
  *		The queue-wide limits a claim obeys: max_in_flight and rate_limit.
- *		(Group limits are groups.c's.)
+ *		(Group limits are groups.c's; the shared memory that holds these
+ *		limits' reservations and buckets is buckets.c's.)
  *
  * With the preload, shared memory holds, per queue with max_in_flight or
- * rate_limit that was claimed from lately (a table of claimq.flow_slots
- * slots for the whole server), the slots reserved by claims whose
- * transactions are still in progress and the rate limit's token bucket.
- * A claim, under the slot's spinlock:
+ * rate_limit that was claimed from lately, the slots reserved by claims
+ * whose transactions are still in progress and the rate limit's token
+ * bucket (buckets.c, whose header states its locks and what happens when
+ * its table is full).  A claim, under the slot's spinlock:
  *
  *	1. reserves max_jobs slots and takes up to max_jobs tokens, and notes
  *	   what the other transactions in progress had reserved (r);
@@ -27,16 +28,9 @@
  * left room for all of them.  Claims never wait for each other, and
  * settling a job touches no shared memory: the count is the job table's.
  *
- * When the table is full.  A slot is taken over for another queue only if
- * that loses nothing: no transaction has reserved on it and its bucket is
- * full.  A queue that finds no slot so free takes the slow path: its
+ * A queue that has no slot and can have none takes the slow path: its
  * claims take turns on the queue's row, as without the preload (below).
- * The two paths never mix for a queue: a claim on the row is noted, per
- * hash of its key, until its transaction ends, and no slot is made for
- * the queue while one is; and a slot with reservations is never taken
- * over, so the claims through shared memory have all ended when a claim
- * on the row counts (with the latest snapshot).  A transaction that
- * claims from more than CQ_FLOW_HELD limited queues takes nothing more.
+ * The two paths never mix for a queue (buckets.c).
  *
  * The bucket.  The queue's row holds a record of it (rate_tokens at
  * rate_at): written by every claim on the row, and, for a bucket in
@@ -59,16 +53,15 @@
  * a database the reclaimer does not serve) has no record yet, and starts
  * full again.
  *
- * The locks: the flow lock, shared to find a slot and change it under
- * its spinlock, exclusive to make or take over a slot; held only around
- * work in memory, never across a statement or a commit.  The launcher
- * frees the slots of dropped databases.
- *
  * Without the preload, a claim updates the queue's row and so holds it
  * until its transaction ends, counts the jobs in flight and refills the
  * bucket kept in the row.  Claims of one such queue then take turns; under
  * REPEATABLE READ one that missed the previous holder's commit fails to
  * serialize.
+ *
+ * The only lock this file takes is the queue's row, on that slow path.
+ * Shared memory's locks, and why holding them never makes anyone wait for
+ * another session, are stated once, in buckets.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -76,14 +69,7 @@
 
 #include <math.h>
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
-#include "miscadmin.h"
-#include "storage/lwlock.h"
-#include "storage/shmem.h"
-#include "storage/spin.h"
-#include "utils/builtins.h"
-#include "utils/hsearch.h"
 #include "utils/timestamp.h"
 
 #include "claimq.h"
@@ -130,116 +116,6 @@ claimq_check_flow_settings(PG_FUNCTION_ARGS)
 	"  WHERE j.expires_at IS NOT NULL AND j.queue_id = $1)"
 
 /*
- * The queue-wide limits' shared memory (see the file header): a table of
- * claimq.flow_slots slots under the flow lock, each slot's fields under
- * its own spinlock; and, per key hash, how many transactions claim on
- * their queue's row.
- */
-typedef struct CqFlowKey
-{
-	Oid			dboid;
-	Oid			relid;
-	int32		queue_id;
-} CqFlowKey;
-
-typedef struct CqFlowSlot
-{
-	CqFlowKey	key;
-	slock_t		mutex;			/* the fields below */
-	int64		reserved;		/* by transactions in progress */
-	uint64		generation;		/* new for every slot made */
-	uint64		bucket;			/* new for every bucket made; 0: none */
-	int32		rate_limit;		/* the bucket was made for these */
-	int64		period;			/* microseconds */
-	double		tokens;			/* left at "at" */
-	double		outstanding;	/* taken by claims not yet spent */
-	TimestampTz at;
-} CqFlowSlot;
-
-typedef struct CqFlowShared
-{
-	pg_atomic_uint32 any_used;	/* a slot was ever made */
-	pg_atomic_uint64 next_id;	/* generations and buckets */
-	pg_atomic_uint64 started;	/* the first claim as a primary, or 0 */
-	int			nrows;
-	pg_atomic_uint32 row_claims[FLEXIBLE_ARRAY_MEMBER];
-} CqFlowShared;
-
-static LWLock *cq_flow_lock = NULL;
-static LWLock *cq_flow_gate = NULL;
-static HTAB *cq_flow_table = NULL;
-static CqFlowShared *cq_flow = NULL;
-
-
-/* What this backend's transaction holds: slots reserved, rows claimed on. */
-#define CQ_FLOW_HELD	16		/* queues one transaction claims from */
-typedef struct CqFlowHeld
-{
-	CqFlowSlot *slot;
-	uint64		generation;
-	int64		reserved;
-	uint64		out_bucket;		/* tokens taken and not yet spent, */
-	int32		out_tokens;		/* of that bucket */
-} CqFlowHeld;
-
-static CqFlowHeld cq_flow_held[CQ_FLOW_HELD];
-static int	cq_flow_nheld = 0;
-static uint32 cq_flow_rows[CQ_FLOW_HELD];	/* indexes into row_claims */
-static int	cq_flow_nrows = 0;
-
-static Size
-cq_flow_shared_size(void)
-{
-	return add_size(offsetof(CqFlowShared, row_claims),
-					mul_size(cq_flow_slots, sizeof(pg_atomic_uint32)));
-}
-
-Size
-cq_flow_shmem_size(void)
-{
-	return add_size(hash_estimate_size(cq_flow_slots, sizeof(CqFlowSlot)),
-					cq_flow_shared_size());
-}
-
-void
-cq_flow_shmem_init(LWLock *lock, LWLock *gate)
-{
-	HASHCTL		ctl;
-	bool		found;
-
-	ctl.keysize = sizeof(CqFlowKey);
-	ctl.entrysize = sizeof(CqFlowSlot);
-	cq_flow_lock = lock;
-	cq_flow_gate = gate;
-	cq_flow_table = ShmemInitHash("claimq queue limits", cq_flow_slots,
-								  cq_flow_slots, &ctl,
-								  HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
-	cq_flow = ShmemInitStruct("claimq queue limits' rows",
-							  cq_flow_shared_size(), &found);
-	if (!found)
-	{
-		pg_atomic_init_u32(&cq_flow->any_used, 0);
-		pg_atomic_init_u64(&cq_flow->next_id, 1);
-		pg_atomic_init_u64(&cq_flow->started, 0);
-		cq_flow->nrows = cq_flow_slots;
-		for (int i = 0; i < cq_flow_slots; i++)
-			pg_atomic_init_u32(&cq_flow->row_claims[i], 0);
-	}
-}
-
-static CqFlowKey
-cq_flow_key(int32 queue_id)
-{
-	CqFlowKey	key;
-
-	memset(&key, 0, sizeof(key));	/* the padding too: keys are hashed */
-	key.dboid = MyDatabaseId;
-	key.relid = cq_job_relid();
-	key.queue_id = queue_id;
-	return key;
-}
-
-/*
  * A rate_period in microseconds: its days and time, greater than zero and
  * at most a day.  check_flow_settings refuses anything else, but a queue
  * row written by an earlier release may hold a month part (which this
@@ -265,251 +141,6 @@ cq_flow_period_of(const char *queue_name, const Interval *rate_period)
 }
 
 /*
- * Milliseconds until a bucket of rate_limit tokens per period microseconds,
- * holding tokens (less than one), holds a whole token: how long a claim
- * that found it empty waits before it looks again.
- */
-static long
-cq_flow_refill_ms(double tokens, int32 rate_limit, int64 period)
-{
-	double		per_token = (double) period / rate_limit;
-	double		usecs = (1.0 - Max(tokens, 0.0)) * per_token;
-
-	return Max(1, (long) ceil(usecs / 1000.0));
-}
-
-/*
- * A bucket's tokens at now, never more than its limit less what claims in
- * progress have taken (so a token given back cannot raise it above what
- * refilled meanwhile).  The caller holds the slot's spinlock.
- */
-static double
-cq_flow_tokens_at(const CqFlowSlot *slot, TimestampTz now)
-{
-	double		room = (double) slot->rate_limit - slot->outstanding;
-	double		tokens = slot->tokens;
-
-	if (now > slot->at)
-		tokens += (double) (now - slot->at) * slot->rate_limit / slot->period;
-	return Min(room, tokens);
-}
-
-/*
- * Whether a slot can be given to another queue without losing anything:
- * no transaction has reserved on it or holds its tokens, and its bucket,
- * if any, is full (a bucket made again from the queue's row is then full
- * too: see cq_flow_row_tokens).  The caller holds the lock exclusive.
- */
-static bool
-cq_flow_evictable(CqFlowSlot *slot, TimestampTz now)
-{
-	return slot->reserved == 0 &&
-		(slot->bucket == 0 ||
-		 (slot->outstanding == 0 &&
-		  cq_flow_tokens_at(slot, now) >= (double) slot->rate_limit));
-}
-
-/*
- * The queue's slot, made if missing, with the lock held (shared or
- * exclusive: the caller just lets it go).  NULL, without the lock, when
- * none can be had: every slot is in use and none can be taken over, or a
- * transaction claims on the queue's row (see cq_flow_row_enter).
- */
-static CqFlowSlot *
-cq_flow_slot(const CqFlowKey *key, TimestampTz now)
-{
-	uint32		hash = get_hash_value(cq_flow_table, key);
-	CqFlowSlot *slot;
-	bool		found;
-
-	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
-	slot = hash_search_with_hash_value(cq_flow_table, key, hash, HASH_FIND, NULL);
-	if (slot != NULL)
-		return slot;
-	LWLockRelease(cq_flow_lock);
-
-	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_EXCLUSIVE);
-	slot = hash_search_with_hash_value(cq_flow_table, key, hash, HASH_FIND, NULL);
-	if (slot != NULL)
-		return slot;
-	if (pg_atomic_read_u32(&cq_flow->row_claims[hash % cq_flow->nrows]) == 0)
-	{
-		slot = hash_search_with_hash_value(cq_flow_table, key, hash,
-										   HASH_ENTER_NULL, &found);
-		if (slot == NULL)
-		{
-			/* Full: take over a slot that loses nothing, if there is one. */
-			HASH_SEQ_STATUS status;
-			CqFlowSlot *victim;
-
-			hash_seq_init(&status, cq_flow_table);
-			while ((victim = hash_seq_search(&status)) != NULL)
-				if (cq_flow_evictable(victim, now))
-				{
-					hash_seq_term(&status);
-					break;
-				}
-			if (victim != NULL)
-			{
-				(void) hash_search(cq_flow_table, &victim->key, HASH_REMOVE, NULL);
-				slot = hash_search_with_hash_value(cq_flow_table, key, hash,
-												   HASH_ENTER_NULL, &found);
-			}
-		}
-	}
-	if (slot == NULL)
-	{
-		LWLockRelease(cq_flow_lock);
-		return NULL;
-	}
-	SpinLockInit(&slot->mutex);
-	slot->reserved = 0;
-	slot->generation = pg_atomic_fetch_add_u64(&cq_flow->next_id, 1);
-	slot->bucket = 0;
-	slot->outstanding = 0;
-	pg_atomic_write_u32(&cq_flow->any_used, 1);
-	return slot;
-}
-
-/*
- * Note that this transaction claims on the queue's row, which keeps a
- * slot from being made for the queue until it ends.  False if the queue
- * has a slot after all (claim through it), or if this transaction claims
- * on too many rows already.
- */
-static bool
-cq_flow_row_enter(const CqFlowKey *key, bool *too_many)
-{
-	uint32		hash = get_hash_value(cq_flow_table, key);
-	uint32		index = hash % cq_flow->nrows;
-	bool		mine = false;
-
-	*too_many = false;
-	cq_ledger_use();
-	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
-	if (hash_search_with_hash_value(cq_flow_table, key, hash, HASH_FIND, NULL) != NULL)
-	{
-		LWLockRelease(cq_flow_lock);
-		return false;
-	}
-	for (int i = 0; i < cq_flow_nrows; i++)
-		mine |= cq_flow_rows[i] == index;
-	if (!mine && cq_flow_nrows == CQ_FLOW_HELD)
-	{
-		LWLockRelease(cq_flow_lock);
-		*too_many = true;
-		return false;
-	}
-	if (!mine)
-	{
-		pg_atomic_fetch_add_u32(&cq_flow->row_claims[index], 1);
-		cq_flow_rows[cq_flow_nrows++] = index;
-	}
-	LWLockRelease(cq_flow_lock);
-	return true;
-}
-
-/*
- * At the end of a transaction, give back every slot it reserved and every
- * row it claimed on; tokens taken by a claim that failed before it spent
- * them count as spent.
- */
-void
-cq_flow_xact_event(XactEvent event)
-{
-	/*
-	 * A prepared transaction's claims stay uncommitted after this backend has
-	 * moved on, and nothing would hold their slots meanwhile.
-	 */
-	if (event == XACT_EVENT_PRE_PREPARE)
-	{
-		bool		reserved = cq_flow_nrows > 0;
-
-		for (int i = 0; i < cq_flow_nheld; i++)
-			reserved |= cq_flow_held[i].reserved > 0;
-		if (reserved)
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("cannot prepare a transaction that claimed jobs of a queue with max_in_flight or rate_limit")));
-		return;
-	}
-	if (event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT &&
-		event != XACT_EVENT_PARALLEL_COMMIT &&
-		event != XACT_EVENT_PARALLEL_ABORT && event != XACT_EVENT_PREPARE)
-		return;
-	if (cq_flow_nheld > 0)
-	{
-		cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
-		for (int i = 0; i < cq_flow_nheld; i++)
-		{
-			CqFlowHeld *held = &cq_flow_held[i];
-			CqFlowSlot *slot = held->slot;
-
-			/* A slot with reservations or tokens out is never taken over. */
-			if (held->reserved == 0 && held->out_tokens == 0)
-				continue;
-			SpinLockAcquire(&slot->mutex);
-			if (slot->generation == held->generation)
-			{
-				slot->reserved -= held->reserved;
-				if (held->out_tokens > 0 && slot->bucket == held->out_bucket)
-					slot->outstanding -= held->out_tokens;
-			}
-			SpinLockRelease(&slot->mutex);
-		}
-		LWLockRelease(cq_flow_lock);
-		cq_flow_nheld = 0;
-	}
-	for (int i = 0; i < cq_flow_nrows; i++)
-		pg_atomic_fetch_sub_u32(&cq_flow->row_claims[cq_flow_rows[i]], 1);
-	cq_flow_nrows = 0;
-}
-
-/* This transaction's entry for a slot, made if missing; or NULL. */
-static CqFlowHeld *
-cq_flow_held_entry(CqFlowSlot *slot)
-{
-	for (int i = 0; i < cq_flow_nheld; i++)
-		if (cq_flow_held[i].slot == slot &&
-			cq_flow_held[i].generation == slot->generation)
-			return &cq_flow_held[i];
-	/* Entries that hold nothing go: their slots may have been taken over. */
-	for (int i = 0; i < cq_flow_nheld; i++)
-		if (cq_flow_held[i].reserved == 0 && cq_flow_held[i].out_tokens == 0)
-		{
-			cq_flow_held[i] = cq_flow_held[--cq_flow_nheld];
-			i--;
-		}
-	if (cq_flow_nheld == CQ_FLOW_HELD)
-		return NULL;
-	memset(&cq_flow_held[cq_flow_nheld], 0, sizeof(CqFlowHeld));
-	cq_flow_held[cq_flow_nheld].slot = slot;
-	cq_flow_held[cq_flow_nheld].generation = slot->generation;
-	return &cq_flow_held[cq_flow_nheld++];
-}
-
-/*
- * When buckets were first used since shared memory was made, as a
- * primary: a bucket made from a record written before then holds no more
- * than has refilled since, since what was spent after the record was not
- * written down.  After a promotion that is the first claim on the new
- * primary.
- */
-static TimestampTz
-cq_flow_started(TimestampTz now)
-{
-	uint64		started = pg_atomic_read_u64(&cq_flow->started);
-
-	if (started == 0)
-	{
-		(void) pg_atomic_compare_exchange_u64(&cq_flow->started, &started,
-											  (uint64) now);
-		started = pg_atomic_read_u64(&cq_flow->started);
-	}
-	return (TimestampTz) started;
-}
-
-/*
  * The queue's bucket at now as its row has it: full if the row has no
  * record of a bucket (its first use, or a new rate: alter_queue clears
  * it), else the recorded tokens refilled to now and, with the preload, no
@@ -532,16 +163,6 @@ cq_flow_row_tokens(int32 rate_limit, int64 period, bool no_record,
 		tokens = Min(tokens, (double) Max(now - cq_flow_started(now), 0) * per_usec);
 	return Min((double) rate_limit, tokens);
 }
-
-/* The queue row's limits and bucket, with the latest snapshot. */
-typedef struct CqFlowRow
-{
-	bool		found;
-	int32		max_in_flight;	/* 0: none */
-	int32		rate_limit;		/* 0: none */
-	int64		period;
-	double		tokens;			/* the bucket refilled to now */
-} CqFlowRow;
 
 /*
  * Read the queue's row with the latest snapshot: its current limits (a
@@ -591,68 +212,27 @@ cq_flow_read_row(const CqQueue *queue, TimestampTz now, CqFlowRow *row)
 }
 
 /*
- * Steps 1 and 2 of a claim with the preload (see the file header).
- * Returns false, having changed nothing, if the queue has no slot and
- * none can be had: the claim then takes turns on the queue's row.
+ * Steps 1 and 2 of a claim with the preload (see the file header): step 1
+ * in the queue's slot, reading the row first if the slot's bucket is not
+ * the one the claim expects (cq_flow_reserve), then the count.  Returns
+ * false, having changed nothing, if the queue has no slot and none can be
+ * had: the claim then takes turns on the queue's row.
  */
 static bool
 cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 {
-	CqFlowKey	key = cq_flow_key(queue->queue_id);
 	TimestampTz now = GetCurrentTimestamp();
 	int64		period = 0;
-	CqFlowSlot *slot;
-	CqFlowHeld *held;
 	int64		others;
 	CqFlowRow	row = {0};
 	uint64		read_for = 0;	/* the slot whose bucket row was read for */
+	CqFlowReserve done;
 
 	if (queue->rate_limit > 0)
 		period = cq_flow_period_of(queue->name, &queue->rate_period);
-	cq_ledger_use();
-	for (;;)
+	while ((done = cq_flow_reserve(queue, period, max_jobs, now, &row,
+								   &read_for, ticket, &others)) == CQ_FLOW_READ_ROW)
 	{
-		slot = cq_flow_slot(&key, now);
-		if (slot == NULL)
-			return false;
-		held = cq_flow_held_entry(slot);
-		if (held == NULL)
-		{
-			/* Claims from too many limited queues: nothing this time. */
-			LWLockRelease(cq_flow_lock);
-			ticket->allowed = 0;
-			return true;
-		}
-		SpinLockAcquire(&slot->mutex);
-
-		/*
-		 * The bucket serves if it is the one this claim expects; else the
-		 * row, read since this slot was found, says which rate is current
-		 * (this claim's view may be older), and the bucket is made anew only
-		 * for that rate.
-		 */
-		if (queue->rate_limit <= 0 ||
-			(slot->bucket != 0 && slot->rate_limit == queue->rate_limit &&
-			 slot->period == period))
-			break;
-		if (read_for == slot->generation)
-		{
-			if (row.rate_limit > 0 &&
-				(slot->bucket == 0 || slot->rate_limit != row.rate_limit ||
-				 slot->period != row.period))
-			{
-				slot->bucket = pg_atomic_fetch_add_u64(&cq_flow->next_id, 1);
-				slot->rate_limit = row.rate_limit;
-				slot->period = row.period;
-				slot->tokens = row.tokens;
-				slot->outstanding = 0;
-				slot->at = now;
-			}
-			break;
-		}
-		read_for = slot->generation;
-		SpinLockRelease(&slot->mutex);
-		LWLockRelease(cq_flow_lock);
 		cq_flow_read_row(queue, now, &row);
 		if (!row.found)
 		{
@@ -660,34 +240,14 @@ cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 			return true;
 		}
 	}
-
-	/* Step 1: reserve, take tokens, note the others' reservations. */
-	others = slot->reserved - held->reserved;
-	ticket->slot = slot;
-	ticket->generation = slot->generation;
-	ticket->reserved = max_jobs;
-	slot->reserved += ticket->reserved;
-	held->reserved += ticket->reserved;
-	ticket->allowed = max_jobs;
-	ticket->tokens = 0;
-	ticket->bucket = 0;
-	if (queue->rate_limit > 0 && slot->bucket != 0)
+	if (done == CQ_FLOW_NO_SLOT)
+		return false;
+	if (done == CQ_FLOW_TOO_MANY)
 	{
-		slot->tokens = cq_flow_tokens_at(slot, now);
-		slot->at = Max(slot->at, now);
-		ticket->bucket = slot->bucket;
-		ticket->tokens = (int32) Min((double) max_jobs, floor(slot->tokens));
-		if (ticket->tokens == 0)
-			ticket->refill_ms = cq_flow_refill_ms(slot->tokens, slot->rate_limit,
-												  slot->period);
-		slot->tokens -= ticket->tokens;
-		slot->outstanding += ticket->tokens;
-		held->out_bucket = slot->bucket;
-		held->out_tokens += ticket->tokens;
-		ticket->allowed = ticket->tokens;
+		/* Claims from too many limited queues: nothing this time. */
+		ticket->allowed = 0;
+		return true;
 	}
-	SpinLockRelease(&slot->mutex);
-	LWLockRelease(cq_flow_lock);
 
 	/* Step 2: the jobs in flight, as committed by now, and the limit now. */
 	if (queue->max_in_flight > 0 || queue->rate_limit > 0)
@@ -721,67 +281,6 @@ cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 }
 
 /*
- * Jobs of the queue left flight (settled, cancelled or reclaimed): if the
- * queue has queue-wide limits, claims waiting on it are woken at commit.
- * "Has" means a claim set up its slot; a queue whose claims take turns on
- * its row is looked at again by its waiting claims within a second.
- */
-void
-cq_flow_freed(int32 queue_id)
-{
-	CqFlowKey	key;
-	bool		found;
-
-	if (!cq_shmem_ready || pg_atomic_read_u32(&cq_flow->any_used) == 0)
-		return;
-	key = cq_flow_key(queue_id);
-	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
-	found = hash_search(cq_flow_table, &key, HASH_FIND, NULL) != NULL;
-	LWLockRelease(cq_flow_lock);
-	if (found)
-		cq_freed_on_commit(queue_id);
-}
-
-/*
- * Free the slots of databases that no longer exist.  Inside a transaction
- * (it reads pg_database), without the lock.
- */
-void
-cq_flow_free_dropped(void)
-{
-	HASH_SEQ_STATUS status;
-	CqFlowSlot *slot;
-	Oid		   *dboids;
-	int			ndbs = 0;
-	int			ndropped = 0;
-
-	if (!cq_shmem_ready || pg_atomic_read_u32(&cq_flow->any_used) == 0)
-		return;
-	dboids = palloc(sizeof(Oid) * cq_flow_slots);
-	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
-	hash_seq_init(&status, cq_flow_table);
-	while ((slot = hash_seq_search(&status)) != NULL)
-		cq_note_database(dboids, &ndbs, cq_flow_slots, slot->key.dboid);
-	LWLockRelease(cq_flow_lock);
-
-	ndropped = cq_dropped_databases(dboids, ndbs);
-	if (ndropped > 0)
-	{
-		cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_EXCLUSIVE);
-		hash_seq_init(&status, cq_flow_table);
-		while ((slot = hash_seq_search(&status)) != NULL)
-			for (int i = 0; i < ndropped; i++)
-				if (slot->key.dboid == dboids[i])
-				{
-					(void) hash_search(cq_flow_table, &slot->key, HASH_REMOVE, NULL);
-					break;
-				}
-		LWLockRelease(cq_flow_lock);
-	}
-	pfree(dboids);
-}
-
-/*
  * How many jobs a claim of the queue may take, at most max_jobs, under its
  * queue-wide limits.  The claim must then call cq_flow_spend with the
  * number it took.  The caller has connected SPI.
@@ -803,7 +302,6 @@ cq_flow_allowance(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 		return max_jobs;
 	if (cq_shmem_ready)
 	{
-		CqFlowKey	key = cq_flow_key(queue->queue_id);
 		bool		on_row = false;
 
 		(void) cq_flow_started(GetCurrentTimestamp());
@@ -821,7 +319,7 @@ cq_flow_allowance(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 
 			if (cq_flow_shared(queue, max_jobs, ticket))
 				return ticket->allowed;
-			on_row = cq_flow_row_enter(&key, &too_many);
+			on_row = cq_flow_row_enter(queue->queue_id, &too_many);
 			if (too_many)
 				return 0;
 		}
@@ -884,8 +382,8 @@ cq_flow_allowance(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 
 /*
  * After a claim that took n jobs: give back the slots and tokens it did not
- * use (shared memory), or store the bucket in the queue's row (this runs
- * SPI).
+ * use (shared memory: cq_flow_give_back), or store the bucket in the
+ * queue's row (this runs SPI).
  */
 void
 cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket, int32 n)
@@ -896,31 +394,7 @@ cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket, int32 n)
 
 	if (ticket->slot != NULL)
 	{
-		CqFlowSlot *slot = ticket->slot;
-		CqFlowHeld *held = NULL;
-
-		for (int i = 0; i < cq_flow_nheld; i++)
-			if (cq_flow_held[i].slot == slot &&
-				cq_flow_held[i].generation == ticket->generation)
-				held = &cq_flow_held[i];
-		Assert(held != NULL && n <= ticket->allowed);
-		cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
-		SpinLockAcquire(&slot->mutex);
-		slot->reserved -= ticket->reserved - n;
-		held->reserved -= ticket->reserved - n;
-		/* Tokens go back only to the bucket they came from. */
-		if (ticket->tokens > 0)
-		{
-			if (slot->bucket == ticket->bucket)
-			{
-				slot->outstanding -= ticket->tokens;
-				slot->tokens += ticket->tokens - n;
-			}
-			held->out_tokens -= ticket->tokens;
-		}
-		SpinLockRelease(&slot->mutex);
-		LWLockRelease(cq_flow_lock);
-		ticket->slot = NULL;
+		cq_flow_give_back(ticket, n);
 		return;
 	}
 	if (!ticket->row_bucket || n == 0)
@@ -952,44 +426,15 @@ cq_flow_upkeep(void)
 	Oid			argtypes[5] = {INT4ARRAYOID, INT4ARRAYOID, INTERVALARRAYOID,
 	FLOAT8ARRAYOID, TIMESTAMPTZOID};
 	Datum		values[5];
-	CqFlowKey	key;
-	int32	   *ids;
-	int32	   *rates;
-	Interval   *periods;
-	double	   *tokens;
+	CqFlowBucket *buckets;
 	TimestampTz now;
-	HASH_SEQ_STATUS status;
-	CqFlowSlot *slot;
-	int			n = 0;
+	int			n;
 	Datum	   *d[4];
 
-	if (!cq_shmem_ready || pg_atomic_read_u32(&cq_flow->any_used) == 0)
+	if (!cq_shmem_ready)
 		return;
-	key = cq_flow_key(0);
-	ids = palloc(sizeof(int32) * cq_flow_slots);
-	rates = palloc(sizeof(int32) * cq_flow_slots);
-	periods = palloc0(sizeof(Interval) * cq_flow_slots);
-	tokens = palloc(sizeof(double) * cq_flow_slots);
 	now = GetCurrentTimestamp();
-
-	/* Copied under the spinlocks; no allocation while one is held. */
-	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
-	hash_seq_init(&status, cq_flow_table);
-	while ((slot = hash_seq_search(&status)) != NULL)
-	{
-		if (slot->key.dboid != key.dboid || slot->key.relid != key.relid)
-			continue;
-		SpinLockAcquire(&slot->mutex);
-		if (slot->bucket != 0)
-		{
-			ids[n] = slot->key.queue_id;
-			rates[n] = slot->rate_limit;
-			periods[n].time = slot->period;
-			tokens[n++] = cq_flow_tokens_at(slot, now);
-		}
-		SpinLockRelease(&slot->mutex);
-	}
-	LWLockRelease(cq_flow_lock);
+	n = cq_flow_buckets(now, &buckets);
 	if (n == 0)
 		return;
 
@@ -997,10 +442,10 @@ cq_flow_upkeep(void)
 		d[k] = palloc(sizeof(Datum) * n);
 	for (int i = 0; i < n; i++)
 	{
-		d[0][i] = Int32GetDatum(ids[i]);
-		d[1][i] = Int32GetDatum(rates[i]);
-		d[2][i] = IntervalPGetDatum(&periods[i]);
-		d[3][i] = Float8GetDatum(tokens[i]);
+		d[0][i] = Int32GetDatum(buckets[i].queue_id);
+		d[1][i] = Int32GetDatum(buckets[i].rate_limit);
+		d[2][i] = IntervalPGetDatum(&buckets[i].period);
+		d[3][i] = Float8GetDatum(buckets[i].tokens);
 	}
 	cq_plan(&mark_plan,
 			"UPDATE claimq.queue q SET rate_tokens = v.tokens, rate_at = $5"

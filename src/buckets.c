@@ -1,0 +1,631 @@
+/*-------------------------------------------------------------------------
+ *
+ * buckets.c
+ *		The queue-wide limits' shared memory: one slot per limited queue
+ *		holding its in-flight reservations and its rate bucket.  (What a
+ *		claim does with them, and why the limits hold, is limits.c's.)
+ *
+ * With the preload, a table of claimq.flow_slots slots for the whole
+ * server holds, per queue with max_in_flight or rate_limit that was
+ * claimed from lately, the slots reserved by claims whose transactions
+ * are still in progress and the rate limit's token bucket.  A claim
+ * reserves and takes tokens in its queue's slot (cq_flow_reserve, step 1
+ * of limits.c's header), gives back at once what it did not use
+ * (cq_flow_give_back), and its transaction gives back the rest when it
+ * ends (cq_flow_xact_event, called by the ledger).  Nothing here runs a
+ * statement: reading the queue's row and counting its jobs is limits.c's.
+ *
+ * The locks: the flow lock, shared to find a slot and change it under
+ * its spinlock, exclusive to make or take over a slot, each taken behind
+ * the flow gate (cq_lwlock_gated); held only around work in memory, never
+ * across a statement or a commit.  So whoever holds them waits for no
+ * other session, and claims never wait for each other here.  The
+ * launcher frees the slots of dropped databases.
+ *
+ * When the table is full.  A slot is taken over for another queue only if
+ * that loses nothing: no transaction has reserved on it and its bucket is
+ * full.  A queue that finds no slot so free takes the slow path: its
+ * claims take turns on the queue's row, as without the preload (limits.c).
+ * The two paths never mix for a queue: a claim on the row is noted, per
+ * hash of its key, until its transaction ends, and no slot is made for
+ * the queue while one is; and a slot with reservations is never taken
+ * over, so the claims through shared memory have all ended when a claim
+ * on the row counts (with the latest snapshot).  A transaction that
+ * claims from more than CQ_FLOW_HELD limited queues takes nothing more.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/hsearch.h"
+#include "utils/timestamp.h"
+
+#include "claimq.h"
+
+/*
+ * The queue-wide limits' shared memory (see the file header): a table of
+ * claimq.flow_slots slots under the flow lock, each slot's fields under
+ * its own spinlock; and, per key hash, how many transactions claim on
+ * their queue's row.
+ */
+typedef struct CqFlowKey
+{
+	Oid			dboid;
+	Oid			relid;
+	int32		queue_id;
+} CqFlowKey;
+
+typedef struct CqFlowSlot
+{
+	CqFlowKey	key;
+	slock_t		mutex;			/* the fields below */
+	int64		reserved;		/* by transactions in progress */
+	uint64		generation;		/* new for every slot made */
+	uint64		bucket;			/* new for every bucket made; 0: none */
+	int32		rate_limit;		/* the bucket was made for these */
+	int64		period;			/* microseconds */
+	double		tokens;			/* left at "at" */
+	double		outstanding;	/* taken by claims not yet spent */
+	TimestampTz at;
+} CqFlowSlot;
+
+typedef struct CqFlowShared
+{
+	pg_atomic_uint32 any_used;	/* a slot was ever made */
+	pg_atomic_uint64 next_id;	/* generations and buckets */
+	pg_atomic_uint64 started;	/* the first claim as a primary, or 0 */
+	int			nrows;
+	pg_atomic_uint32 row_claims[FLEXIBLE_ARRAY_MEMBER];
+} CqFlowShared;
+
+static LWLock *cq_flow_lock = NULL;
+static LWLock *cq_flow_gate = NULL;
+static HTAB *cq_flow_table = NULL;
+static CqFlowShared *cq_flow = NULL;
+
+
+/* What this backend's transaction holds: slots reserved, rows claimed on. */
+#define CQ_FLOW_HELD	16		/* queues one transaction claims from */
+typedef struct CqFlowHeld
+{
+	CqFlowSlot *slot;
+	uint64		generation;
+	int64		reserved;
+	uint64		out_bucket;		/* tokens taken and not yet spent, */
+	int32		out_tokens;		/* of that bucket */
+} CqFlowHeld;
+
+static CqFlowHeld cq_flow_held[CQ_FLOW_HELD];
+static int	cq_flow_nheld = 0;
+static uint32 cq_flow_rows[CQ_FLOW_HELD];	/* indexes into row_claims */
+static int	cq_flow_nrows = 0;
+
+static Size
+cq_flow_shared_size(void)
+{
+	return add_size(offsetof(CqFlowShared, row_claims),
+					mul_size(cq_flow_slots, sizeof(pg_atomic_uint32)));
+}
+
+Size
+cq_flow_shmem_size(void)
+{
+	return add_size(hash_estimate_size(cq_flow_slots, sizeof(CqFlowSlot)),
+					cq_flow_shared_size());
+}
+
+void
+cq_flow_shmem_init(LWLock *lock, LWLock *gate)
+{
+	HASHCTL		ctl;
+	bool		found;
+
+	ctl.keysize = sizeof(CqFlowKey);
+	ctl.entrysize = sizeof(CqFlowSlot);
+	cq_flow_lock = lock;
+	cq_flow_gate = gate;
+	cq_flow_table = ShmemInitHash("claimq queue limits", cq_flow_slots,
+								  cq_flow_slots, &ctl,
+								  HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+	cq_flow = ShmemInitStruct("claimq queue limits' rows",
+							  cq_flow_shared_size(), &found);
+	if (!found)
+	{
+		pg_atomic_init_u32(&cq_flow->any_used, 0);
+		pg_atomic_init_u64(&cq_flow->next_id, 1);
+		pg_atomic_init_u64(&cq_flow->started, 0);
+		cq_flow->nrows = cq_flow_slots;
+		for (int i = 0; i < cq_flow_slots; i++)
+			pg_atomic_init_u32(&cq_flow->row_claims[i], 0);
+	}
+}
+
+static CqFlowKey
+cq_flow_key(int32 queue_id)
+{
+	CqFlowKey	key;
+
+	memset(&key, 0, sizeof(key));	/* the padding too: keys are hashed */
+	key.dboid = MyDatabaseId;
+	key.relid = cq_job_relid();
+	key.queue_id = queue_id;
+	return key;
+}
+
+/*
+ * Milliseconds until a bucket of rate_limit tokens per period microseconds,
+ * holding tokens (less than one), holds a whole token: how long a claim
+ * that found it empty waits before it looks again.
+ */
+long
+cq_flow_refill_ms(double tokens, int32 rate_limit, int64 period)
+{
+	double		per_token = (double) period / rate_limit;
+	double		usecs = (1.0 - Max(tokens, 0.0)) * per_token;
+
+	return Max(1, (long) ceil(usecs / 1000.0));
+}
+
+/*
+ * A bucket's tokens at now, never more than its limit less what claims in
+ * progress have taken (so a token given back cannot raise it above what
+ * refilled meanwhile).  The caller holds the slot's spinlock.
+ */
+static double
+cq_flow_tokens_at(const CqFlowSlot *slot, TimestampTz now)
+{
+	double		room = (double) slot->rate_limit - slot->outstanding;
+	double		tokens = slot->tokens;
+
+	if (now > slot->at)
+		tokens += (double) (now - slot->at) * slot->rate_limit / slot->period;
+	return Min(room, tokens);
+}
+
+/*
+ * Whether a slot can be given to another queue without losing anything:
+ * no transaction has reserved on it or holds its tokens, and its bucket,
+ * if any, is full (a bucket made again from the queue's row is then full
+ * too: see limits.c's cq_flow_row_tokens).  The caller holds the lock
+ * exclusive.
+ */
+static bool
+cq_flow_evictable(CqFlowSlot *slot, TimestampTz now)
+{
+	return slot->reserved == 0 &&
+		(slot->bucket == 0 ||
+		 (slot->outstanding == 0 &&
+		  cq_flow_tokens_at(slot, now) >= (double) slot->rate_limit));
+}
+
+/*
+ * The queue's slot, made if missing, with the lock held (shared or
+ * exclusive: the caller just lets it go).  NULL, without the lock, when
+ * none can be had: every slot is in use and none can be taken over, or a
+ * transaction claims on the queue's row (see cq_flow_row_enter).
+ */
+static CqFlowSlot *
+cq_flow_slot(const CqFlowKey *key, TimestampTz now)
+{
+	uint32		hash = get_hash_value(cq_flow_table, key);
+	CqFlowSlot *slot;
+	bool		found;
+
+	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
+	slot = hash_search_with_hash_value(cq_flow_table, key, hash, HASH_FIND, NULL);
+	if (slot != NULL)
+		return slot;
+	LWLockRelease(cq_flow_lock);
+
+	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_EXCLUSIVE);
+	slot = hash_search_with_hash_value(cq_flow_table, key, hash, HASH_FIND, NULL);
+	if (slot != NULL)
+		return slot;
+	if (pg_atomic_read_u32(&cq_flow->row_claims[hash % cq_flow->nrows]) == 0)
+	{
+		slot = hash_search_with_hash_value(cq_flow_table, key, hash,
+										   HASH_ENTER_NULL, &found);
+		if (slot == NULL)
+		{
+			/* Full: take over a slot that loses nothing, if there is one. */
+			HASH_SEQ_STATUS status;
+			CqFlowSlot *victim;
+
+			hash_seq_init(&status, cq_flow_table);
+			while ((victim = hash_seq_search(&status)) != NULL)
+				if (cq_flow_evictable(victim, now))
+				{
+					hash_seq_term(&status);
+					break;
+				}
+			if (victim != NULL)
+			{
+				(void) hash_search(cq_flow_table, &victim->key, HASH_REMOVE, NULL);
+				slot = hash_search_with_hash_value(cq_flow_table, key, hash,
+												   HASH_ENTER_NULL, &found);
+			}
+		}
+	}
+	if (slot == NULL)
+	{
+		LWLockRelease(cq_flow_lock);
+		return NULL;
+	}
+	SpinLockInit(&slot->mutex);
+	slot->reserved = 0;
+	slot->generation = pg_atomic_fetch_add_u64(&cq_flow->next_id, 1);
+	slot->bucket = 0;
+	slot->outstanding = 0;
+	pg_atomic_write_u32(&cq_flow->any_used, 1);
+	return slot;
+}
+
+/*
+ * Note that this transaction claims on the queue's row, which keeps a
+ * slot from being made for the queue until it ends.  False if the queue
+ * has a slot after all (claim through it), or if this transaction claims
+ * on too many rows already.
+ */
+bool
+cq_flow_row_enter(int32 queue_id, bool *too_many)
+{
+	CqFlowKey	key = cq_flow_key(queue_id);
+	uint32		hash = get_hash_value(cq_flow_table, &key);
+	uint32		index = hash % cq_flow->nrows;
+	bool		mine = false;
+
+	*too_many = false;
+	cq_ledger_use();
+	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
+	if (hash_search_with_hash_value(cq_flow_table, &key, hash, HASH_FIND, NULL) != NULL)
+	{
+		LWLockRelease(cq_flow_lock);
+		return false;
+	}
+	for (int i = 0; i < cq_flow_nrows; i++)
+		mine |= cq_flow_rows[i] == index;
+	if (!mine && cq_flow_nrows == CQ_FLOW_HELD)
+	{
+		LWLockRelease(cq_flow_lock);
+		*too_many = true;
+		return false;
+	}
+	if (!mine)
+	{
+		pg_atomic_fetch_add_u32(&cq_flow->row_claims[index], 1);
+		cq_flow_rows[cq_flow_nrows++] = index;
+	}
+	LWLockRelease(cq_flow_lock);
+	return true;
+}
+
+/*
+ * At the end of a transaction, give back every slot it reserved and every
+ * row it claimed on; tokens taken by a claim that failed before it spent
+ * them count as spent.
+ */
+void
+cq_flow_xact_event(XactEvent event)
+{
+	/*
+	 * A prepared transaction's claims stay uncommitted after this backend has
+	 * moved on, and nothing would hold their slots meanwhile.
+	 */
+	if (event == XACT_EVENT_PRE_PREPARE)
+	{
+		bool		reserved = cq_flow_nrows > 0;
+
+		for (int i = 0; i < cq_flow_nheld; i++)
+			reserved |= cq_flow_held[i].reserved > 0;
+		if (reserved)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot prepare a transaction that claimed jobs of a queue with max_in_flight or rate_limit")));
+		return;
+	}
+	if (event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT &&
+		event != XACT_EVENT_PARALLEL_COMMIT &&
+		event != XACT_EVENT_PARALLEL_ABORT && event != XACT_EVENT_PREPARE)
+		return;
+	if (cq_flow_nheld > 0)
+	{
+		cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
+		for (int i = 0; i < cq_flow_nheld; i++)
+		{
+			CqFlowHeld *held = &cq_flow_held[i];
+			CqFlowSlot *slot = held->slot;
+
+			/* A slot with reservations or tokens out is never taken over. */
+			if (held->reserved == 0 && held->out_tokens == 0)
+				continue;
+			SpinLockAcquire(&slot->mutex);
+			if (slot->generation == held->generation)
+			{
+				slot->reserved -= held->reserved;
+				if (held->out_tokens > 0 && slot->bucket == held->out_bucket)
+					slot->outstanding -= held->out_tokens;
+			}
+			SpinLockRelease(&slot->mutex);
+		}
+		LWLockRelease(cq_flow_lock);
+		cq_flow_nheld = 0;
+	}
+	for (int i = 0; i < cq_flow_nrows; i++)
+		pg_atomic_fetch_sub_u32(&cq_flow->row_claims[cq_flow_rows[i]], 1);
+	cq_flow_nrows = 0;
+}
+
+/* This transaction's entry for a slot, made if missing; or NULL. */
+static CqFlowHeld *
+cq_flow_held_entry(CqFlowSlot *slot)
+{
+	for (int i = 0; i < cq_flow_nheld; i++)
+		if (cq_flow_held[i].slot == slot &&
+			cq_flow_held[i].generation == slot->generation)
+			return &cq_flow_held[i];
+	/* Entries that hold nothing go: their slots may have been taken over. */
+	for (int i = 0; i < cq_flow_nheld; i++)
+		if (cq_flow_held[i].reserved == 0 && cq_flow_held[i].out_tokens == 0)
+		{
+			cq_flow_held[i] = cq_flow_held[--cq_flow_nheld];
+			i--;
+		}
+	if (cq_flow_nheld == CQ_FLOW_HELD)
+		return NULL;
+	memset(&cq_flow_held[cq_flow_nheld], 0, sizeof(CqFlowHeld));
+	cq_flow_held[cq_flow_nheld].slot = slot;
+	cq_flow_held[cq_flow_nheld].generation = slot->generation;
+	return &cq_flow_held[cq_flow_nheld++];
+}
+
+/*
+ * When buckets were first used since shared memory was made, as a
+ * primary: a bucket made from a record written before then holds no more
+ * than has refilled since, since what was spent after the record was not
+ * written down.  After a promotion that is the first claim on the new
+ * primary.
+ */
+TimestampTz
+cq_flow_started(TimestampTz now)
+{
+	uint64		started = pg_atomic_read_u64(&cq_flow->started);
+
+	if (started == 0)
+	{
+		(void) pg_atomic_compare_exchange_u64(&cq_flow->started, &started,
+											  (uint64) now);
+		started = pg_atomic_read_u64(&cq_flow->started);
+	}
+	return (TimestampTz) started;
+}
+
+/*
+ * Step 1 of a claim with the preload (see limits.c's header), in the
+ * queue's slot, made if missing: reserve max_jobs slots, take up to
+ * max_jobs tokens (period: the queue's rate_period in microseconds, 0
+ * without a rate limit) and set *others to what the other transactions
+ * in progress had reserved.  The slot's bucket serves if it is the one
+ * the claim expects; else the row, read since this slot was found (row,
+ * read for the slot of generation *read_for), says which rate is current
+ * (the claim's view may be older), and the bucket is made anew only for
+ * that rate.  Reserves and takes nothing unless it returns
+ * CQ_FLOW_RESERVED; after CQ_FLOW_READ_ROW, the caller reads the row and
+ * calls again.
+ */
+CqFlowReserve
+cq_flow_reserve(const CqQueue *queue, int64 period, int32 max_jobs,
+				TimestampTz now, const CqFlowRow *row, uint64 *read_for,
+				CqFlowTicket *ticket, int64 *others)
+{
+	CqFlowKey	key = cq_flow_key(queue->queue_id);
+	CqFlowSlot *slot;
+	CqFlowHeld *held;
+
+	cq_ledger_use();
+	slot = cq_flow_slot(&key, now);
+	if (slot == NULL)
+		return CQ_FLOW_NO_SLOT;
+	held = cq_flow_held_entry(slot);
+	if (held == NULL)
+	{
+		LWLockRelease(cq_flow_lock);
+		return CQ_FLOW_TOO_MANY;
+	}
+	SpinLockAcquire(&slot->mutex);
+	if (queue->rate_limit > 0 &&
+		(slot->bucket == 0 || slot->rate_limit != queue->rate_limit ||
+		 slot->period != period))
+	{
+		if (*read_for != slot->generation)
+		{
+			*read_for = slot->generation;
+			SpinLockRelease(&slot->mutex);
+			LWLockRelease(cq_flow_lock);
+			return CQ_FLOW_READ_ROW;
+		}
+		if (row->rate_limit > 0 &&
+			(slot->bucket == 0 || slot->rate_limit != row->rate_limit ||
+			 slot->period != row->period))
+		{
+			slot->bucket = pg_atomic_fetch_add_u64(&cq_flow->next_id, 1);
+			slot->rate_limit = row->rate_limit;
+			slot->period = row->period;
+			slot->tokens = row->tokens;
+			slot->outstanding = 0;
+			slot->at = now;
+		}
+	}
+
+	*others = slot->reserved - held->reserved;
+	ticket->slot = slot;
+	ticket->generation = slot->generation;
+	ticket->reserved = max_jobs;
+	slot->reserved += ticket->reserved;
+	held->reserved += ticket->reserved;
+	ticket->allowed = max_jobs;
+	ticket->tokens = 0;
+	ticket->bucket = 0;
+	if (queue->rate_limit > 0 && slot->bucket != 0)
+	{
+		slot->tokens = cq_flow_tokens_at(slot, now);
+		slot->at = Max(slot->at, now);
+		ticket->bucket = slot->bucket;
+		ticket->tokens = (int32) Min((double) max_jobs, floor(slot->tokens));
+		if (ticket->tokens == 0)
+			ticket->refill_ms = cq_flow_refill_ms(slot->tokens, slot->rate_limit,
+												  slot->period);
+		slot->tokens -= ticket->tokens;
+		slot->outstanding += ticket->tokens;
+		held->out_bucket = slot->bucket;
+		held->out_tokens += ticket->tokens;
+		ticket->allowed = ticket->tokens;
+	}
+	SpinLockRelease(&slot->mutex);
+	LWLockRelease(cq_flow_lock);
+	return CQ_FLOW_RESERVED;
+}
+
+/*
+ * After a claim through the ticket's slot that took n jobs: give back at
+ * once the reservations and tokens it did not use.
+ */
+void
+cq_flow_give_back(CqFlowTicket *ticket, int32 n)
+{
+	CqFlowSlot *slot = ticket->slot;
+	CqFlowHeld *held = NULL;
+
+	for (int i = 0; i < cq_flow_nheld; i++)
+		if (cq_flow_held[i].slot == slot &&
+			cq_flow_held[i].generation == ticket->generation)
+			held = &cq_flow_held[i];
+	Assert(held != NULL && n <= ticket->allowed);
+	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
+	SpinLockAcquire(&slot->mutex);
+	slot->reserved -= ticket->reserved - n;
+	held->reserved -= ticket->reserved - n;
+	/* Tokens go back only to the bucket they came from. */
+	if (ticket->tokens > 0)
+	{
+		if (slot->bucket == ticket->bucket)
+		{
+			slot->outstanding -= ticket->tokens;
+			slot->tokens += ticket->tokens - n;
+		}
+		held->out_tokens -= ticket->tokens;
+	}
+	SpinLockRelease(&slot->mutex);
+	LWLockRelease(cq_flow_lock);
+	ticket->slot = NULL;
+}
+
+/*
+ * The buckets in shared memory of this database's queues, with the tokens
+ * they hold at now, for the reclaimer to record in their rows (limits.c's
+ * cq_flow_upkeep): how many, and in *buckets an array of them, palloc'd
+ * unless there are none.
+ */
+int
+cq_flow_buckets(TimestampTz now, CqFlowBucket **buckets)
+{
+	CqFlowKey	key;
+	HASH_SEQ_STATUS status;
+	CqFlowSlot *slot;
+	CqFlowBucket *b;
+	int			n = 0;
+
+	*buckets = NULL;
+	if (!cq_shmem_ready || pg_atomic_read_u32(&cq_flow->any_used) == 0)
+		return 0;
+	key = cq_flow_key(0);
+	b = palloc0(sizeof(CqFlowBucket) * cq_flow_slots);
+
+	/* Copied under the spinlocks; no allocation while one is held. */
+	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
+	hash_seq_init(&status, cq_flow_table);
+	while ((slot = hash_seq_search(&status)) != NULL)
+	{
+		if (slot->key.dboid != key.dboid || slot->key.relid != key.relid)
+			continue;
+		SpinLockAcquire(&slot->mutex);
+		if (slot->bucket != 0)
+		{
+			b[n].queue_id = slot->key.queue_id;
+			b[n].rate_limit = slot->rate_limit;
+			b[n].period.time = slot->period;
+			b[n++].tokens = cq_flow_tokens_at(slot, now);
+		}
+		SpinLockRelease(&slot->mutex);
+	}
+	LWLockRelease(cq_flow_lock);
+	*buckets = b;
+	return n;
+}
+
+/*
+ * Jobs of the queue left flight (settled, cancelled or reclaimed): if the
+ * queue has queue-wide limits, claims waiting on it are woken at commit.
+ * "Has" means a claim set up its slot; a queue whose claims take turns on
+ * its row is looked at again by its waiting claims within a second.
+ */
+void
+cq_flow_freed(int32 queue_id)
+{
+	CqFlowKey	key;
+	bool		found;
+
+	if (!cq_shmem_ready || pg_atomic_read_u32(&cq_flow->any_used) == 0)
+		return;
+	key = cq_flow_key(queue_id);
+	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
+	found = hash_search(cq_flow_table, &key, HASH_FIND, NULL) != NULL;
+	LWLockRelease(cq_flow_lock);
+	if (found)
+		cq_freed_on_commit(queue_id);
+}
+
+/*
+ * Free the slots of databases that no longer exist.  Inside a transaction
+ * (it reads pg_database), without the lock.
+ */
+void
+cq_flow_free_dropped(void)
+{
+	HASH_SEQ_STATUS status;
+	CqFlowSlot *slot;
+	Oid		   *dboids;
+	int			ndbs = 0;
+	int			ndropped = 0;
+
+	if (!cq_shmem_ready || pg_atomic_read_u32(&cq_flow->any_used) == 0)
+		return;
+	dboids = palloc(sizeof(Oid) * cq_flow_slots);
+	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
+	hash_seq_init(&status, cq_flow_table);
+	while ((slot = hash_seq_search(&status)) != NULL)
+		cq_note_database(dboids, &ndbs, cq_flow_slots, slot->key.dboid);
+	LWLockRelease(cq_flow_lock);
+
+	ndropped = cq_dropped_databases(dboids, ndbs);
+	if (ndropped > 0)
+	{
+		cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_EXCLUSIVE);
+		hash_seq_init(&status, cq_flow_table);
+		while ((slot = hash_seq_search(&status)) != NULL)
+			for (int i = 0; i < ndropped; i++)
+				if (slot->key.dboid == dboids[i])
+				{
+					(void) hash_search(cq_flow_table, &slot->key, HASH_REMOVE, NULL);
+					break;
+				}
+		LWLockRelease(cq_flow_lock);
+	}
+	pfree(dboids);
+}

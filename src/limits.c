@@ -95,9 +95,9 @@ claimq_check_flow_settings(PG_FUNCTION_ARGS)
 			(void) cq_int_arg(fcinfo, argno, names[argno], 1, CQ_MAX_LIMIT);
 
 	/*
-	 * The bucket counts a period in days and time (cq_flow_period): a month
-	 * has no fixed length, and "1 mon -30 days" would pass the check below in
-	 * a 31-day month while counting as -30 days.
+	 * The bucket counts a period in days and time (cq_flow_period_of): a
+	 * month has no fixed length, and "1 mon -30 days" would pass the check
+	 * below in a 31-day month while counting as -30 days.
 	 */
 	if (!PG_ARGISNULL(3) && PG_GETARG_INTERVAL_P(3)->month != 0)
 		ereport(ERROR,

@@ -1,4 +1,4 @@
-/* claimq--0.6.1--0.6.2.sql: copy_grants, flow control's rules written once, and the ledger (the census fed by claimq's own paths, a statement-level guard against other writers) */
+/* claimq--0.6.1--0.6.2.sql: copy_grants, flow control's rules written once, the ledger (the census fed by claimq's own paths, a statement-level guard against other writers), and version(), edition(), maintain() */
 
 \echo Use "ALTER EXTENSION claimq UPDATE TO '0.6.2'" to load this file. \quit
 
@@ -446,3 +446,149 @@ SELECT claimq.copy_grants('claimq.retry_dead_0_6_1(text, bigint[])'::regprocedur
 						  'pg_catalog.pg_proc');
 
 DROP FUNCTION claimq.retry_dead_0_6_1(text, bigint[]);
+
+/*------------------------------------------------------------------------
+ * 3. version(), edition(), maintain()
+ *-----------------------------------------------------------------------*/
+
+/*
+ * maintain: the reclaimer's pass (reclaim, fire schedules, prune, sweep
+ * key claims) once, in the caller's transaction, for a scheduler to call
+ * where the reclaimer does not run.
+ */
+CREATE FUNCTION claimq.maintain()
+RETURNS TABLE(step text, count bigint)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_maintain';
+
+COMMENT ON FUNCTION claimq.maintain() IS
+'one pass of what the reclaimer does, in one transaction: one row per step (reclaim, fire_schedules, prune, sweep_keys), each of up to 10,000 jobs or key claims';
+
+/*
+ * The release and the edition, in every duty: what a client or the plain
+ * script's update asks before it relies on anything else.
+ */
+CREATE FUNCTION claimq.version()
+RETURNS text
+LANGUAGE c STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_version';
+
+COMMENT ON FUNCTION claimq.version() IS
+'the release of claimq whose schema the library serves';
+
+CREATE FUNCTION claimq.edition()
+RETURNS text
+LANGUAGE c STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_edition';
+
+COMMENT ON FUNCTION claimq.edition() IS
+'the edition of claimq installed: c (this one) or portable';
+
+REVOKE ALL ON FUNCTION claimq.maintain() FROM PUBLIC;
+REVOKE ALL ON FUNCTION claimq.version() FROM PUBLIC;
+REVOKE ALL ON FUNCTION claimq.edition() FROM PUBLIC;
+
+/* version() and edition() join every duty, maintain() administer. */
+ALTER FUNCTION claimq.duty_functions(text) RENAME TO duty_functions_0_6_1;
+
+CREATE FUNCTION claimq.duty_functions(duty text)
+RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	keys text[] := '{"claimq.claim_keys(text, text[], interval)",'
+				   '"claimq.release_keys(text, text[], bigint[])"}';
+	look text[] := '{"claimq.status(bigint[])",'
+				   '"claimq.wait_for(bigint[], interval)",'
+				   '"claimq.node_of(bigint)"}';
+	observe text[] := '{"claimq.counters()",'
+					  '"claimq.queue_latency()",'
+					  '"claimq.reclaimer_status()",'
+					  '"claimq.metrics()"}';
+	every text[] := '{"claimq.version()",'
+					'"claimq.edition()"}';
+BEGIN
+	CASE duty
+		WHEN 'observe' THEN
+			RETURN every OPERATOR(pg_catalog.||) observe;
+		WHEN 'produce' THEN
+			RETURN every OPERATOR(pg_catalog.||) keys OPERATOR(pg_catalog.||) look OPERATOR(pg_catalog.||) '{'
+				'"claimq.enqueue(text, jsonb, timestamptz, integer, text, integer, text, text)",'
+				'"claimq.enqueue_many(text, jsonb[], timestamptz, integer, text[], integer, text, text[])",'
+				'"claimq.cancel(bigint[])"}'::text[];
+		WHEN 'work' THEN
+			RETURN every OPERATOR(pg_catalog.||) keys OPERATOR(pg_catalog.||) look OPERATOR(pg_catalog.||) '{'
+				'"claimq.claim(text, integer, interval, text, boolean, interval)",'
+				'"claimq.start(bigint[], bigint[], interval)",'
+				'"claimq.start(bigint, bigint, interval)",'
+				'"claimq.extend(bigint[], bigint[], interval)",'
+				'"claimq.extend(bigint, bigint, interval)",'
+				'"claimq.complete(bigint[], bigint[], jsonb[])",'
+				'"claimq.complete(bigint, bigint, jsonb)",'
+				'"claimq.fail(bigint[], bigint[], text, interval, boolean)",'
+				'"claimq.fail(bigint, bigint, text, interval, boolean)",'
+				'"claimq.release(bigint[], bigint[])",'
+				'"claimq.release(bigint, bigint)",'
+				'"claimq.snooze(bigint[], bigint[], interval)",'
+				'"claimq.snooze(bigint, bigint, interval)",'
+				'"claimq.release_worker(text, text)"}'::text[];
+		WHEN 'administer' THEN
+			RETURN every OPERATOR(pg_catalog.||) look OPERATOR(pg_catalog.||) observe OPERATOR(pg_catalog.||) '{'
+				'"claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)",'
+				'"claimq.alter_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)",'
+				'"claimq.drop_queue(text, boolean)",'
+				'"claimq.pause_queue(text)",'
+				'"claimq.resume_queue(text)",'
+				'"claimq.purge_queue(text)",'
+				'"claimq.cancel(bigint[])",'
+				'"claimq.create_schedule(text, text, text, jsonb, text, integer, text)",'
+				'"claimq.alter_schedule(text, text, text, jsonb, text, integer, text, boolean)",'
+				'"claimq.drop_schedule(text)",'
+				'"claimq.fire_schedules(integer)",'
+				'"claimq.reclaim(text, integer)",'
+				'"claimq.retry_dead(text, bigint[])",'
+				'"claimq.prune(integer)",'
+				'"claimq.maintain()",'
+				'"claimq.reset_counters()"}'::text[];
+		ELSE
+			RAISE EXCEPTION 'unknown duty "%"', duty
+				USING ERRCODE = '22023',
+					  HINT = 'The duties are produce, work, administer and observe.';
+	END CASE;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.duty_functions(text) IS
+'private: the functions that make up a duty';
+
+REVOKE ALL ON FUNCTION claimq.duty_functions(text) FROM PUBLIC;
+
+SELECT claimq.copy_grants('claimq.duty_functions_0_6_1(text)'::regprocedure,
+						  'claimq.duty_functions(text)'::regprocedure,
+						  'pg_catalog.pg_proc');
+
+DROP FUNCTION claimq.duty_functions_0_6_1(text);
+
+/*
+ * The roles that hold a duty get its new functions: those that may run a
+ * function of that duty that no other duty has (enqueue for produce, claim
+ * for work, create_queue for administer; counters for observe, which
+ * administer includes).
+ */
+SELECT claimq.copy_grants(d.holder, f, 'pg_catalog.pg_proc')
+  FROM pg_catalog.unnest(ARRAY[
+	'claimq.enqueue(text, jsonb, timestamptz, integer, text, integer, text, text)'::regprocedure,
+	'claimq.claim(text, integer, interval, text, boolean, interval)'::regprocedure,
+	'claimq.counters()'::regprocedure]) AS d(holder)
+ CROSS JOIN pg_catalog.unnest(ARRAY[
+	'claimq.version()'::regprocedure,
+	'claimq.edition()'::regprocedure]) AS f;
+
+SELECT claimq.copy_grants(
+	'claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)'::regprocedure,
+	'claimq.maintain()'::regprocedure,
+	'pg_catalog.pg_proc');

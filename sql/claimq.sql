@@ -18,7 +18,7 @@
  *   7. Flow control: group limits
  *   8. Dedup keys
  *   9. Schedules
- *  10. Recovery: reclaim, retry_dead, prune
+ *  10. Recovery: reclaim, retry_dead, prune, maintain; version, edition
  *  11. Observing: counters, latency, the reclaimer, the census, the views
  *  12. Observing: metrics
  *  13. Duties, and copy_grants for the update scripts
@@ -1215,7 +1215,7 @@ COMMENT ON VIEW claimq.schedules IS
 'every schedule, with its next occurrence and the last job it enqueued';
 
 /*------------------------------------------------------------------------
- * 10. Recovery: reclaim, retry_dead, prune
+ * 10. Recovery: reclaim, retry_dead, prune, maintain; version, edition
  *-----------------------------------------------------------------------*/
 
 /*
@@ -1295,6 +1295,42 @@ AS 'MODULE_PATHNAME', 'claimq_prune';
 
 COMMENT ON FUNCTION claimq.prune(integer) IS
 'delete up to max_jobs done, dead and cancelled jobs older than their queue''s keep_done / keep_dead (cancelled as dead), and as many expired key claims; the reclaimer does this on every pass';
+
+/*
+ * maintain: the reclaimer's pass (reclaim, fire schedules, prune, sweep
+ * key claims) once, in the caller's transaction, for a scheduler to call
+ * where the reclaimer does not run.
+ */
+CREATE FUNCTION claimq.maintain()
+RETURNS TABLE(step text, count bigint)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_maintain';
+
+COMMENT ON FUNCTION claimq.maintain() IS
+'one pass of what the reclaimer does, in one transaction: one row per step (reclaim, fire_schedules, prune, sweep_keys), each of up to 10,000 jobs or key claims';
+
+/*
+ * The release and the edition, in every duty: what a client or the plain
+ * script's update asks before it relies on anything else.
+ */
+CREATE FUNCTION claimq.version()
+RETURNS text
+LANGUAGE c STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_version';
+
+COMMENT ON FUNCTION claimq.version() IS
+'the release of claimq whose schema the library serves';
+
+CREATE FUNCTION claimq.edition()
+RETURNS text
+LANGUAGE c STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_edition';
+
+COMMENT ON FUNCTION claimq.edition() IS
+'the edition of claimq installed: c (this one) or portable';
 
 /*------------------------------------------------------------------------
  * 11. Observing: counters, latency, the reclaimer, the census, the views
@@ -1743,17 +1779,19 @@ DECLARE
 					  '"claimq.queue_latency()",'
 					  '"claimq.reclaimer_status()",'
 					  '"claimq.metrics()"}';
+	every text[] := '{"claimq.version()",'
+					'"claimq.edition()"}';
 BEGIN
 	CASE duty
 		WHEN 'observe' THEN
-			RETURN observe;
+			RETURN every OPERATOR(pg_catalog.||) observe;
 		WHEN 'produce' THEN
-			RETURN keys OPERATOR(pg_catalog.||) look OPERATOR(pg_catalog.||) '{'
+			RETURN every OPERATOR(pg_catalog.||) keys OPERATOR(pg_catalog.||) look OPERATOR(pg_catalog.||) '{'
 				'"claimq.enqueue(text, jsonb, timestamptz, integer, text, integer, text, text)",'
 				'"claimq.enqueue_many(text, jsonb[], timestamptz, integer, text[], integer, text, text[])",'
 				'"claimq.cancel(bigint[])"}'::text[];
 		WHEN 'work' THEN
-			RETURN keys OPERATOR(pg_catalog.||) look OPERATOR(pg_catalog.||) '{'
+			RETURN every OPERATOR(pg_catalog.||) keys OPERATOR(pg_catalog.||) look OPERATOR(pg_catalog.||) '{'
 				'"claimq.claim(text, integer, interval, text, boolean, interval)",'
 				'"claimq.start(bigint[], bigint[], interval)",'
 				'"claimq.start(bigint, bigint, interval)",'
@@ -1769,7 +1807,7 @@ BEGIN
 				'"claimq.snooze(bigint, bigint, interval)",'
 				'"claimq.release_worker(text, text)"}'::text[];
 		WHEN 'administer' THEN
-			RETURN look OPERATOR(pg_catalog.||) observe OPERATOR(pg_catalog.||) '{'
+			RETURN every OPERATOR(pg_catalog.||) look OPERATOR(pg_catalog.||) observe OPERATOR(pg_catalog.||) '{'
 				'"claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)",'
 				'"claimq.alter_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)",'
 				'"claimq.drop_queue(text, boolean)",'
@@ -1784,6 +1822,7 @@ BEGIN
 				'"claimq.reclaim(text, integer)",'
 				'"claimq.retry_dead(text, bigint[])",'
 				'"claimq.prune(integer)",'
+				'"claimq.maintain()",'
 				'"claimq.reset_counters()"}'::text[];
 		ELSE
 			RAISE EXCEPTION 'unknown duty "%"', duty

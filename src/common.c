@@ -3,7 +3,8 @@
  * common.c
  *		The helpers every claimq entry point shares: argument checks with
  *		the contract's SQLSTATEs, kept SPI plans, the queue look-up, the
- *		producer lock and job ids.  It calls no other claimq file.
+ *		producer lock and job ids; version() and edition().  It calls no
+ *		other claimq file.
  *
  * Argument checks run before SPI is connected and before anything is
  * read, so a call with bad input fails without having changed or locked
@@ -688,4 +689,25 @@ claimq_node_of(PG_FUNCTION_ARGS)
 {
 	cq_arg_not_null(fcinfo, 0, "job_id");
 	PG_RETURN_INT32((int32) (PG_GETARG_INT64(0) >> CQ_TOKEN_EPOCH_BITS));
+}
+
+/*
+ * version() returns text: the release whose schema this library serves.
+ * edition() returns text: 'c', this edition (the portable one says
+ * 'portable').
+ */
+PG_FUNCTION_INFO_V1(claimq_version);
+
+Datum
+claimq_version(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_TEXT_P(cstring_to_text(CQ_SCHEMA_VERSION));
+}
+
+PG_FUNCTION_INFO_V1(claimq_edition);
+
+Datum
+claimq_edition(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_TEXT_P(cstring_to_text("c"));
 }

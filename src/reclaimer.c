@@ -40,6 +40,9 @@
  * exist left in shared memory (the census's, the counters' and the
  * queue-wide limits' entries), whether or not it serves them.
  *
+ * maintain() does the same four steps once, in its caller's transaction,
+ * for a scheduler to call where the reclaimer does not run.
+ *
  * Shared state: one status slot per served database, under claimq's
  * LWLock.  The launcher assigns slots; each worker writes only its own.
  *
@@ -80,6 +83,7 @@
 #include "claimq.h"
 
 PG_FUNCTION_INFO_V1(claimq_reclaimer_status);
+PG_FUNCTION_INFO_V1(claimq_maintain);
 
 #define CQ_RESTART_DELAY_MS		10000	/* before starting a worker again */
 #define CQ_MAX_BACKOFF_MS		60000	/* between passes that keep failing */
@@ -756,6 +760,46 @@ cq_reclaimer_main(Datum arg)
 						 sleep_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
+}
+
+/* Jobs or key claims each step of maintain() handles at most. */
+#define CQ_MAINTAIN_BATCH	10000
+
+/*
+ * maintain() returns table(step text, count bigint): one pass of the
+ * reclaimer's steps in the caller's transaction, always one row per step
+ * in this order, for a scheduler to call where no reclaimer runs.  It runs
+ * as its definer, like reclaim() and prune().
+ */
+Datum
+claimq_maintain(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	static const char *const steps[] = {
+		"reclaim", "fire_schedules", "prune", "sweep_keys"
+	};
+	uint64		counts[lengthof(steps)];
+
+	cq_require_primary(fcinfo);
+	InitMaterializedSRF(fcinfo, 0);
+
+	SPI_connect();
+	counts[0] = cq_reclaim_expired(0, CQ_MAINTAIN_BATCH, NULL, NULL);
+	counts[1] = cq_fire_schedules(CQ_MAINTAIN_BATCH);
+	counts[2] = cq_prune_finished(CQ_MAINTAIN_BATCH);
+	counts[3] = cq_sweep_keys(CQ_MAINTAIN_BATCH);
+	SPI_finish();
+
+	for (int i = 0; i < (int) lengthof(steps); i++)
+	{
+		Datum		values[2] = {CStringGetTextDatum(steps[i]),
+		Int64GetDatum((int64) counts[i])};
+		bool		nulls[2] = {false, false};
+
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
+							 values, nulls);
+	}
+	return (Datum) 0;
 }
 
 /*

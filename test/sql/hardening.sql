@@ -69,17 +69,20 @@ SELECT is(ARRAY(SELECT name FROM hard_functions
 	('regress_claimq_hard_producer', ARRAY[
 		'claimq.cancel(bigint[])',
 		'claimq.claim_keys(text,text[],interval)',
+		'claimq.edition()',
 		'claimq.enqueue(text,jsonb,timestamp with time zone,integer,text,integer,text,text)',
 		'claimq.enqueue_many(text,jsonb[],timestamp with time zone,integer,text[],integer,text,text[])',
 		'claimq.node_of(bigint)',
 		'claimq.release_keys(text,text[],bigint[])',
 		'claimq.status(bigint[])',
+		'claimq.version()',
 		'claimq.wait_for(bigint[],interval)']),
 	('regress_claimq_hard_worker', ARRAY[
 		'claimq.claim(text,integer,interval,text,boolean,interval)',
 		'claimq.claim_keys(text,text[],interval)',
 		'claimq.complete(bigint,bigint,jsonb)',
 		'claimq.complete(bigint[],bigint[],jsonb[])',
+		'claimq.edition()',
 		'claimq.extend(bigint,bigint,interval)',
 		'claimq.extend(bigint[],bigint[],interval)',
 		'claimq.fail(bigint,bigint,text,interval,boolean)',
@@ -94,6 +97,7 @@ SELECT is(ARRAY(SELECT name FROM hard_functions
 		'claimq.start(bigint,bigint,interval)',
 		'claimq.start(bigint[],bigint[],interval)',
 		'claimq.status(bigint[])',
+		'claimq.version()',
 		'claimq.wait_for(bigint[],interval)']),
 	('regress_claimq_hard_admin', ARRAY[
 		'claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval)',
@@ -104,7 +108,9 @@ SELECT is(ARRAY(SELECT name FROM hard_functions
 		'claimq.create_schedule(text,text,text,jsonb,text,integer,text)',
 		'claimq.drop_queue(text,boolean)',
 		'claimq.drop_schedule(text)',
+		'claimq.edition()',
 		'claimq.fire_schedules(integer)',
+		'claimq.maintain()',
 		'claimq.metrics()',
 		'claimq.node_of(bigint)',
 		'claimq.pause_queue(text)',
@@ -117,6 +123,7 @@ SELECT is(ARRAY(SELECT name FROM hard_functions
 		'claimq.resume_queue(text)',
 		'claimq.retry_dead(text,bigint[])',
 		'claimq.status(bigint[])',
+		'claimq.version()',
 		'claimq.wait_for(bigint[],interval)'])) AS d(r, want)
  ORDER BY r COLLATE "C";
 

@@ -7,7 +7,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(26);
+SELECT plan(31);
 
 SELECT claimq.create_queue('ob');
 SELECT claimq.reset_counters();
@@ -66,6 +66,12 @@ SELECT ok((SELECT text ~ E'claimq_wait_seconds\\{queue="ob",quantile="0.99"\\} (
 SELECT ok((SELECT text ~ E'claimq_run_seconds_count\\{queue="ob"\\} 10\\n' FROM m), 'the run summary''s count');
 SELECT ok((SELECT text !~ E'[^\\n]\\Z' FROM m), 'the text ends with a newline');
 
+-- The release and the edition.
+SELECT is(claimq.version(),
+	(SELECT default_version FROM pg_available_extensions WHERE name = 'claimq'),
+	'version() is the control file''s default_version');
+SELECT is(claimq.edition(), 'c', 'edition() is c');
+
 -- The observe duty: the figures, nothing else.
 CREATE ROLE regress_claimq_observer;
 SELECT claimq.grant_duty('regress_claimq_observer', 'observe');
@@ -81,6 +87,9 @@ SELECT throws_ok('SELECT * FROM claimq.jobs', '42501', NULL, 'observe cannot rea
 SELECT throws_ok($$SELECT * FROM claimq.claim('ob')$$, '42501', NULL, 'observe cannot claim');
 SELECT throws_ok($$SELECT claimq.enqueue('ob', '{}')$$, '42501', NULL, 'observe cannot enqueue');
 SELECT throws_ok('SELECT claimq.reset_counters()', '42501', NULL, 'observe cannot reset the counters');
+SELECT lives_ok('SELECT claimq.version()', 'observe calls version()');
+SELECT lives_ok('SELECT claimq.edition()', 'observe calls edition()');
+SELECT throws_ok('SELECT * FROM claimq.maintain()', '42501', NULL, 'observe cannot call maintain()');
 RESET ROLE;
 
 SELECT * FROM finish();

@@ -8,7 +8,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(39);
+SELECT plan(44);
 
 -- Jobs by label, with their state before reclaim.
 CREATE TEMP TABLE h(label text PRIMARY KEY, job_id bigint, token bigint,
@@ -164,6 +164,39 @@ SELECT throws_ok(c, e, NULL, c || ' raises ' || e)
 			   ('SELECT * FROM claimq.reclaim(''rcl'', NULL)', '22004'),
 			   ('SELECT * FROM claimq.reclaim(''rcl_nosuch'')', '42704'),
 			   ('SELECT * FROM claimq.reclaim(''bad name'')', '22023')) v(c, e);
+
+--
+-- maintain(): the reclaimer's steps once, one row per step, in order.
+--
+SELECT lives_ok($$SELECT * FROM claimq.maintain()$$, 'maintain() runs');
+SELECT results_eq($$SELECT * FROM claimq.maintain()$$,
+	$$VALUES ('reclaim'::text, 0::bigint), ('fire_schedules', 0), ('prune', 0), ('sweep_keys', 0)$$,
+	'with nothing to do, maintain() still returns its four steps, in order');
+-- One of each: an expired claim, a due schedule, a done job past its
+-- retention, an expired key claim.
+DO $$
+BEGIN
+	PERFORM claimq.create_queue('rcl_m', keep_done => '1 second');
+	PERFORM claimq.enqueue('rcl_m', '{}') FROM generate_series(1, 2);
+	PERFORM claimq.complete(c.job_id, c.token) FROM claimq.claim('rcl_m') c;
+	UPDATE claimq.job SET finished_at = finished_at - interval '1 minute'
+	 WHERE state = 'done'
+	   AND queue_id = (SELECT queue_id FROM claimq.queue WHERE name = 'rcl_m');
+	PERFORM claimq.claim('rcl_m', lease => '1 millisecond');
+	PERFORM claimq.create_schedule('rcl_m_every', 'rcl_m', '@every 10 minutes');
+	UPDATE claimq.schedule SET next_run_at = clock_timestamp() - interval '1 minute'
+	 WHERE name = 'rcl_m_every';
+	PERFORM claimq.claim_keys('rcl_m', '{k}', '1 millisecond');
+	PERFORM pg_sleep(0.01);
+END
+$$;
+SELECT results_eq($$SELECT * FROM claimq.maintain()$$,
+	$$VALUES ('reclaim'::text, 1::bigint), ('fire_schedules', 1), ('prune', 1), ('sweep_keys', 1)$$,
+	'maintain() reclaims, fires, prunes and sweeps one of each');
+SELECT results_eq($$SELECT state, count(*) FROM claimq.jobs WHERE queue = 'rcl_m' GROUP BY state$$,
+	$$VALUES ('pending'::text, 2::bigint)$$,
+	'the expired claim is pending again, the schedule''s job enqueued, the done job gone');
+SELECT is((SELECT count(*) FROM claimq.key_claim), 0::bigint, 'the expired key claim is gone');
 
 SELECT * FROM finish();
 ROLLBACK;

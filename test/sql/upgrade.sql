@@ -17,7 +17,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 BEGIN;
 DROP EXTENSION IF EXISTS claimq;
 CREATE EXTENSION claimq VERSION '0.1';
-SELECT plan(36);
+SELECT plan(38);
 
 SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.1',
 	'version 0.1 is installed');
@@ -191,6 +191,16 @@ SELECT ok(has_function_privilege('regress_claimq_up_observer', 'claimq.metrics()
 		  AND has_function_privilege('regress_claimq_up_admin', 'claimq.metrics()', 'EXECUTE')
 		  AND NOT has_function_privilege('regress_claimq_up_worker', 'claimq.metrics()', 'EXECUTE'),
 	'the new metrics() keeps the grants of the old one');
+SELECT ok((SELECT bool_and(has_function_privilege(r, 'claimq.version()', 'EXECUTE')
+						 AND has_function_privilege(r, 'claimq.edition()', 'EXECUTE'))
+			 FROM unnest(ARRAY['regress_claimq_up_producer', 'regress_claimq_up_worker',
+							   'regress_claimq_up_admin', 'regress_claimq_up_observer']) r),
+	'every duty''s role gets version() and edition()');
+SELECT ok(has_function_privilege('regress_claimq_up_admin', 'claimq.maintain()', 'EXECUTE')
+		  AND NOT has_function_privilege('regress_claimq_up_producer', 'claimq.maintain()', 'EXECUTE')
+		  AND NOT has_function_privilege('regress_claimq_up_worker', 'claimq.maintain()', 'EXECUTE')
+		  AND NOT has_function_privilege('regress_claimq_up_observer', 'claimq.maintain()', 'EXECUTE'),
+	'the administrator gets maintain(), no other duty does');
 SELECT is(ARRAY(SELECT tgname::text FROM pg_trigger
 				 WHERE tgrelid = 'claimq.job'::regclass ORDER BY tgname),
 	'{job_census_guard}',

@@ -37,8 +37,8 @@ PG_FUNCTION_INFO_V1(claimq_cancel);
 /*
  * Cancel the live jobs among ids ($1); $2 is the call's time.  Returns, for
  * each job cancelled, its id, queue, group key and the state it left: a
- * job cancelled while pending loses its token, and a held one was running
- * if it has a started_at (as in settle.c).
+ * job cancelled while pending loses its token, and a held one's is read
+ * off its started_at (CQ_HELD_STATE_SQL).
  */
 static void
 cq_cancel_live(Datum ids)
@@ -56,8 +56,7 @@ cq_cancel_live(Datum ids)
 			"   AND j.state = ANY (" CQ_LIVE_STATES ")"
 			" RETURNING j.job_id, j.queue_id, j.group_key,"
 			"           CASE WHEN j.token IS NULL THEN 'pending'"
-			"                WHEN j.started_at IS NULL THEN 'claimed'"
-			"                ELSE 'running' END",
+			"                ELSE " CQ_HELD_STATE_SQL " END",
 			2, argtypes);
 	values[0] = ids;
 	values[1] = TimestampTzGetDatum(GetCurrentTimestamp());

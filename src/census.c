@@ -503,7 +503,7 @@ cq_census_note(int32 queue_id)
 			repalloc(cq_notes, cq_notes_size * sizeof(CqCensusNote));
 	}
 	if (cq_nnotes == 0)
-		cq_notes_relid = cq_job_relid();
+		cq_notes_relid = cq_ledger_relid();
 	note = &cq_notes[cq_nnotes++];
 	memset(note, 0, sizeof(*note));
 	note->queue_id = queue_id;

@@ -132,6 +132,16 @@ typedef enum CqState
  */
 #define CQ_LIVE_STATES	"'{pending,claimed,running}'::text[]"
 
+/*
+ * The state a held job j was in, read off the row an update left: claimq
+ * keeps started_at null while a job is claimed and sets it when the job
+ * runs (claim.c, start), and neither fail, snooze, complete, cancel nor
+ * reclaim changes it.  The ledger needs the state a job left, and an
+ * update's RETURNING sees only the new row.
+ */
+#define CQ_HELD_STATE_SQL \
+	"CASE WHEN j.started_at IS NULL THEN 'claimed' ELSE 'running' END"
+
 /* Shared counters (counters.c), one set per database and queue. */
 typedef enum CqCounter
 {
@@ -206,6 +216,7 @@ extern void cq_latency_add(CqCountBatch *batch, int32 queue_id,
  * module calls cq_ledger_use() before it first records something.
  */
 extern void cq_ledger_use(void);
+extern Oid	cq_ledger_relid(void);
 extern void cq_flow_xact_event(XactEvent event);
 extern void cq_census_xact_event(XactEvent event);
 extern void cq_census_subxact_event(SubXactEvent event);

@@ -198,7 +198,26 @@ static CqXactQueue cq_xact_queues[CQ_XACT_QUEUES];
 static int	cq_nqueues = 0;
 static bool cq_queues_many = false;
 static bool cq_xact_finished = false;	/* finished or removed jobs */
+
+/* The OID of claimq.job in this transaction, once looked up; see below. */
 static Oid	cq_xact_relid = InvalidOid;
+
+/*
+ * The OID of claimq.job, which tells one installation from the next:
+ * looked up once per transaction, for the floors listed here and the
+ * census's notes, and kept until the transaction ends (the callbacks at
+ * its end may not look anything up).
+ */
+Oid
+cq_ledger_relid(void)
+{
+	if (!OidIsValid(cq_xact_relid))
+	{
+		cq_ledger_use();
+		cq_xact_relid = cq_job_relid();
+	}
+	return cq_xact_relid;
+}
 
 /*
  * Lower the floors of the listed queues: those made ready (at commit) or
@@ -276,9 +295,7 @@ cq_xact_queue(int32 queue_id)
 {
 	CqXactQueue *xq;
 
-	cq_ledger_use();
-	if (cq_nqueues == 0 && !cq_queues_many)
-		cq_xact_relid = cq_job_relid();
+	(void) cq_ledger_relid();	/* for the floors, at the end */
 	for (int q = 0; q < cq_nqueues; q++)
 		if (cq_xact_queues[q].queue_id == queue_id)
 			return &cq_xact_queues[q];
@@ -437,6 +454,7 @@ cq_ledger_xact_callback(XactEvent event, void *arg)
 			cq_flow_xact_event(event);
 			cq_census_xact_event(event);
 			cq_queues_xact_event(event);
+			cq_xact_relid = InvalidOid;
 			break;
 		default:
 			break;
@@ -534,7 +552,7 @@ claimq_ledger_end(PG_FUNCTION_ARGS)
 					 DatumGetInt64(counts[i]));
 		cq_ledger_note(&call, &move);
 	}
-	cq_count_flush(&call.counts);
+	cq_ledger_close(&call);
 	cq_sql_scopes--;
 	cq_own_statements--;
 	PG_RETURN_VOID();

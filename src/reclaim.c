@@ -74,20 +74,18 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 			"    FROM claimq.queue q"
 			"   WHERE j.job_id = ANY (ARRAY(SELECT c.job_id FROM cand c))"
 			"     AND j.expires_at < $3 AND q.queue_id = j.queue_id"
-			"  RETURNING q.queue_id, q.name, j.state, j.run_at, j.started_at,"
+			"  RETURNING q.queue_id, q.name, j.state, j.run_at,"
+			"            " CQ_HELD_STATE_SQL " AS held_as,"
 			"            CASE WHEN q.group_limit IS NOT NULL OR q.group_fifo"
 			"                 THEN j.group_key END AS group_key"
 			")"
 
-	/*
-	 * A released job was claimed, a retried one running: the update keeps
-	 * started_at, null while a job is claimed (as in settle.c).
-	 */
+	/* A released job was claimed, a retried one running. */
 			" SELECT u.queue_id, u.name,"
 			"        pg_catalog.count(*) FILTER (WHERE u.state = 'pending'"
-			"                                      AND u.started_at IS NULL),"
+			"                                      AND u.held_as = 'claimed'),"
 			"        pg_catalog.count(*) FILTER (WHERE u.state = 'pending'"
-			"                                      AND u.started_at IS NOT NULL),"
+			"                                      AND u.held_as = 'running'),"
 			"        pg_catalog.count(*) FILTER (WHERE u.state = 'dead'),"
 			"        pg_catalog.min(u.run_at) FILTER (WHERE u.state = 'pending'),"
 			"        pg_catalog.array_agg(DISTINCT u.group_key)"

@@ -86,13 +86,6 @@ PG_FUNCTION_INFO_V1(claimq_release_worker);
 	" j.job_id = i.job_id AND j.token = i.token" \
 	" AND j.state = ANY ('{claimed,running}'::text[]) "
 
-/*
- * The state a held job was in, read off a row that an update left with
- * its started_at (see below).
- */
-#define CQ_HELD_STATE_SQL \
-	"CASE WHEN j.started_at IS NULL THEN 'claimed' ELSE 'running' END"
-
 /* The arguments a settle function takes after its pairs. */
 typedef enum CqSettleArgs
 {

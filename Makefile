@@ -32,7 +32,7 @@ TAP_TESTS = 1
 endif
 
 EXTRA_CLEAN = tmp_check_regress tmp_check_iso output_iso results \
-	regression.diffs regression.out
+	regression.diffs regression.out claimq-portable.sql claimq-pgtle.sql
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -41,5 +41,32 @@ include $(PGXS)
 # Every object depends on the shared header.
 $(OBJS): src/claimq.h
 
-claimq--$(EXTVERSION).sql: sql/claimq.sql claimq.control
-	cp $< $@
+# Both editions come from sql/claimq.sql (see sql/edition).
+PORTABLE_BODIES = $(wildcard $(srcdir)/sql/portable/*)
+
+claimq--$(EXTVERSION).sql: sql/claimq.sql sql/edition claimq.control
+	perl $(srcdir)/sql/edition c $(EXTVERSION) $< >$@.tmp && mv $@.tmp $@
+
+# The portable edition: claimq-portable.sql, a plain script that a
+# database's owner runs with psql, and claimq-pgtle.sql, which registers
+# the same edition with pg_tle for CREATE EXTENSION claimq.
+.PHONY: portable
+portable: claimq-portable.sql claimq-pgtle.sql
+
+claimq-portable.sql: sql/claimq.sql sql/edition claimq.control $(PORTABLE_BODIES)
+	{ printf '%s\n' \
+		'-- claimq $(EXTVERSION), the portable edition, as a plain script: run it' \
+		'-- as the database'"'"'s owner with psql -f; it creates schema claimq.' \
+		'\set ON_ERROR_STOP on' 'BEGIN;' && \
+	  perl $(srcdir)/sql/edition script $(EXTVERSION) $< && \
+	  printf '%s\n' 'COMMIT;'; } >$@.tmp && mv $@.tmp $@
+
+claimq-pgtle.sql: sql/claimq.sql sql/edition claimq.control $(PORTABLE_BODIES)
+	{ printf '%s\n' \
+		'-- claimq $(EXTVERSION), the portable edition, for pg_tle: run it as a role' \
+		'-- granted pgtle_admin, then CREATE EXTENSION claimq.' \
+		'\set ON_ERROR_STOP on' \
+		"SELECT pgtle.install_extension('claimq', '$(EXTVERSION)'," \
+		"  'leased, fenced work queues (the portable edition)', \$$claimq_pgtle\$$" && \
+	  perl $(srcdir)/sql/edition extension $(EXTVERSION) $< && \
+	  printf '%s\n' '$$claimq_pgtle$$);'; } >$@.tmp && mv $@.tmp $@

@@ -7,6 +7,13 @@
  * install script followed by every update give the same schema.  A change
  * here goes with an update script from the last release.
  *
+ * The portable edition (SQL and PL/pgSQL only, for servers where claimq's
+ * library cannot be installed) is built from this file too, by
+ * sql/edition: each function declared LANGUAGE c here has its portable
+ * body in sql/portable/, and lines "-- @c", "-- @portable" and
+ * "-- @extension" open blocks that only some editions keep (see
+ * sql/edition).
+ *
  * Contents
  *   1. The schema: claimq's own, or none
  *   2. Queues, jobs, dedup key claims, schedules, group locks: sequences,
@@ -36,6 +43,7 @@
  * that somebody else owns, or that already holds objects, could let its
  * owner replace what this script creates, so refuse it.
  */
+-- @c
 DO $$
 DECLARE
 	nsp oid := (SELECT n.oid FROM pg_catalog.pg_namespace n
@@ -61,6 +69,10 @@ BEGIN
 	END IF;
 END
 $$;
+-- @end
+-- @portable
+CREATE SCHEMA claimq;
+-- @end
 
 /*------------------------------------------------------------------------
  * 2. Queues, jobs, dedup key claims, schedules, group locks
@@ -295,6 +307,7 @@ CREATE TABLE claimq.job_group (
 );
 
 /* Every table and sequence is dumped with the extension's data. */
+-- @extension
 SELECT pg_catalog.pg_extension_config_dump('claimq.queue', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.key_claim', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.queue_id_seq', '');
@@ -303,6 +316,7 @@ SELECT pg_catalog.pg_extension_config_dump('claimq.job_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.token_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.schedule', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.job_group', '');
+-- @end
 
 /*------------------------------------------------------------------------
  * 3. Private helpers: checks, locks, the C side's notes
@@ -415,6 +429,13 @@ AS 'MODULE_PATHNAME', 'claimq_ledger_end';
 
 COMMENT ON FUNCTION claimq.ledger_end(integer,text,text[],bigint[]) IS
 'private: counts[i] jobs of the queue went from from_states[i] to to_state (NULL: deleted); ends the scope of ledger_begin()';
+
+-- @portable
+/*
+ * The portable edition's own private tables and helpers (sql/portable/).
+ */
+-- @end
+-- @include portable/private.sql
 
 /*------------------------------------------------------------------------
  * 4. Queues: create, alter, drop, pause, resume, purge
@@ -1421,6 +1442,7 @@ AS 'MODULE_PATHNAME', 'claimq_job_census';
 COMMENT ON FUNCTION claimq.job_census() IS
 'private: the census''s guard on claimq.job, which makes the census unknown after writes that are not claimq''s own';
 
+-- @c
 CREATE TRIGGER job_census_guard
 	AFTER INSERT OR UPDATE OF state, queue_id OR DELETE OR TRUNCATE ON claimq.job
 	FOR EACH STATEMENT EXECUTE FUNCTION claimq.job_census();
@@ -1428,6 +1450,7 @@ CREATE TRIGGER job_census_guard
 -- Also under session_replication_role = replica (some restores): a write
 -- the census does not see would leave it valid and wrong.
 ALTER TABLE claimq.job ENABLE ALWAYS TRIGGER job_census_guard;
+-- @end
 
 /*
  * The current database's counts per queue and state as committed; a row

@@ -1,0 +1,1 @@
+-- The portable edition's private helpers: produce.

@@ -32,7 +32,8 @@ TAP_TESTS = 1
 endif
 
 EXTRA_CLEAN = tmp_check_regress tmp_check_iso output_iso results \
-	regression.diffs regression.out claimq-portable.sql claimq-pgtle.sql
+	regression.diffs regression.out claimq-portable.sql claimq-pgtle.sql \
+	output_portable
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -56,10 +57,13 @@ portable: claimq-portable.sql claimq-pgtle.sql
 claimq-portable.sql: sql/claimq.sql sql/edition claimq.control $(PORTABLE_BODIES)
 	{ printf '%s\n' \
 		'-- claimq $(EXTVERSION), the portable edition, as a plain script: run it' \
-		'-- as the database'"'"'s owner with psql -f; it creates schema claimq.' \
-		'\set ON_ERROR_STOP on' 'BEGIN;' && \
+		'-- as the database'"'"'s owner with psql -f; it creates schema claimq, in' \
+		'-- a transaction of its own unless psql'"'"'s variable claimq_in_transaction' \
+		'-- is set (then in the caller'"'"'s: see docs/operations.md).' \
+		'\set ON_ERROR_STOP on' '\if :{?claimq_in_transaction}' '\else' 'BEGIN;' '\endif' && \
 	  perl $(srcdir)/sql/edition script $(EXTVERSION) $< && \
-	  printf '%s\n' 'COMMIT;'; } >$@.tmp && mv $@.tmp $@
+	  printf '%s\n' '\if :{?claimq_in_transaction}' '\else' 'COMMIT;' '\endif'; \
+	} >$@.tmp && mv $@.tmp $@
 
 claimq-pgtle.sql: sql/claimq.sql sql/edition claimq.control $(PORTABLE_BODIES)
 	{ printf '%s\n' \
@@ -69,4 +73,7 @@ claimq-pgtle.sql: sql/claimq.sql sql/edition claimq.control $(PORTABLE_BODIES)
 		"SELECT pgtle.install_extension('claimq', '$(EXTVERSION)'," \
 		"  'leased, fenced work queues (the portable edition)', \$$claimq_pgtle\$$" && \
 	  perl $(srcdir)/sql/edition extension $(EXTVERSION) $< && \
-	  printf '%s\n' '$$claimq_pgtle$$);'; } >$@.tmp && mv $@.tmp $@
+	  printf '%s\n' '$$claimq_pgtle$$, schema => '"'"'claimq'"'"');'; } >$@.tmp && mv $@.tmp $@
+
+# The TAP tests install the portable edition from its plain script.
+installcheck: claimq-portable.sql

@@ -43,7 +43,7 @@
  * that somebody else owns, or that already holds objects, could let its
  * owner replace what this script creates, so refuse it.
  */
--- @c
+-- @extension
 DO $$
 DECLARE
 	nsp oid := (SELECT n.oid FROM pg_catalog.pg_namespace n
@@ -70,7 +70,7 @@ BEGIN
 END
 $$;
 -- @end
--- @portable
+-- @script
 CREATE SCHEMA claimq;
 -- @end
 
@@ -1703,10 +1703,12 @@ DECLARE
 	-- Each source is read once; the counts come from the census.
 	stats jsonb := (SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(s) ORDER BY s.queue), '[]')
 					  FROM claimq.scrape_stats() s);
+-- @c
 	counts jsonb := (SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(c) ORDER BY c.queue), '[]')
 					   FROM claimq.counters() c WHERE c.queue IS NOT NULL);
 	lats jsonb := (SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(l) ORDER BY l.queue), '[]')
 					 FROM claimq.queue_latency() l);
+-- @end
 	family constant text := E'# HELP %1$s %2$s\n# TYPE %1$s %3$s\n';
 	out text;
 	f record;
@@ -1740,6 +1742,11 @@ BEGIN
 						'' ORDER BY e.n)
 					  FROM pg_catalog.jsonb_array_elements(stats) WITH ORDINALITY AS e(x, n)), '');
 	END LOOP;
+-- @portable
+	-- No counters or latency summaries: no shared memory (DESIGN.md,
+	-- Editions), so their families are left out.
+-- @end
+-- @c
 	FOR f IN SELECT * FROM pg_catalog.unnest('{claimed,started,completed,failed,released,reclaimed,dead,stale,cancelled,snoozed}'::text[]) AS v(name)
 	LOOP
 		out := out OPERATOR(pg_catalog.||)
@@ -1776,6 +1783,7 @@ BEGIN
 						'' ORDER BY e.n)
 					  FROM pg_catalog.jsonb_array_elements(lats) WITH ORDINALITY AS e(x, n)), '');
 	END LOOP;
+-- @end
 	RETURN out;
 END
 $$;

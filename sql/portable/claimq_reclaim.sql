@@ -1,0 +1,1 @@
+SELECT * FROM claimq.reclaim_expired(queue, max_jobs)

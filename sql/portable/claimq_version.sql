@@ -1,0 +1,1 @@
+SELECT '@CLAIMQ_VERSION@'::text

@@ -3,6 +3,7 @@
 -- statement here commits on its own (the census holds committed changes
 -- only); the extensions are dropped at the end, as the other tests, which
 -- roll theirs back, expect.
+-- edition: c only: the census is kept in shared memory (the portable edition has none; queue_stats and metrics() count from the job table)
 \pset format unaligned
 \pset tuples_only on
 \pset footer off

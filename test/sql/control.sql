@@ -91,8 +91,8 @@ SELECT throws_ok('SELECT * FROM claimq.cancel(ARRAY[1, NULL]::bigint[])', '22004
 	'a NULL id: 22004');
 SELECT throws_ok('SELECT * FROM claimq.cancel(array_fill(1::bigint, ARRAY[10001]))', '22023', NULL,
 	'more than 10,000 ids: 22023');
-SELECT is((SELECT cancelled FROM claimq.counters WHERE queue = 'ctl'), 4::bigint,
-	'the cancelled counter counts the four cancellations');
+SELECT CASE WHEN claimq.edition() = 'c' THEN is((SELECT cancelled FROM claimq.counters WHERE queue = 'ctl'), 4::bigint,
+	'the cancelled counter counts the four cancellations') ELSE skip('C edition only: counters live in shared memory') END;
 
 -- Cancelled jobs are neither redriven nor reclaimed, and are pruned like
 -- dead ones.
@@ -136,8 +136,8 @@ SELECT ok(claimq.snooze(job_id, token, '0'), 'and a third time')
   FROM claimq.claim('ctl', start => true);
 SELECT results_eq(format('SELECT state, attempts FROM claimq.job WHERE job_id = %s', :s2),
 	$$VALUES ('pending'::text, 0)$$, 'still pending with no attempt counted');
-SELECT is((SELECT snoozed FROM claimq.counters WHERE queue = 'ctl'), 4::bigint,
-	'the snoozed counter counts the four snoozes');
+SELECT CASE WHEN claimq.edition() = 'c' THEN is((SELECT snoozed FROM claimq.counters WHERE queue = 'ctl'), 4::bigint,
+	'the snoozed counter counts the four snoozes') ELSE skip('C edition only: counters live in shared memory') END;
 SELECT throws_ok(format($$SELECT claimq.snooze(%s, 1, NULL)$$, :s2), '22004', NULL, 'delay NULL: 22004');
 SELECT throws_ok(format($$SELECT claimq.snooze(%s, 1, '-1 second')$$, :s2), '22023',
 	'delay must be at least zero and at most 7 days', 'a negative delay: 22023');

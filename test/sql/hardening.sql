@@ -5,6 +5,7 @@
 -- caller's in any claimq call; CREATE EXTENSION does not move into a claimq
 -- schema that somebody else created.  Everything happens in one transaction
 -- that is rolled back, roles included.
+-- install: extension only: it finds claimq's objects through the extension's membership (pg_depend); the plain script installs no extension
 \pset format unaligned
 \pset tuples_only on
 \pset footer off

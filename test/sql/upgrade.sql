@@ -8,6 +8,7 @@
 -- gets 55000 until ALTER EXTENSION claimq UPDATE), so the older versions
 -- are filled the way their own library would have left them: with rows
 -- written directly, tokens drawn from their sequence.
+-- edition: c only: it updates the C edition's extension step by step from 0.1, with the C library
 \set ON_ERROR_STOP 1
 \pset format unaligned
 \pset tuples_only on

@@ -3,7 +3,8 @@
 round and profile (DIR/rev-ROUND-PROFILE.json, DIR/cur-ROUND-PROFILE.json,
 as the driver writes them with --json).
 
-For every claimq method of the matrix it prints, per profile,
+For every claimq method of the matrix (the C edition's claimq-* and the
+portable edition's portable-*) it prints, per profile,
 synchronous_commit variant, batch and clients: the ratio of its jobs/s to
 the baseline run on the same server in the same round (so that the
 machine's speed, which drifts on a shared machine, cancels out), for each
@@ -34,9 +35,9 @@ def main(rev_label, cur_label, d):
         for c in data["results"]["cells"]:
             methods[(c["variant"], c["method"], c["clients"], c["batch"])] = c
         for (variant, method, clients, batch), c in methods.items():
-            if not method.startswith("claimq"):
+            if not method.startswith(("claimq-", "portable-")):
                 continue
-            ref = methods.get((variant, method.replace("claimq", "baseline"), clients, batch))
+            ref = methods.get((variant, "baseline-" + method.split("-", 1)[1], clients, batch))
             if not ref or not float(ref["jobs_per_s"] or 0):
                 continue
             key = (profile, variant, method, clients, batch)

@@ -8,7 +8,8 @@ Each RESULTS.json is what one profile of `bench/run --json FILE` wrote
 
   <profile>-ratios.png     jobs/s as a ratio to the baseline of the same
                            flow and run, per batch size and client count:
-                           claimq in one transaction and in the lease flow,
+                           claimq in one transaction and in the lease flow
+                           (and its portable edition's, if measured),
                            and the oracle and write-only floor if measured;
   <profile>-sustained.png  for a --sustained run, per second: jobs
                            completed and enqueued, ready backlog, wait p99
@@ -26,6 +27,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 FLOWS = [("claimq-tx", "baseline-tx", "claimq, one transaction"),
          ("claimq-lease", "baseline-lease", "claimq, lease flow"),
+         ("portable-tx", "baseline-tx", "portable edition, one transaction"),
+         ("portable-lease", "baseline-lease", "portable edition, lease flow"),
          ("oracle", "baseline-lease", "oracle (lease flow)"),
          ("floor", "baseline-tx", "write-only floor")]
 

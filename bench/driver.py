@@ -2,9 +2,13 @@
 """claimq benchmark driver; bench/run starts the server and calls this.
 
 Connection comes from PGHOST/PGPORT/PGUSER/PGDATABASE; BENCH_BIN is the
-directory of pgbench, BENCH_DIR the directory of the pgbench scripts.
+directory of pgbench, BENCH_DIR the directory of the pgbench scripts;
+BENCH_PORTABLE_DB, when set, names the database of the same server in which
+bench/run installed the portable edition (claimq-portable.sql) and
+bench/schema.sql: the portable-* methods run there.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -18,10 +22,14 @@ import time
 
 METHODS = {
     # name: (pgbench script, label, flow, ratio reference)
+    # portable-*: the portable edition (SQL and PL/pgSQL only), claimq's
+    # own scripts run in the database that holds it (BENCH_PORTABLE_DB).
     "baseline-tx": ("baseline_tx.sql", "baseline 1-tx", "1-tx", None),
     "claimq-tx": ("claimq_tx.sql", "claimq 1-tx", "1-tx", "baseline-tx"),
+    "portable-tx": ("claimq_tx.sql", "portable 1-tx", "1-tx", "baseline-tx"),
     "baseline-lease": ("baseline_lease.sql", "baseline lease", "lease", None),
     "claimq-lease": ("claimq_lease.sql", "claimq lease", "lease", "baseline-lease"),
+    "portable-lease": ("claimq_lease.sql", "portable lease", "lease", "baseline-lease"),
     "pgq": ("pgq.sql", "PgQ", "batch", "baseline-tx"),
     "oracle": ("oracle_lease.sql", "oracle lease", "lease", "baseline-lease"),
     "hot": ("hot_lease.sql", "HOT-claim prototype lease", "lease", "baseline-lease"),
@@ -127,10 +135,23 @@ def parse_args(argv):
     return a
 
 
+def edition(method):
+    """The claimq edition a method measures: "c", "portable", or None."""
+    if method.startswith("portable"):
+        return "portable"
+    return "c" if method.startswith("claimq") else None
+
+
 ARGS = parse_args(sys.argv[1:])
 if ARGS.check_args:
-    # bench/run starts one server per profile printed here.
+    # bench/run starts one server per profile printed on the first line;
+    # the second names the claimq editions the chosen methods measure: with
+    # "portable" bench/run builds the portable edition and installs it into
+    # a database of its own (and --instructions counts the editions named).
     print(" ".join(ARGS.profiles.split(",")))
+    print(" ".join(e for e in ("c", "portable")
+                   if any(edition(m) == e for m in ARGS.methods)
+                   and (e == "c" or "matrix" in ARGS.parts)))
     sys.exit(0)
 
 import psycopg  # noqa: E402  (installed by bench/run before this point)
@@ -150,12 +171,62 @@ def log(msg):
     print("   " + msg, file=sys.stderr, flush=True)
 
 
-def connect():
+def connect(dbname=None):
+    """A connection to the bench database, or to database `dbname` of the
+    same server."""
+    if dbname:
+        return psycopg.connect("", dbname=dbname, autocommit=True)
     return psycopg.connect("", autocommit=True)
 
 
 DB = connect()
 CRASHES = []        # what was being done when the server went away
+
+# The portable edition's database (bench/run sets it when the build has
+# the portable edition), its connection while one is open, and a note for
+# the report when its methods had to be left out.
+PORTABLE_DB = os.environ.get("BENCH_PORTABLE_DB") or None
+OTHER_DB = {}
+if not PORTABLE_DB and any(edition(m) == "portable" for m in ARGS.methods):
+    ARGS.methods = [m for m in ARGS.methods if edition(m) != "portable"]
+    ARGS.portable_note = ("The portable edition is not in this build (no `make portable`),"
+                          " so its methods were left out.")
+else:
+    ARGS.portable_note = None
+
+
+def database_of(method):
+    """The database a method runs in (None: the bench database)."""
+    return PORTABLE_DB if edition(method) == "portable" else None
+
+
+@contextlib.contextmanager
+def on_database(dbname):
+    """Send the statements of the block (q, rows, DB.execute) to database
+    `dbname` of the same server; None leaves them in the bench database."""
+    global DB
+    if not dbname:
+        yield
+        return
+    conn = OTHER_DB.get(dbname)
+    if conn is None or conn.closed:
+        conn = OTHER_DB[dbname] = connect(dbname)
+    saved, DB = DB, conn
+    try:
+        yield
+    finally:
+        DB = saved
+
+
+def close_others():
+    """Close the connections to the other databases (the next on_database
+    opens a new one, which takes the databases' current settings)."""
+    for conn in OTHER_DB.values():
+        try:
+            conn.close()
+        except Exception:   # noqa: BLE001
+            pass
+    OTHER_DB.clear()
 
 
 def server_gone(exc):
@@ -175,6 +246,7 @@ def reconnect():
         DB.close()
     except Exception:
         pass
+    close_others()
     deadline = time.time() + 120
     while True:
         try:
@@ -218,14 +290,19 @@ def lsn():
 
 def set_sync(value):
     """synchronous_commit for every new session of the bench database (and
-    this one).  No configuration reload: see README (a SIGHUP is avoided).
-    "default" leaves the server's own setting."""
+    of the portable edition's, if any; and this one).  No configuration
+    reload: see README (a SIGHUP is avoided).  "default" leaves the
+    server's own setting."""
+    close_others()
+    for name in ["bench"] + ([PORTABLE_DB] if PORTABLE_DB else []):
+        if value == "default":
+            DB.execute("ALTER DATABASE %s RESET synchronous_commit" % name)
+        else:
+            DB.execute("ALTER DATABASE %s SET synchronous_commit = '%s'" % (name, value))
     if value == "default":
-        DB.execute("ALTER DATABASE bench RESET synchronous_commit")
         DB.execute("RESET synchronous_commit")
-        return
-    DB.execute("ALTER DATABASE bench SET synchronous_commit = '%s'" % value)
-    DB.execute("SET synchronous_commit = '%s'" % value)
+    else:
+        DB.execute("SET synchronous_commit = '%s'" % value)
 
 
 # The synchronous_commit of the parts after the matrix.
@@ -254,7 +331,7 @@ def fmt_rate(x):
 # pgbench
 
 def pgbench(script, clients, seconds, batch=None, extra=(), rate=None, progress=None,
-            transactions=None):
+            transactions=None, dbname=None):
     cmd = [os.path.join(BIN, "pgbench"), "-n", "-M", "prepared",
            "-c", str(clients), "-j", str(min(clients, 4))]
     if transactions:
@@ -269,6 +346,8 @@ def pgbench(script, clients, seconds, batch=None, extra=(), rate=None, progress=
     if progress:
         cmd += ["-P", str(progress)]
     cmd += list(extra)
+    if dbname:
+        cmd.append(dbname)
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -300,7 +379,7 @@ def on_bench_job(method):
 def tables_of(method):
     if on_bench_job(method):
         return ["bench.job"]
-    if method.startswith("claimq"):
+    if edition(method):
         return ["claimq.job", "claimq.queue"]
     if method == "floor":
         return ["bench.floor"]
@@ -322,7 +401,7 @@ def reset_and_load(method, pool, batch):
     """
     if on_bench_job(method):
         DB.execute("TRUNCATE bench.job")
-    elif method.startswith("claimq"):
+    elif edition(method):
         DB.execute("TRUNCATE claimq.job")
     elif method == "floor":
         DB.execute("TRUNCATE bench.floor")
@@ -338,12 +417,13 @@ def reset_and_load(method, pool, batch):
             # Transaction k of the oracle takes ids [k * batch, (k + 1) * batch).
             DB.execute("SELECT setval('bench.oracle_seq', min(job_id) / %s + 1, false)"
                        " FROM bench.job", (batch,))
-    elif method.startswith("claimq"):
+    elif edition(method):
         DB.execute("SELECT bench.load_claimq('bench', %s)", (pool,))
         # TRUNCATE left the census unknown: count now rather than in the
         # middle of the run, as the reclaimer would (releases before 0.6,
-        # measured by --ab, have no census).
-        if q("SELECT to_regprocedure('claimq.census_recount()') IS NOT NULL"):
+        # measured by --ab, have no census; the portable edition keeps none).
+        if edition(method) == "c" and q(
+                "SELECT to_regprocedure('claimq.census_recount()') IS NOT NULL"):
             DB.execute("SELECT claimq.census_recount()")
     elif method == "floor":
         pass                # each transaction inserts the jobs it deletes
@@ -360,7 +440,7 @@ def remaining(method, state):
     """Jobs still to do."""
     if on_bench_job(method):
         return q("SELECT count(*) FROM bench.job WHERE state = 'pending'")
-    if method.startswith("claimq"):
+    if edition(method):
         return q("SELECT count(*) FROM claimq.job WHERE state = 'pending'")
     if method == "floor":
         return float("inf")
@@ -373,7 +453,7 @@ def processed(method, state):
     """Jobs finished during the run, counted in the database."""
     if on_bench_job(method):
         return state["rows_before"] - q("SELECT count(*) FROM bench.job")
-    if method.startswith("claimq"):
+    if edition(method):
         return state["rows_before"] - q("SELECT count(*) FROM claimq.job")
     if method == "hot":
         return state["rows_before"] - q("SELECT count(*) FROM bench.hjob")
@@ -391,13 +471,21 @@ def claimq_counters():
 
 
 def run_cell(variant, method, clients, batch, pool):
+    with on_database(database_of(method)):
+        return run_cell_here(variant, method, clients, batch, pool)
+
+
+def run_cell_here(variant, method, clients, batch, pool):
     state = {"pool": pool}
     load_s = reset_and_load(method, pool, batch)
     if on_bench_job(method):
         state["rows_before"] = q("SELECT count(*) FROM bench.job")
-    elif method.startswith("claimq"):
+    elif edition(method):
         state["rows_before"] = q("SELECT count(*) FROM claimq.job")
-        state["counters"] = claimq_counters()
+        if edition(method) == "c":
+            # (the portable edition keeps no counters: a stale outcome shows
+            # there as a job count short of transactions x batch)
+            state["counters"] = claimq_counters()
     elif method == "hot":
         state["rows_before"] = q("SELECT count(*) FROM bench.hjob")
         state["hot0"] = q("SELECT n_tup_hot_upd FROM pg_stat_user_tables WHERE relid = 'bench.hjob'::regclass")
@@ -408,8 +496,9 @@ def run_cell(variant, method, clients, batch, pool):
         state["pgq_start"] = q("SELECT bench.pgq_consumed()")
     size_before = q("SELECT bench.method_size(%s)", (method,))
     lsn_before = lsn()
-    scraper = Scraper(ARGS.scrape) if ARGS.scrape > 0 else None
-    res = pgbench_result(pgbench(METHODS[method][0], clients, ARGS.duration, batch))
+    scraper = Scraper(ARGS.scrape, database_of(method)) if ARGS.scrape > 0 else None
+    res = pgbench_result(pgbench(METHODS[method][0], clients, ARGS.duration, batch,
+                                 dbname=database_of(method)))
     scrapes = scraper.stop() if scraper else None
     lsn_after = lsn()
     size_after = q("SELECT bench.method_size(%s)", (method,))
@@ -436,10 +525,11 @@ def run_cell(variant, method, clients, batch, pool):
         cell["hot_share"] = (hot - state["hot0"]) / jobs if jobs else None
         if cell["hot_share"] is not None and cell["hot_share"] < 0.9:
             cell["notes"].append("only %.0f%% of claims were HOT" % (100 * cell["hot_share"]))
-    if method.startswith("claimq"):
-        c0, c1 = state["counters"], claimq_counters()
-        if c1[1] - c0[1]:
-            cell["notes"].append("%d stale outcomes" % (c1[1] - c0[1]))
+    if edition(method):
+        if "counters" in state:
+            c0, c1 = state["counters"], claimq_counters()
+            if c1[1] - c0[1]:
+                cell["notes"].append("%d stale outcomes" % (c1[1] - c0[1]))
         if q("SELECT count(*) FROM claimq.job WHERE state <> 'pending'"):
             cell["notes"].append("claimed jobs left over")
     if method != "pgq" and jobs != res["txns"] * batch and not cell["dry"]:
@@ -451,8 +541,9 @@ class Scraper:
     """Calls claimq.metrics() every `every` seconds on a connection of its
     own until stopped, as a Prometheus scraper of an exporter would."""
 
-    def __init__(self, every):
+    def __init__(self, every, dbname=None):
         self.every = every
+        self.dbname = dbname
         self.done = threading.Event()
         self.count = 0
         self.seconds = 0.0
@@ -460,7 +551,7 @@ class Scraper:
         self.thread.start()
 
     def run(self):
-        with connect() as conn:
+        with connect(self.dbname) as conn:
             while not self.done.wait(self.every):
                 t = time.time()
                 conn.execute("SELECT claimq.metrics()").fetchone()
@@ -591,6 +682,32 @@ def print_tables(variant, cells):
             say("! %s c=%d b=%d: %s" % (c["method"], c["clients"], c["batch"],
                                          "; ".join(c["notes"] + (["pool ran low (%d left)" % c["left"]]
                                                                  if c["dry"] else []))))
+    print_editions(variant, cells)
+
+
+def print_editions(variant, cells):
+    """The portable edition's jobs/s as a ratio to the baseline of the same
+    flow and to the C edition, each run on the same server in this run."""
+    pairs = [(m, ref) for m in ARGS.methods if edition(m) == "portable"
+             for ref in (METHODS[m][3], m.replace("portable", "claimq"))
+             if ref in ARGS.methods]
+    if not pairs:
+        return
+    say()
+    say("### %s: the portable edition's jobs/s as a ratio to the baseline and to the C edition"
+        % section(variant))
+    say()
+    say("| batch | clients | " + " | ".join("%s / %s" % (METHODS[m][1], METHODS[r][1])
+                                          for m, r in pairs) + " |")
+    say("|---:|---:|" + "---:|" * len(pairs))
+    for batch in ARGS.batches:
+        for clients in sorted(ARGS.clients):
+            out = []
+            for m, r in pairs:
+                a, b = cells.get((variant, m, clients, batch)), cells.get((variant, r, clients, batch))
+                out.append("%.2f×" % (a["jobs_per_s"] / b["jobs_per_s"])
+                           if a and b and b["jobs_per_s"] else "-")
+            say("| %d | %d | %s |" % (batch, clients, " | ".join(out)))
 
 
 # ---------------------------------------------------------------------------
@@ -1093,12 +1210,24 @@ def header():
         say("Each run: empty the method's table, CHECKPOINT, load a pool of jobs, VACUUM ANALYZE, "
             "run; jobs are counted in the database. PgQ: one consumer shared by all clients, "
             "a batch per tick (ticked every <batch> events at load), no per-job lease.")
+        if PORTABLE_DB and any(edition(m) == "portable" for m in ARGS.methods):
+            say("The portable edition (%s) runs claimq's own scripts in database %s of the same "
+                "server, which holds claimq-portable.sql (SQL and PL/pgSQL only: no library, no "
+                "shared memory, no background reclaimer) and the same benchmark objects, queue "
+                "and loader as the C edition's."
+                % (", ".join(METHODS[m][1] for m in ARGS.methods if edition(m) == "portable"),
+                   PORTABLE_DB))
+        if ARGS.portable_note:
+            say(ARGS.portable_note)
 
 
 def prepare_profile():
     if ARGS.profile == "default":
         for t in ("bench.job", "bench.floor", "claimq.job"):
             DB.execute("ALTER TABLE %s RESET (autovacuum_enabled)" % t)
+        if PORTABLE_DB:
+            with on_database(PORTABLE_DB):
+                DB.execute("ALTER TABLE claimq.job RESET (autovacuum_enabled)")
 
 
 def main():

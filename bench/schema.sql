@@ -1,7 +1,13 @@
 -- Benchmark objects: the plain-SQL baseline table, the floor table, the
--- loaders, and the claimq and PgQ queues.  Run once in the bench database.
+-- loaders, and the claimq and PgQ queues.  Run once in the bench database,
+-- and once in the portable edition's database (bench_portable), where
+-- claimq-portable.sql has created schema claimq before (psql -v portable=1):
+-- the same objects in both, so that both editions load and measure alike.
 
+\if :{?portable}
+\else
 CREATE EXTENSION claimq;
+\endif
 CREATE EXTENSION pgq;
 
 CREATE SCHEMA bench;
@@ -188,7 +194,8 @@ LANGUAGE sql
 AS $$
 	SELECT CASE
 		WHEN method LIKE 'baseline%' OR method = 'oracle' THEN pg_total_relation_size('bench.job')
-		WHEN method LIKE 'claimq%' THEN pg_total_relation_size('claimq.job')
+		WHEN method LIKE 'claimq%' OR method LIKE 'portable%'
+			THEN pg_total_relation_size('claimq.job')
 		WHEN method = 'floor' THEN pg_total_relation_size('bench.floor')
 		WHEN method = 'hot' THEN pg_total_relation_size('bench.hjob')
 			+ pg_total_relation_size('bench.hlease')

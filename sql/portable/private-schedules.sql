@@ -276,6 +276,60 @@ COMMENT ON FUNCTION claimq.cron_parse(text,boolean) IS
 'private (portable edition): a cron expression parsed as src/cron.c parses it (its @every interval, or its fields as bit sets and which start with "*"), with its errors';
 
 /*
+ * The changes of offset of the session's TimeZone over the instants
+ * [w_lo, w_hi] (seconds since 1970-01-01 00:00 UTC), for cron_walk: the
+ * offset at w_lo, and each instant at which the offset changes, with the
+ * offset from then on.  The offset is probed every 48 hours (no zone
+ * changes it twice in a week), and an interval where it differs is halved
+ * down to the second.
+ */
+CREATE FUNCTION claimq.cron_offsets(w_lo bigint, w_hi bigint,
+									OUT first_offset integer,
+									OUT changes bigint[], OUT offsets integer[])
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	p bigint := w_lo;
+	q bigint;
+	p_offset integer;
+	q_offset integer;
+	a bigint;
+	b bigint;
+	mid bigint;
+BEGIN
+	changes := ARRAY[]::bigint[];
+	offsets := ARRAY[]::integer[];
+	p_offset := pg_catalog.date_part('timezone', pg_catalog.to_timestamp(LEAST(GREATEST(p, -210866803200), 9224318015999)::double precision))::integer;
+	first_offset := p_offset;
+	LOOP
+		q := LEAST(p OPERATOR(pg_catalog.+) 172800, w_hi);
+		q_offset := pg_catalog.date_part('timezone', pg_catalog.to_timestamp(LEAST(GREATEST(q, -210866803200), 9224318015999)::double precision))::integer;
+		IF q_offset OPERATOR(pg_catalog.<>) p_offset THEN
+			a := p;
+			b := q;
+			WHILE (b OPERATOR(pg_catalog.-) a) OPERATOR(pg_catalog.>) 1 LOOP
+				mid := a OPERATOR(pg_catalog.+) ((b OPERATOR(pg_catalog.-) a) OPERATOR(pg_catalog./) 2);
+				IF pg_catalog.date_part('timezone', pg_catalog.to_timestamp(LEAST(GREATEST(mid, -210866803200), 9224318015999)::double precision))::integer OPERATOR(pg_catalog.=) p_offset THEN
+					a := mid;
+				ELSE
+					b := mid;
+				END IF;
+			END LOOP;
+			changes := changes OPERATOR(pg_catalog.||) b;
+			offsets := offsets OPERATOR(pg_catalog.||) q_offset;
+		END IF;
+		EXIT WHEN q OPERATOR(pg_catalog.>=) w_hi;
+		p := q;
+		p_offset := q_offset;
+	END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.cron_offsets(bigint,bigint) IS
+'private (portable edition): the offset of the session''s time zone at w_lo and its changes up to w_hi, for cron_walk';
+
+/*
  * The first occurrence, strictly after after, of an expression parsed by
  * claimq.cron_parse, in time_zone (anchor: when an @every schedule was
  * set); NULL if there is none within 9 years.  As src/cron.c computes it
@@ -286,9 +340,7 @@ COMMENT ON FUNCTION claimq.cron_parse(text,boolean) IS
  * time; a local time in the gap of a change to daylight saving time fires
  * at the instant the gap ends, one that exists twice at its first instance
  * (both unless the hour field starts with "*"); the earliest instant after
- * after wins.  The zone's changes of offset are found by probing the offset
- * every 48 hours (no zone changes it twice in a week) and halving the
- * interval where it differs.
+ * after wins.  The zone's changes of offset come from cron_offsets.
  */
 CREATE FUNCTION claimq.cron_walk(every interval, minutes bigint, hours bigint,
 								 mdays bigint, months bigint, wdays bigint,
@@ -343,13 +395,6 @@ DECLARE
 	changes bigint[];
 	offsets integer[];
 	nchanges integer;
-	p bigint;
-	q bigint;
-	p_offset integer;
-	q_offset integer;
-	a bigint;
-	b bigint;
-	mid bigint;
 	/* the instants of one local time */
 	lo bigint;
 	hi bigint;
@@ -524,32 +569,8 @@ BEGIN
 	 */
 	w_lo := x OPERATOR(pg_catalog.-) 288000;
 	w_hi := x OPERATOR(pg_catalog.+) 288000;
-	changes := ARRAY[]::bigint[];
-	offsets := ARRAY[]::integer[];
-	p := w_lo;
-	p_offset := pg_catalog.date_part('timezone', pg_catalog.to_timestamp(LEAST(GREATEST(p, -210866803200), 9224318015999)::double precision))::integer;
-	w_offset := p_offset;
-	LOOP
-		q := LEAST(p OPERATOR(pg_catalog.+) 172800, w_hi);
-		q_offset := pg_catalog.date_part('timezone', pg_catalog.to_timestamp(LEAST(GREATEST(q, -210866803200), 9224318015999)::double precision))::integer;
-		IF q_offset OPERATOR(pg_catalog.<>) p_offset THEN
-			a := p;
-			b := q;
-			WHILE (b OPERATOR(pg_catalog.-) a) OPERATOR(pg_catalog.>) 1 LOOP
-				mid := a OPERATOR(pg_catalog.+) ((b OPERATOR(pg_catalog.-) a) OPERATOR(pg_catalog./) 2);
-				IF pg_catalog.date_part('timezone', pg_catalog.to_timestamp(LEAST(GREATEST(mid, -210866803200), 9224318015999)::double precision))::integer OPERATOR(pg_catalog.=) p_offset THEN
-					a := mid;
-				ELSE
-					b := mid;
-				END IF;
-			END LOOP;
-			changes := changes OPERATOR(pg_catalog.||) b;
-			offsets := offsets OPERATOR(pg_catalog.||) q_offset;
-		END IF;
-		EXIT WHEN q OPERATOR(pg_catalog.>=) w_hi;
-		p := q;
-		p_offset := q_offset;
-	END LOOP;
+	SELECT o.first_offset, o.changes, o.offsets INTO w_offset, changes, offsets
+	  FROM claimq.cron_offsets(w_lo, w_hi) o;
 	nchanges := pg_catalog.cardinality(changes);
 	IF nchanges OPERATOR(pg_catalog.=) 0 THEN
 		naive := GREATEST(naive, (x OPERATOR(pg_catalog.+) x_offset) OPERATOR(pg_catalog.+) 1);
@@ -642,32 +663,8 @@ BEGIN
 		IF lo OPERATOR(pg_catalog.<) w_lo OR hi OPERATOR(pg_catalog.>) w_hi THEN
 			w_lo := lo;
 			w_hi := hi OPERATOR(pg_catalog.+) 345600;
-			changes := ARRAY[]::bigint[];
-			offsets := ARRAY[]::integer[];
-			p := w_lo;
-			p_offset := pg_catalog.date_part('timezone', pg_catalog.to_timestamp(LEAST(GREATEST(p, -210866803200), 9224318015999)::double precision))::integer;
-			w_offset := p_offset;
-			LOOP
-				q := LEAST(p OPERATOR(pg_catalog.+) 172800, w_hi);
-				q_offset := pg_catalog.date_part('timezone', pg_catalog.to_timestamp(LEAST(GREATEST(q, -210866803200), 9224318015999)::double precision))::integer;
-				IF q_offset OPERATOR(pg_catalog.<>) p_offset THEN
-					a := p;
-					b := q;
-					WHILE (b OPERATOR(pg_catalog.-) a) OPERATOR(pg_catalog.>) 1 LOOP
-						mid := a OPERATOR(pg_catalog.+) ((b OPERATOR(pg_catalog.-) a) OPERATOR(pg_catalog./) 2);
-						IF pg_catalog.date_part('timezone', pg_catalog.to_timestamp(LEAST(GREATEST(mid, -210866803200), 9224318015999)::double precision))::integer OPERATOR(pg_catalog.=) p_offset THEN
-							a := mid;
-						ELSE
-							b := mid;
-						END IF;
-					END LOOP;
-					changes := changes OPERATOR(pg_catalog.||) b;
-					offsets := offsets OPERATOR(pg_catalog.||) q_offset;
-				END IF;
-				EXIT WHEN q OPERATOR(pg_catalog.>=) w_hi;
-				p := q;
-				p_offset := q_offset;
-			END LOOP;
+			SELECT o.first_offset, o.changes, o.offsets INTO w_offset, changes, offsets
+			  FROM claimq.cron_offsets(w_lo, w_hi) o;
 			nchanges := pg_catalog.cardinality(changes);
 		END IF;
 		seg_offset := w_offset;

@@ -3,6 +3,41 @@
 -- cron
 
 /*
+ * An interval's months, days and microseconds, as the C edition reads
+ * its fields; +-infinity (PostgreSQL 17 and later) has every part at its
+ * limit.
+ */
+CREATE FUNCTION claimq.interval_parts(span interval, OUT months bigint,
+									  OUT days bigint, OUT micros bigint)
+LANGUAGE plpgsql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF NOT pg_catalog.isfinite(span) THEN
+		IF span OPERATOR(pg_catalog.>) pg_catalog.make_interval() THEN
+			months := 2147483647;
+			days := 2147483647;
+			micros := 9223372036854775807;
+		ELSE
+			months := -2147483648;
+			days := -2147483648;
+			micros := -9223372036854775808;
+		END IF;
+	ELSE
+		months := (pg_catalog.date_part('year', span)::bigint OPERATOR(pg_catalog.*) 12)
+			OPERATOR(pg_catalog.+) pg_catalog.date_part('month', span)::bigint;
+		days := pg_catalog.date_part('day', span)::bigint;
+		micros := ((pg_catalog.date_part('hour', span)::bigint OPERATOR(pg_catalog.*) 3600000000)
+				   OPERATOR(pg_catalog.+) (pg_catalog.date_part('minute', span)::bigint OPERATOR(pg_catalog.*) 60000000))
+			OPERATOR(pg_catalog.+) pg_catalog.date_part('microseconds', span)::bigint;
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.interval_parts(interval) IS
+'private (portable edition): an interval''s months, days and microseconds, for the cron code';
+
+/*
  * A cron expression parsed as src/cron.c (cq_cron_parse) parses it, with
  * the same errors: every is the interval of "@every <interval>" (the rest
  * NULL); otherwise minutes to wdays are bit sets (bit n: n matches; day of
@@ -67,24 +102,9 @@ BEGIN
 			IF span IS NULL THEN
 				bad := '@every';
 				detail := '@every takes an interval, such as "90 seconds".';
-			ELSIF NOT pg_catalog.isfinite(span) THEN
-				/* +-infinity (PostgreSQL 17 and later): every part at its limit */
-				IF span OPERATOR(pg_catalog.>) pg_catalog.make_interval() THEN
-					span_month := 2147483647;
-					span_day := 2147483647;
-					span_time := 9223372036854775807;
-				ELSE
-					span_month := -2147483648;
-					span_day := -2147483648;
-					span_time := -9223372036854775808;
-				END IF;
 			ELSE
-				span_month := (pg_catalog.date_part('year', span)::bigint OPERATOR(pg_catalog.*) 12)
-					OPERATOR(pg_catalog.+) pg_catalog.date_part('month', span)::bigint;
-				span_day := pg_catalog.date_part('day', span)::bigint;
-				span_time := ((pg_catalog.date_part('hour', span)::bigint OPERATOR(pg_catalog.*) 3600000000)
-							  OPERATOR(pg_catalog.+) (pg_catalog.date_part('minute', span)::bigint OPERATOR(pg_catalog.*) 60000000))
-					OPERATOR(pg_catalog.+) pg_catalog.date_part('microseconds', span)::bigint;
+				SELECT x.months, x.days, x.micros INTO span_month, span_day, span_time
+				  FROM claimq.interval_parts(span) x;
 			END IF;
 			IF span IS NOT NULL AND check_every THEN
 				now_ts := pg_catalog.clock_timestamp();
@@ -442,24 +462,8 @@ BEGIN
 	END IF;
 
 	IF every IS NOT NULL THEN
-		IF NOT pg_catalog.isfinite(every) THEN
-			IF every OPERATOR(pg_catalog.>) pg_catalog.make_interval() THEN
-				span_month := 2147483647;
-				span_day := 2147483647;
-				span_time := 9223372036854775807;
-			ELSE
-				span_month := -2147483648;
-				span_day := -2147483648;
-				span_time := -9223372036854775808;
-			END IF;
-		ELSE
-			span_month := (pg_catalog.date_part('year', every)::bigint OPERATOR(pg_catalog.*) 12)
-				OPERATOR(pg_catalog.+) pg_catalog.date_part('month', every)::bigint;
-			span_day := pg_catalog.date_part('day', every)::bigint;
-			span_time := ((pg_catalog.date_part('hour', every)::bigint OPERATOR(pg_catalog.*) 3600000000)
-						  OPERATOR(pg_catalog.+) (pg_catalog.date_part('minute', every)::bigint OPERATOR(pg_catalog.*) 60000000))
-				OPERATOR(pg_catalog.+) pg_catalog.date_part('microseconds', every)::bigint;
-		END IF;
+		SELECT x.months, x.days, x.micros INTO span_month, span_day, span_time
+		  FROM claimq.interval_parts(every) x;
 
 		/* Estimate k from the interval's length, then step to the first. */
 		len := (span_time::double precision

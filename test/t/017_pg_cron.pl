@@ -1,6 +1,6 @@
 # Without claimq's preload there is no reclaimer: docs/operations.md
 # ("Running without the preload") gives a pg_cron recipe that makes its
-# calls instead.  This runs that recipe as written, taken out of the
+# pass instead, with maintain().  This runs that recipe as written, taken out of the
 # document (the blocks marked as run by this test), on a server that
 # preloads pg_cron (Debian's postgresql-15-cron, 1.4, which runs jobs at
 # most once a minute) and not claimq, and checks that it does all that the
@@ -88,9 +88,8 @@ $node->safe_psql('postgres', $blocks[1]);
 is( $node->safe_psql('postgres', q{
 		SELECT string_agg(command || ' in ' || database || ' as ' || username, ', ' ORDER BY command)
 		  FROM cron.job}),
-	'SELECT claimq.reclaim(); SELECT claimq.fire_schedules(); SELECT claimq.prune() '
-	  . 'in app as claimq_cron',
-	'the recipe schedules reclaim, fire_schedules and prune in app, as its role');
+	'SELECT claimq.maintain() in app as claimq_cron',
+	'the recipe schedules maintain() in app, as its role');
 
 my $deadline = time() + 200;
 sub left { my $s = $deadline - time(); return $s > 1 ? $s : 1; }

@@ -32,7 +32,9 @@
  *  14. PUBLIC gets nothing
  */
 
+-- @extension
 \echo Use "CREATE EXTENSION claimq" to load this file. \quit
+-- @end
 
 /*------------------------------------------------------------------------
  * 1. The schema: claimq's own, or none

@@ -7,7 +7,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(80);
+SELECT plan(82);
 
 -- The free jobs of each group of a queue (pending and not held, or in
 -- flight), for checking the invariant the claim relies on.
@@ -106,6 +106,18 @@ SELECT results_eq($$SELECT * FROM pg_temp.free_jobs('fl_g')$$,
 	$$VALUES ('a'::text, 2::bigint), ('b', 2)$$, 'a has a free pending job again');
 SELECT is((SELECT count(*) FROM pg_temp.take('fl_g')), 1::bigint, 'the next claim takes exactly one job of a');
 SELECT is((SELECT count(*) FROM pg_temp.take('fl_g')), 0::bigint, 'and then nothing');
+
+-- a batch completed in one call frees the slots of all its groups
+SELECT claimq.create_queue('fl_gb', group_limit => 1, lease => '1 hour');
+SELECT claimq.enqueue_many('fl_gb', array_fill('{}'::jsonb, ARRAY[4]),
+						   group_keys => '{gx,gx,gy,gy}') IS NOT NULL;
+CREATE TEMP TABLE tb AS SELECT * FROM pg_temp.take('fl_gb');
+SELECT results_eq($$SELECT outcome, count(*) FROM claimq.complete(ARRAY(SELECT job_id FROM tb ORDER BY 1),
+																  ARRAY(SELECT token FROM tb ORDER BY job_id))
+					 GROUP BY 1$$,
+	$$VALUES ('ok'::text, 2::bigint)$$, 'complete the first job of gx and of gy in one call');
+SELECT results_eq($$SELECT * FROM pg_temp.free_jobs('fl_gb')$$,
+	$$VALUES ('gx'::text, 1::bigint), ('gy', 1)$$, 'the second job of gx and of gy is free');
 
 -- release and an expired claim keep the slot; the job is free and claimable
 SELECT job_id AS rj, token AS rt FROM claimq.job WHERE group_key = 'a' AND state = 'claimed' ORDER BY job_id LIMIT 1 \gset

@@ -1,16 +1,34 @@
 # Sourced by examples/test and clients/test: what both need to test clients
-# for real, a throwaway PostgreSQL server with claimq preloaded, reachable
-# only through a socket in $dir, and a pgbouncer in transaction mode on a
-# free port of 127.0.0.1 in front of it.
+# for real, a throwaway PostgreSQL server with claimq in database $DB,
+# reachable only through a socket in $dir, and a pgbouncer in transaction
+# mode on a free port of 127.0.0.1 in front of it.
+#
+# CLAIMQ_EDITION chooses the edition (the README's "Which edition: C or
+# portable"):
+#  - c (the default): claimq built and installed into the server if it is
+#    not there, preloaded, and CREATE EXTENSION claimq;
+#  - portable: claimq's library is neither built nor installed nor
+#    preloaded, and the server has no claimq.* setting; "make portable"
+#    writes claimq-portable.sql, and the database's owner, a role that is
+#    not a superuser, runs it; a loop calls claimq.maintain() in place of
+#    the reclaimer.  The server may have no claimq files at all.
 #
 # The caller sets PGVER, DB, dir, logs, bindir, python, top, as_root and
 # as_server (see either script), and defines bail NAME [LOG], which reports
 # a failed step and exits.
 
+edition=${CLAIMQ_EDITION:-c}
+case $edition in
+	c | portable) ;;
+	*) echo "CLAIMQ_EDITION is c or portable, not $edition" >&2; exit 2 ;;
+esac
+owner=postgres		# who owns $DB and claimq in it; q connects as this role
+
 # Install the Debian packages of "$@" that are missing (a package whose
 # command is on the PATH counts as there: node and npm may come from
 # elsewhere), then build and install claimq from $top if the server has no
-# claimq.so.
+# claimq.so, or for the portable edition build its plain script (which
+# needs make and perl only).
 pooled_install() {
 	local need=() p
 	for p in "$@"; do
@@ -25,7 +43,10 @@ pooled_install() {
 			bail "install ${need[*]}" "$logs/apt.log"
 	fi
 	export PG_CONFIG=$bindir/pg_config
-	if [ ! -f "$("$PG_CONFIG" --pkglibdir)/claimq.so" ]; then
+	if [ "$edition" = portable ]; then
+		make -C "$top" -s portable PG_CONFIG="$PG_CONFIG" >"$logs/build.log" 2>&1 ||
+			bail "make portable" "$logs/build.log"
+	elif [ ! -f "$("$PG_CONFIG" --pkglibdir)/claimq.so" ]; then
 		echo "# building and installing claimq"
 		{ make -C "$top" -s PG_CONFIG="$PG_CONFIG" &&
 			"${as_root[@]}" make -C "$top" -s install PG_CONFIG="$PG_CONFIG"; } \
@@ -34,8 +55,9 @@ pooled_install() {
 }
 
 # Start the server with at most $1 connections; create database $DB with
-# claimq in it.  Job ids come from node 32: above 2^53, beyond what a double
-# holds exactly.
+# claimq in it.  Job ids start above 2^53, beyond what a double holds
+# exactly: the C edition's come from node 32; the portable edition has no
+# node number (see below).
 pooled_server_start() {
 	[ ${#as_server[@]} -gt 0 ] && chown postgres: "$dir" "$logs"
 	cd "$dir" || exit 1
@@ -48,6 +70,8 @@ pooled_server_start() {
 	max_connections = $1
 	fsync = off
 	synchronous_commit = off
+	EOF
+	[ "$edition" = c ] && cat >>"$dir/data/postgresql.conf" <<-EOF
 	shared_preload_libraries = 'claimq'
 	claimq.databases = '$DB'
 	claimq.node_id = 32
@@ -55,13 +79,47 @@ pooled_server_start() {
 	EOF
 	"${as_server[@]}" "$bindir/pg_ctl" -D "$dir/data" -l "$logs/server.log" -w start \
 		>/dev/null 2>&1 || bail "start the server" "$logs/server.log"
-	q -d postgres -c "CREATE DATABASE $DB" >/dev/null || bail "create database $DB"
-	q -c "CREATE EXTENSION claimq" >/dev/null || bail "create extension claimq"
+	if [ "$edition" = c ]; then
+		q -d postgres -c "CREATE DATABASE $DB" >/dev/null || bail "create database $DB"
+		q -c "CREATE EXTENSION claimq" >/dev/null || bail "create extension claimq"
+		return
+	fi
+	# As on a managed server: an owner that may create roles but is no
+	# superuser owns $DB and installs claimq; q connects as it from here on.
+	q -d postgres -c "CREATE ROLE cq_owner LOGIN CREATEROLE" \
+		-c "CREATE DATABASE $DB OWNER cq_owner" >/dev/null || bail "create database $DB"
+	owner=cq_owner
+	q -f "$top/claimq-portable.sql" >"$logs/install.log" 2>&1 ||
+		bail "install claimq-portable.sql as the database's owner" "$logs/install.log"
+	# Portable job ids are the sequence's values, kept below 2^48 (no node
+	# bits); a database moved from a C edition with a node number keeps ids
+	# above 2^53.  The sequence is widened here so that the clients carry
+	# such ids in this edition too.
+	q -c "ALTER SEQUENCE claimq.job_id_seq MAXVALUE 9223372036854775807 RESTART 9007199254740993" \
+		>/dev/null || bail "start the job ids above 2^53"
+	pooled_maintain_start
 }
 
-# psql as the superuser over the server's socket, never the pooler.
+# The portable edition has no reclaimer: this loop stands in for the
+# pg_cron job of docs/operations.md ("The reclaimer's pass from pg_cron"),
+# calling claimq.maintain() as the owner every 200 ms (the C edition's
+# claimq.reclaim_interval above), each call its own transaction, over the
+# socket.  It runs until $dir/maintain.on goes; its errors go to
+# $logs/maintain.log.
+pooled_maintain_start() {
+	: >"$dir/maintain.on"
+	while [ -e "$dir/maintain.on" ]; do
+		echo "SELECT * FROM claimq.maintain();"
+		sleep 0.2
+	done | "$bindir/psql" -X -q -A -t -h "$dir" -p 5432 -U "$owner" -d "$DB" \
+		>/dev/null 2>"$logs/maintain.log" &
+	maintain_pid=$!
+}
+
+# psql over the server's socket, never the pooler: as the superuser, or as
+# the database's owner once the portable edition is installed.
 q() {
-	"$bindir/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$dir" -p 5432 -U postgres -d "$DB" "$@"
+	"$bindir/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$dir" -p 5432 -U "$owner" -d "$DB" "$@"
 }
 
 # Start pgbouncer with $1 server connections per user and database, for the
@@ -105,8 +163,21 @@ pooled_bouncer_start() {
 	done
 }
 
-# Stop pgbouncer and the server, whatever state they are in.
+# Stop the maintain() loop, pgbouncer and the server, whatever state they
+# are in.
 pooled_stop() {
+	local i
+	if [ -n "${maintain_pid:-}" ]; then
+		# It ends at its next look (200 ms) and its current call; 10 s at most.
+		rm -f "$dir/maintain.on"
+		for ((i = 0; i < 100; i++)); do
+			kill -0 "$maintain_pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -TERM "$maintain_pid" 2>/dev/null
+		wait "$maintain_pid" 2>/dev/null
+		maintain_pid=
+	fi
 	if [ -f "$dir/pgbouncer.pid" ]; then
 		kill -TERM "$(cat "$dir/pgbouncer.pid")" 2>/dev/null
 	fi

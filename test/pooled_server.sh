@@ -104,15 +104,22 @@ pooled_server_start() {
 # pg_cron job of docs/operations.md ("The reclaimer's pass from pg_cron"),
 # calling claimq.maintain() as the owner every 200 ms (the C edition's
 # claimq.reclaim_interval above), each call its own transaction, over the
-# socket.  It runs until $dir/maintain.on goes; its errors go to
-# $logs/maintain.log.
+# socket, and connects again after the server restarts, as pg_cron's jobs
+# go on.  It runs until $dir/maintain.on goes or this shell ends; its
+# errors go to $logs/maintain.log.
 pooled_maintain_start() {
+	local shell=$$
 	: >"$dir/maintain.on"
-	while [ -e "$dir/maintain.on" ]; do
-		echo "SELECT * FROM claimq.maintain();"
-		sleep 0.2
-	done | "$bindir/psql" -X -q -A -t -h "$dir" -p 5432 -U "$owner" -d "$DB" \
-		>/dev/null 2>"$logs/maintain.log" &
+	running() { [ -e "$dir/maintain.on" ] && kill -0 "$shell" 2>/dev/null; }
+	(
+		while running; do
+			while running; do
+				echo "SELECT * FROM claimq.maintain();"
+				sleep 0.2
+			done | "$bindir/psql" -X -q -A -t -h "$dir" -p 5432 -U "$owner" -d "$DB" \
+				>/dev/null 2>>"$logs/maintain.log"
+		done
+	) &
 	maintain_pid=$!
 }
 
@@ -168,7 +175,7 @@ pooled_bouncer_start() {
 pooled_stop() {
 	local i
 	if [ -n "${maintain_pid:-}" ]; then
-		# It ends at its next look (200 ms) and its current call; 10 s at most.
+		# It ends after its current call and its next look; 10 s at most.
 		rm -f "$dir/maintain.on"
 		for ((i = 0; i < 100; i++)); do
 			kill -0 "$maintain_pid" 2>/dev/null || break

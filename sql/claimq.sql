@@ -23,13 +23,14 @@
  *   5. Producing: enqueue, cancel, status
  *   6. Working: claim, start, extend, complete, fail, release, snooze
  *   7. Flow control: group limits
- *   8. Dedup keys
- *   9. Schedules
- *  10. Recovery: reclaim, retry_dead, prune, maintain; version, edition
- *  11. Observing: counters, latency, the reclaimer, the census, the views
- *  12. Observing: metrics
- *  13. Duties, and copy_grants for the update scripts
- *  14. PUBLIC gets nothing
+ *   8. Workflows: jobs that run after other jobs
+ *   9. Dedup keys
+ *  10. Schedules
+ *  11. Recovery: reclaim, retry_dead, prune, maintain; version, edition
+ *  12. Observing: counters, latency, the reclaimer, the census, the views
+ *  13. Observing: metrics
+ *  14. Duties, and copy_grants for the update scripts
+ *  15. PUBLIC gets nothing
  */
 
 -- @extension
@@ -155,11 +156,16 @@ ALTER SEQUENCE claimq.queue_id_seq OWNED BY claimq.queue.queue_id;
  *					same as "claimed or running"; written on expires_at, it
  *					cannot tempt the planner into scanning every lease when a
  *					settle call looks jobs up by id and state.
- *	job_dedup_idx	the dedup key of live (pending, claimed, running) jobs,
- *					unique: this index is what makes dedup race-free.
+ *	job_dedup_idx	the dedup key of live (waiting, pending, claimed,
+ *					running) jobs, unique: this index is what makes dedup
+ *					race-free.
  *	job_finished_idx done, dead and cancelled jobs by queue and age, for
  *					retention and redrive.
- *	job_group_idx, job_group_due_idx  a group's live jobs, for its limit.
+ *	job_group_idx, job_group_due_idx  a group's live jobs, for its limit
+ *					(a waiting job is in no group's count until it is
+ *					pending).
+ *	job_after_set_idx the jobs that run after others, by their set of
+ *					jobs to run after (section 8).
  *
  * token is the fence: each claim stores a fresh one, and every later call
  * about the job must present it.
@@ -192,9 +198,17 @@ CREATE TABLE claimq.job (
 	result			jsonb,
 	started_at		timestamptz,
 	held			boolean NOT NULL DEFAULT false,	-- kept back by its group's limit
+	-- Workflows: the jobs it runs after (section 8), how many of them are
+	-- unfinished, what their failure does, and whether jobs run after it.
+	after_set		bigint,			-- NULL: it runs after no job
+	after_count		integer NOT NULL DEFAULT 0,
+	after_failed	text,			-- NULL: it runs after no job
+	dependents		boolean NOT NULL DEFAULT false,
 	CONSTRAINT job_pkey PRIMARY KEY (job_id),
 	CONSTRAINT job_state_check CHECK (state OPERATOR(pg_catalog.=) ANY
-		('{pending,claimed,running,dead,done,cancelled}'::text[])),
+		('{pending,claimed,running,dead,done,cancelled,waiting}'::text[])),
+	CONSTRAINT job_after_failed_check CHECK (after_failed OPERATOR(pg_catalog.=) ANY
+		('{cancel,run}'::text[])),
 	CONSTRAINT job_max_attempts_check
 		CHECK (max_attempts OPERATOR(pg_catalog.>=) 1
 			   AND max_attempts OPERATOR(pg_catalog.<=) 1000),
@@ -225,7 +239,7 @@ CREATE INDEX job_lease_idx ON claimq.job (queue_id, expires_at)
 
 CREATE UNIQUE INDEX job_dedup_idx ON claimq.job (queue_id, dedup_key)
 	WHERE dedup_key IS NOT NULL
-	  AND state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[]);
+	  AND state OPERATOR(pg_catalog.=) ANY ('{waiting,pending,claimed,running}'::text[]);
 
 /* Finished jobs by age, for the reclaimer's pruning. */
 CREATE INDEX job_finished_idx ON claimq.job (queue_id, state, finished_at)
@@ -243,6 +257,28 @@ CREATE INDEX job_group_idx ON claimq.job (queue_id, group_key, held, job_id)
 /* A group's pending jobs in the order of group_limit: due first. */
 CREATE INDEX job_group_due_idx ON claimq.job (queue_id, group_key, run_at, job_id)
 	WHERE group_key IS NOT NULL AND state OPERATOR(pg_catalog.=) 'pending';
+
+/* The jobs that run after a set of jobs (section 8). */
+CREATE INDEX job_after_set_idx ON claimq.job (after_set)
+	WHERE after_set IS NOT NULL;
+
+/*
+ * Workflows: the jobs an enqueue names in "after", once each, in order of
+ * first appearance, as one set that every job of the call shares (so an
+ * enqueue_many of n jobs after m jobs writes n + m rows, not n x m).  A
+ * finishing job finds the sets it is in by after_id; the sets' waiting
+ * jobs by job_after_set_idx.  A set lives as long as a job that names it.
+ */
+CREATE SEQUENCE claimq.after_set_seq AS bigint;
+
+CREATE TABLE claimq.job_after (
+	set_id			bigint NOT NULL,
+	position		integer NOT NULL,
+	after_id		bigint NOT NULL,
+	CONSTRAINT job_after_pkey PRIMARY KEY (set_id, position)
+);
+
+CREATE INDEX job_after_after_idx ON claimq.job_after (after_id);
 
 /*
  * Dedup key claims: a key is held by its row until expires_at passes or
@@ -318,6 +354,8 @@ SELECT pg_catalog.pg_extension_config_dump('claimq.job_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.token_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.schedule', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.job_group', '');
+SELECT pg_catalog.pg_extension_config_dump('claimq.job_after', '');
+SELECT pg_catalog.pg_extension_config_dump('claimq.after_set_seq', '');
 -- @end
 
 /*------------------------------------------------------------------------
@@ -613,6 +651,8 @@ DECLARE
 	held bigint;
 	states text[];
 	counts bigint[];
+	removed bigint[];
+	sets bigint[];
 BEGIN
 	IF force IS NULL THEN
 		RAISE EXCEPTION 'argument "force" must not be null'
@@ -631,9 +671,12 @@ BEGIN
 		DELETE FROM claimq.job j
 		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
 		   AND (force OR j.state OPERATOR(pg_catalog.<>) ALL ('{claimed,running}'::text[]))
-		RETURNING j.state)
-	SELECT pg_catalog.array_agg(g.state), pg_catalog.array_agg(g.n)
-	  INTO states, counts
+		RETURNING j.state, j.job_id, j.dependents, j.after_set)
+	SELECT pg_catalog.array_agg(g.state), pg_catalog.array_agg(g.n),
+		   (SELECT pg_catalog.array_agg(d.job_id) FROM gone d WHERE d.dependents),
+		   (SELECT pg_catalog.array_agg(DISTINCT d.after_set) FROM gone d
+			 WHERE d.after_set IS NOT NULL)
+	  INTO states, counts, removed, sets
 	  FROM (SELECT d.state, pg_catalog.count(*) AS n FROM gone d GROUP BY d.state) g;
 	IF NOT force THEN
 		SELECT pg_catalog.count(*) INTO held FROM claimq.job j
@@ -643,6 +686,23 @@ BEGIN
 				USING ERRCODE = '55006',
 					  DETAIL = pg_catalog.format('%s jobs are claimed or running.', held),
 					  HINT = 'Wait for them to settle, or pass force => true.';
+		END IF;
+		/*
+		 * Jobs of other queues waiting on its jobs.  An enqueue after one of
+		 * them that the DELETE waited for has committed: this statement's
+		 * snapshot sees it.
+		 */
+		SELECT pg_catalog.count(DISTINCT w.job_id) INTO held
+		  FROM claimq.job_after e
+		  JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
+		 WHERE e.after_id OPERATOR(pg_catalog.=) ANY (removed)
+		   AND w.state OPERATOR(pg_catalog.=) 'waiting'
+		   AND w.queue_id OPERATOR(pg_catalog.<>) q.queue_id;
+		IF held OPERATOR(pg_catalog.>) 0 THEN
+			RAISE EXCEPTION 'cannot drop queue "%" while jobs of other queues wait on its jobs', queue
+				USING ERRCODE = '2BP01',
+					  DETAIL = pg_catalog.format('%s jobs of other queues wait on jobs of this queue.', held),
+					  HINT = 'Cancel them or let them be judged first, or pass force => true.';
 		END IF;
 		SELECT pg_catalog.count(*) INTO held FROM claimq.schedule s
 		 WHERE s.queue_id OPERATOR(pg_catalog.=) q.queue_id;
@@ -657,11 +717,18 @@ BEGIN
 	DELETE FROM claimq.queue t WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
 	PERFORM claimq.ledger_end(q.queue_id, NULL, COALESCE(states, '{}'),
 							  COALESCE(counts, '{}'));
+	/* Jobs of other queues waiting on its jobs count them as cancelled. */
+	IF removed IS NOT NULL THEN
+		PERFORM claimq.judge_dependents(removed);
+	END IF;
+	IF removed IS NOT NULL OR sets IS NOT NULL THEN
+		PERFORM claimq.forget_after(COALESCE(sets, '{}'), COALESCE(removed, '{}'));
+	END IF;
 END
 $$;
 
 COMMENT ON FUNCTION claimq.drop_queue(text,boolean) IS
-'drop a queue and all its jobs; refuses (55006) while jobs are claimed or running, and (2BP01) while schedules feed it, unless force (which drops the schedules too)';
+'drop a queue and all its jobs; refuses (55006) while jobs are claimed or running, and (2BP01) while jobs of other queues wait on its jobs or schedules feed it, unless force (which drops the schedules too and counts its jobs as cancelled for the jobs waiting on them)';
 
 CREATE FUNCTION claimq.pause_queue(queue text)
 RETURNS void
@@ -706,28 +773,42 @@ AS $$
 DECLARE
 	q claimq.queue := claimq.lock_queue(queue);
 	n bigint;
+	waiting bigint;
 	groups text[];
+	removed bigint[];
+	sets bigint[];
 BEGIN
 	PERFORM claimq.ledger_begin();
 	WITH purged AS (
 		DELETE FROM claimq.job j
 		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
-		   AND j.state OPERATOR(pg_catalog.=) 'pending'
-		RETURNING j.group_key)
+		   AND j.state OPERATOR(pg_catalog.=) ANY ('{pending,waiting}'::text[])
+		RETURNING j.group_key, j.state, j.job_id, j.dependents, j.after_set)
 	SELECT pg_catalog.count(*),
-		   pg_catalog.array_agg(DISTINCT p.group_key) FILTER (WHERE p.group_key IS NOT NULL)
-	  INTO n, groups
+		   pg_catalog.count(*) FILTER (WHERE p.state OPERATOR(pg_catalog.=) 'waiting'),
+		   pg_catalog.array_agg(DISTINCT p.group_key) FILTER (WHERE p.group_key IS NOT NULL),
+		   pg_catalog.array_agg(p.job_id) FILTER (WHERE p.dependents),
+		   pg_catalog.array_agg(DISTINCT p.after_set) FILTER (WHERE p.after_set IS NOT NULL)
+	  INTO n, waiting, groups, removed, sets
 	  FROM purged p;
-	PERFORM claimq.ledger_end(q.queue_id, NULL, '{pending}', ARRAY[n]);
+	PERFORM claimq.ledger_end(q.queue_id, NULL, '{pending,waiting}',
+							  ARRAY[n OPERATOR(pg_catalog.-) waiting, waiting]);
 	IF groups IS NOT NULL THEN
 		PERFORM claimq.sync_groups(q.queue_id, groups);
+	END IF;
+	/* Jobs waiting on the jobs purged count them as cancelled. */
+	IF removed IS NOT NULL THEN
+		PERFORM claimq.judge_dependents(removed);
+	END IF;
+	IF removed IS NOT NULL OR sets IS NOT NULL THEN
+		PERFORM claimq.forget_after(COALESCE(sets, '{}'), COALESCE(removed, '{}'));
 	END IF;
 	RETURN n;
 END
 $$;
 
 COMMENT ON FUNCTION claimq.purge_queue(text) IS
-'delete a queue''s pending jobs (ready and scheduled); returns how many';
+'delete a queue''s pending jobs (ready and scheduled) and waiting jobs; returns how many';
 
 /*------------------------------------------------------------------------
  * 5. Producing: enqueue, cancel, status
@@ -744,14 +825,16 @@ CREATE FUNCTION claimq.enqueue(
 	dedup_key text DEFAULT NULL,
 	max_attempts integer DEFAULT NULL,
 	on_duplicate text DEFAULT 'keep',
-	group_key text DEFAULT NULL)
+	group_key text DEFAULT NULL,
+	after bigint[] DEFAULT NULL,
+	after_failed text DEFAULT 'cancel')
 RETURNS bigint
 LANGUAGE c VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'claimq_enqueue';
 
-COMMENT ON FUNCTION claimq.enqueue(text,jsonb,timestamp with time zone,integer,text,integer,text,text) IS
-'add a job; with a dedup_key that a live job holds, return that job''s id instead (and with on_duplicate => ''replace'', update it while it is pending)';
+COMMENT ON FUNCTION claimq.enqueue(text,jsonb,timestamp with time zone,integer,text,integer,text,text,bigint[],text) IS
+'add a job (waiting, with after, until the jobs listed finish); with a dedup_key that a live job holds, return that job''s id instead (and with on_duplicate => ''replace'', update it while it is pending or waiting)';
 
 CREATE FUNCTION claimq.enqueue_many(
 	queue text,
@@ -761,14 +844,16 @@ CREATE FUNCTION claimq.enqueue_many(
 	dedup_keys text[] DEFAULT NULL,
 	max_attempts integer DEFAULT NULL,
 	on_duplicate text DEFAULT 'keep',
-	group_keys text[] DEFAULT NULL)
+	group_keys text[] DEFAULT NULL,
+	after bigint[] DEFAULT NULL,
+	after_failed text DEFAULT 'cancel')
 RETURNS SETOF bigint
 LANGUAGE c VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'claimq_enqueue_many';
 
-COMMENT ON FUNCTION claimq.enqueue_many(text,jsonb[],timestamp with time zone,integer,text[],integer,text,text[]) IS
-'add one job per payload in one statement; returns the ids in input order';
+COMMENT ON FUNCTION claimq.enqueue_many(text,jsonb[],timestamp with time zone,integer,text[],integer,text,text[],bigint[],text) IS
+'add one job per payload in one statement (all after the same jobs, with after); returns the ids in input order';
 
 /*
  * Job control: cancel, status, wait_for.
@@ -780,7 +865,7 @@ SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'claimq_cancel';
 
 COMMENT ON FUNCTION claimq.cancel(bigint[]) IS
-'cancel pending, claimed or running jobs; their holders'' tokens then get the outcome cancelled';
+'cancel waiting, pending, claimed or running jobs; their holders'' tokens then get the outcome cancelled';
 
 CREATE FUNCTION claimq.status(job_ids bigint[])
 RETURNS TABLE(job_id bigint, queue text, state text, attempts integer,
@@ -1138,7 +1223,420 @@ COMMENT ON FUNCTION claimq.sync_groups(integer,text[]) IS
 'private: under each group''s lock, hold or free the groups'' pending jobs so that no more are free than the queue''s group limit allows, first in the group''s order; returns the earliest run_at it freed';
 
 /*------------------------------------------------------------------------
- * 8. Dedup keys
+ * 8. Workflows: jobs that run after other jobs
+ *-----------------------------------------------------------------------*/
+
+/*
+ * A job enqueued "after" other jobs waits (state waiting) until each of
+ * them is finished: done, dead or cancelled.  Its row keeps after_set (the
+ * set of jobs it runs after, in claimq.job_after, shared by every job of
+ * its enqueue), after_count (how many of them are unfinished) and
+ * after_failed (cancel or run).  A job that some job runs after has
+ * dependents set: only such a job's finish looks for jobs to judge, so a
+ * job without dependents finishes as before, and it is kept (done, with
+ * its result, whatever its queue's keep_done) until prune finds every job
+ * after it finished or removed.
+ *
+ * The transitions, each in the transaction of the call that causes it:
+ *
+ *	link_after			an enqueue's "after" list: checked, locked, recorded
+ *						as a set; the enqueue then inserts its jobs waiting,
+ *						or judged at once if every listed job is finished
+ *	judge_dependents	jobs finished or removed (complete, fail and
+ *						reclaim to dead, cancel, purge_queue, drop_queue):
+ *						their waiting dependents count them off, and each
+ *						that has none left is judged: pending, or
+ *						cancelled (and its own dependents judged in turn)
+ *	count_dependents	the waiting jobs count finishes off, and retry_dead's
+ *						redriven jobs on again: a redriven job is
+ *						unfinished again for the jobs still waiting on it
+ *	forget_after		jobs deleted: the sets no job names any more go
+ *	prune_after			retention of the jobs that jobs ran after
+ *
+ * Races.  An enqueue locks the jobs it names (FOR SHARE, after marking
+ * those without dependents) before it records its set, and every finish
+ * changes the finishing row: so either the finish waits for the enqueue
+ * and then sees its set, or the enqueue waits for the finish and then sees
+ * the job finished (or gone: 23503).  A waiting job counts off finishes
+ * under its row lock, so two jobs finishing at once in two transactions
+ * take turns on it and exactly one of them sees the count reach zero; the
+ * judgement that follows reads the listed jobs' states with a new
+ * snapshot, in which the other's finish has committed.  Each pass locks
+ * the waiting jobs it counts in id order, and a settle call locks only
+ * jobs that are claimed or running (never waiting) before, so settle calls
+ * do not deadlock over the jobs they share as dependents.
+ */
+
+/*
+ * Record an enqueue's "after" list: each job once, in order of first
+ * appearance, as a new set.  Raises 22023 for more than 100,000 ids, 22004
+ * for a NULL element and 23503 for the first id (in input order) of no
+ * existing job; locks the listed jobs until the transaction ends.
+ * Returns the set, how many of its jobs are unfinished, and whether the
+ * finished ones all ended done.
+ */
+CREATE FUNCTION claimq.link_after(after bigint[], OUT set_id bigint,
+								  OUT unfinished integer, OUT all_done boolean)
+RETURNS record
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	ids bigint[];
+	found bigint;
+	unknown bigint;
+BEGIN
+	IF pg_catalog.array_ndims(after) OPERATOR(pg_catalog.>) 1 THEN
+		RAISE EXCEPTION 'after must be a one-dimensional array'
+			USING ERRCODE = '22023';
+	END IF;
+	IF pg_catalog.cardinality(after) OPERATOR(pg_catalog.>) 100000 THEN
+		RAISE EXCEPTION 'after must have at most 100000 elements'
+			USING ERRCODE = '22023';
+	END IF;
+	IF pg_catalog.array_position(after, NULL) IS NOT NULL THEN
+		RAISE EXCEPTION 'after must not contain null elements'
+			USING ERRCODE = '22004';
+	END IF;
+	SELECT pg_catalog.array_agg(a.id ORDER BY a.first) INTO ids
+	  FROM (SELECT u.id, pg_catalog.min(u.ord) AS first
+			  FROM pg_catalog.unnest(after) WITH ORDINALITY AS u(id, ord)
+			 GROUP BY u.id) a;
+
+	/*
+	 * Mark the jobs that had no dependents (that locks them), then lock
+	 * every one in share mode: enqueues after the same job do not wait for
+	 * each other once it is marked, and a finish waits for them all.
+	 */
+	UPDATE claimq.job j SET dependents = true
+	 WHERE j.job_id OPERATOR(pg_catalog.=) ANY (ids) AND NOT j.dependents;
+	WITH listed AS MATERIALIZED (
+		SELECT j.state FROM claimq.job j
+		 WHERE j.job_id OPERATOR(pg_catalog.=) ANY (ids)
+		 ORDER BY j.job_id
+		 FOR SHARE OF j)
+	SELECT pg_catalog.count(*),
+		   pg_catalog.count(*) FILTER (WHERE l.state OPERATOR(pg_catalog.<>) ALL ('{done,dead,cancelled}'::text[])),
+		   COALESCE(pg_catalog.bool_and(l.state OPERATOR(pg_catalog.=) 'done')
+					FILTER (WHERE l.state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[])), true)
+	  INTO found, unfinished, all_done
+	  FROM listed l;
+	IF found OPERATOR(pg_catalog.<) pg_catalog.cardinality(ids) THEN
+		SELECT u.id INTO unknown
+		  FROM pg_catalog.unnest(ids) WITH ORDINALITY AS u(id, ord)
+		 WHERE NOT EXISTS (SELECT 1 FROM claimq.job j
+							WHERE j.job_id OPERATOR(pg_catalog.=) u.id)
+		 ORDER BY u.ord LIMIT 1;
+		RAISE EXCEPTION 'job % in "after" does not exist', unknown
+			USING ERRCODE = '23503',
+				  HINT = 'A job that completed in a queue that keeps nothing no longer exists: enqueue a workflow''s jobs in one transaction, or keep done jobs.';
+	END IF;
+
+	set_id := pg_catalog.nextval('claimq.after_set_seq'::pg_catalog.regclass);
+	INSERT INTO claimq.job_after (set_id, position, after_id)
+	SELECT link_after.set_id, u.ord, u.id
+	  FROM pg_catalog.unnest(ids) WITH ORDINALITY AS u(id, ord);
+END
+$$;
+
+COMMENT ON FUNCTION claimq.link_after(bigint[]) IS
+'private: check, lock and record an enqueue''s "after" list as a set; returns it, how many of its jobs are unfinished, and whether the finished ones all ended done';
+
+/*
+ * The jobs waiting on the listed jobs count them off (delta -1: they
+ * finished or were removed) or on again (delta 1: retry_dead redrove
+ * them), each under its row lock, taken in id order.  Returns the jobs
+ * that have none left to wait for.
+ */
+CREATE FUNCTION claimq.count_dependents(job_ids bigint[], delta integer)
+RETURNS bigint[]
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+	WITH hit AS (
+		SELECT e.set_id, pg_catalog.count(*)::integer AS n
+		  FROM claimq.job_after e
+		 WHERE e.after_id OPERATOR(pg_catalog.=) ANY (job_ids)
+		 GROUP BY e.set_id),
+	locked AS MATERIALIZED (
+		SELECT w.job_id, h.n
+		  FROM claimq.job w
+		  JOIN hit h ON h.set_id OPERATOR(pg_catalog.=) w.after_set
+		 WHERE w.state OPERATOR(pg_catalog.=) 'waiting'
+		 ORDER BY w.job_id
+		 FOR UPDATE OF w),
+	counted AS (
+		UPDATE claimq.job j
+		   SET after_count = j.after_count OPERATOR(pg_catalog.+) delta OPERATOR(pg_catalog.*) l.n
+		  FROM locked l
+		 WHERE j.job_id OPERATOR(pg_catalog.=) l.job_id
+		   AND j.state OPERATOR(pg_catalog.=) 'waiting'
+		RETURNING j.job_id, j.after_count)
+	SELECT pg_catalog.array_agg(c.job_id) FROM counted c
+	 WHERE c.after_count OPERATOR(pg_catalog.<=) 0;
+$$;
+
+COMMENT ON FUNCTION claimq.count_dependents(bigint[],integer) IS
+'private: the jobs waiting on the listed jobs count them off (delta -1) or on again (delta 1), under their row locks; returns those with none left to wait for';
+
+/*
+ * Judge the jobs waiting on the listed jobs, which have just finished or
+ * been removed (a removed job counts as cancelled), and those that their
+ * judgement cancels in turn.  See the section's head.
+ */
+CREATE FUNCTION claimq.judge_dependents(job_ids bigint[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	finished bigint[] := job_ids;
+	ready bigint[];
+	moves jsonb;
+	first boolean;
+	m record;
+BEGIN
+	WHILE pg_catalog.cardinality(finished) OPERATOR(pg_catalog.>) 0 LOOP
+		/* Count the finished jobs off, under each waiting job's lock. */
+		ready := claimq.count_dependents(finished, -1);
+		EXIT WHEN ready IS NULL;
+
+		/*
+		 * Judge those with none left, by the states of their sets' jobs now
+		 * (a new snapshot: it sees what the count waited for): pending if
+		 * every one ended done or after_failed is run, else cancelled.
+		 */
+		PERFORM claimq.ledger_begin();
+		WITH verdict AS (
+			SELECT e.set_id,
+				   pg_catalog.bool_and(a.state IS NOT DISTINCT FROM 'done') AS all_done
+			  FROM claimq.job_after e
+			  LEFT JOIN claimq.job a ON a.job_id OPERATOR(pg_catalog.=) e.after_id
+			 WHERE e.set_id OPERATOR(pg_catalog.=) ANY (ARRAY(
+					SELECT DISTINCT w.after_set FROM claimq.job w
+					 WHERE w.job_id OPERATOR(pg_catalog.=) ANY (ready)))
+			 GROUP BY e.set_id),
+		judged AS (
+			UPDATE claimq.job j
+			   SET state = CASE WHEN v.all_done OR j.after_failed OPERATOR(pg_catalog.=) 'run'
+							THEN 'pending' ELSE 'cancelled' END,
+				   run_at = CASE WHEN v.all_done OR j.after_failed OPERATOR(pg_catalog.=) 'run'
+							THEN GREATEST(j.run_at, pg_catalog.clock_timestamp())
+							ELSE j.run_at END,
+				   finished_at = CASE WHEN v.all_done OR j.after_failed OPERATOR(pg_catalog.=) 'run'
+								 THEN NULL ELSE pg_catalog.clock_timestamp() END,
+				   held = (v.all_done OR j.after_failed OPERATOR(pg_catalog.=) 'run')
+						  AND j.group_key IS NOT NULL
+						  AND (q.group_limit IS NOT NULL OR q.group_fifo)
+			  FROM verdict v, claimq.queue q
+			 WHERE j.job_id OPERATOR(pg_catalog.=) ANY (ready)
+			   AND j.after_set OPERATOR(pg_catalog.=) v.set_id
+			   AND j.state OPERATOR(pg_catalog.=) 'waiting'
+			   AND q.queue_id OPERATOR(pg_catalog.=) j.queue_id
+			RETURNING j.job_id, j.queue_id, j.state, j.group_key, j.held,
+					  j.dependents)
+		SELECT (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+							'queue_id', g.queue_id, 'state', g.state, 'n', g.n,
+							'groups', g.groups))
+				  FROM (SELECT x.queue_id, x.state, pg_catalog.count(*) AS n,
+							   pg_catalog.array_agg(DISTINCT x.group_key)
+								 FILTER (WHERE x.held) AS groups
+						  FROM judged x GROUP BY x.queue_id, x.state) g),
+			   (SELECT pg_catalog.array_agg(x.job_id) FROM judged x
+				 WHERE x.state OPERATOR(pg_catalog.=) 'cancelled' AND x.dependents)
+		  INTO moves, finished;
+
+		/* Tell the ledger, one move per queue and state. */
+		first := true;
+		FOR m IN SELECT (x OPERATOR(pg_catalog.->>) 'queue_id')::integer AS queue_id,
+						x OPERATOR(pg_catalog.->>) 'state' AS state,
+						(x OPERATOR(pg_catalog.->>) 'n')::bigint AS n
+				   FROM pg_catalog.jsonb_array_elements(COALESCE(moves, '[]')) AS x LOOP
+			IF NOT first THEN
+				PERFORM claimq.ledger_begin();
+			END IF;
+			first := false;
+			PERFORM claimq.ledger_end(m.queue_id, m.state, '{waiting}', ARRAY[m.n]);
+		END LOOP;
+		IF first THEN
+			PERFORM claimq.ledger_end(0, NULL, '{}', '{}');
+		END IF;
+
+		/* Jobs made pending in limited groups go in held, then are synced. */
+		FOR m IN SELECT (x OPERATOR(pg_catalog.->>) 'queue_id')::integer AS queue_id,
+						ARRAY(SELECT pg_catalog.jsonb_array_elements_text(x OPERATOR(pg_catalog.->) 'groups')) AS groups
+				   FROM pg_catalog.jsonb_array_elements(COALESCE(moves, '[]')) AS x
+				  WHERE pg_catalog.jsonb_typeof(x OPERATOR(pg_catalog.->) 'groups') OPERATOR(pg_catalog.=) 'array' LOOP
+			PERFORM claimq.sync_groups(m.queue_id, m.groups);
+		END LOOP;
+	END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.judge_dependents(bigint[]) IS
+'private: the listed jobs finished or were removed: count them off their waiting dependents, and judge each that has none left (pending, or cancelled, whose own dependents are judged in turn)';
+
+/*
+ * Jobs were deleted: the sets that no job names any more go, those named
+ * (set_ids) and those that named the deleted jobs (job_ids).  A set whose
+ * last two jobs are deleted at once by two transactions stays until one
+ * of the jobs it names is deleted.
+ */
+CREATE FUNCTION claimq.forget_after(set_ids bigint[], job_ids bigint[])
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+	DELETE FROM claimq.job_after e
+	 WHERE e.set_id OPERATOR(pg_catalog.=) ANY (ARRAY(
+			SELECT s.id FROM pg_catalog.unnest(set_ids) AS s(id)
+			UNION
+			SELECT d.set_id FROM claimq.job_after d
+			 WHERE d.after_id OPERATOR(pg_catalog.=) ANY (job_ids)))
+	   AND NOT EXISTS (SELECT 1 FROM claimq.job j
+						WHERE j.after_set OPERATOR(pg_catalog.=) e.set_id);
+$$;
+
+COMMENT ON FUNCTION claimq.forget_after(bigint[],bigint[]) IS
+'private: delete the sets of jobs to run after that no job names any more, among those listed and those that named the deleted jobs';
+
+/*
+ * Retention of the jobs that jobs ran after (prune's second pass): each
+ * is kept, whatever its queue's keep_done, until every job after it is
+ * finished or removed, then deleted once its keep_done or keep_dead has
+ * passed.  prune's first pass leaves them alone; here they are locked
+ * first (skipping those an enqueue is linking), so that an enqueue after
+ * one of them either committed before the look at its dependents or waits
+ * and then finds it gone (23503).  Returns how many it deleted.
+ */
+CREATE FUNCTION claimq.prune_after(max_jobs integer)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	now timestamptz := pg_catalog.clock_timestamp();
+	due bigint[];
+	moves jsonb;
+	gone bigint[];
+	sets bigint[];
+	n bigint := 0;
+	first boolean := true;
+	m record;
+BEGIN
+	due := ARRAY(
+		SELECT j.job_id FROM claimq.job j
+		 WHERE j.job_id OPERATOR(pg_catalog.=) ANY (ARRAY(
+				SELECT f.job_id
+				  FROM claimq.queue q
+				 CROSS JOIN LATERAL (
+					SELECT f.job_id FROM claimq.job f
+					 WHERE f.queue_id OPERATOR(pg_catalog.=) q.queue_id
+					   AND f.state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[])
+					   AND f.dependents
+					   AND f.finished_at OPERATOR(pg_catalog.<) (now OPERATOR(pg_catalog.-)
+							CASE WHEN f.state OPERATOR(pg_catalog.=) 'done'
+								 THEN q.keep_done ELSE q.keep_dead END)
+					 LIMIT max_jobs) f
+				 LIMIT max_jobs))
+		   AND j.finished_at IS NOT NULL
+		   FOR UPDATE SKIP LOCKED);
+	IF pg_catalog.cardinality(due) OPERATOR(pg_catalog.=) 0 THEN
+		RETURN 0;
+	END IF;
+
+	PERFORM claimq.ledger_begin();
+	WITH pruned AS (
+		DELETE FROM claimq.job j
+		 WHERE j.job_id OPERATOR(pg_catalog.=) ANY (due)
+		   AND NOT EXISTS (
+				SELECT 1 FROM claimq.job_after e
+				  JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
+				 WHERE e.after_id OPERATOR(pg_catalog.=) j.job_id
+				   AND w.state OPERATOR(pg_catalog.<>) ALL ('{done,dead,cancelled}'::text[]))
+		RETURNING j.job_id, j.queue_id, j.state, j.after_set)
+	SELECT (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+						'queue_id', g.queue_id, 'states', g.states, 'counts', g.counts))
+			  FROM (SELECT c.queue_id, pg_catalog.array_agg(c.state) AS states,
+						   pg_catalog.array_agg(c.n) AS counts
+					  FROM (SELECT p.queue_id, p.state, pg_catalog.count(*) AS n
+							  FROM pruned p GROUP BY p.queue_id, p.state) c
+					 GROUP BY c.queue_id) g),
+		   (SELECT pg_catalog.array_agg(p.job_id) FROM pruned p),
+		   (SELECT pg_catalog.array_agg(DISTINCT p.after_set) FROM pruned p
+			 WHERE p.after_set IS NOT NULL)
+	  INTO moves, gone, sets;
+	FOR m IN SELECT (x OPERATOR(pg_catalog.->>) 'queue_id')::integer AS queue_id,
+					ARRAY(SELECT pg_catalog.jsonb_array_elements_text(x OPERATOR(pg_catalog.->) 'states')) AS states,
+					ARRAY(SELECT pg_catalog.jsonb_array_elements_text(x OPERATOR(pg_catalog.->) 'counts'))::bigint[] AS counts
+			   FROM pg_catalog.jsonb_array_elements(COALESCE(moves, '[]')) AS x LOOP
+		IF NOT first THEN
+			PERFORM claimq.ledger_begin();
+		END IF;
+		first := false;
+		PERFORM claimq.ledger_end(m.queue_id, NULL, m.states, m.counts);
+		n := n OPERATOR(pg_catalog.+) (SELECT pg_catalog.sum(c) FROM pg_catalog.unnest(m.counts) AS c);
+	END LOOP;
+	IF first THEN
+		PERFORM claimq.ledger_end(0, NULL, '{}', '{}');
+	END IF;
+	IF gone IS NOT NULL THEN
+		PERFORM claimq.forget_after(COALESCE(sets, '{}'), gone);
+	END IF;
+	RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.prune_after(integer) IS
+'private: delete up to max_jobs finished jobs that jobs ran after, once every job after them is finished or removed and their queue''s keep_done / keep_dead has passed';
+
+/*
+ * For each listed job, the jobs it runs after, in order of first
+ * appearance, as they are now.
+ */
+CREATE FUNCTION claimq.dependencies(job_ids bigint[])
+RETURNS TABLE(job_id bigint, after_id bigint, state text, result jsonb,
+			  last_error text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+	/* The job_ids rule of cancel, status and wait_for (src/common.c). */
+	IF dependencies.job_ids IS NULL THEN
+		RAISE EXCEPTION 'argument "job_ids" must not be null'
+			USING ERRCODE = '22004';
+	END IF;
+	IF pg_catalog.array_ndims(dependencies.job_ids) OPERATOR(pg_catalog.>) 1 THEN
+		RAISE EXCEPTION 'job_ids must be a one-dimensional array'
+			USING ERRCODE = '22023';
+	END IF;
+	IF pg_catalog.array_position(dependencies.job_ids, NULL) IS NOT NULL THEN
+		RAISE EXCEPTION 'job_ids must not contain null elements'
+			USING ERRCODE = '22004';
+	END IF;
+	IF pg_catalog.cardinality(dependencies.job_ids) OPERATOR(pg_catalog.>) 10000 THEN
+		RAISE EXCEPTION 'at most 10000 job ids can be given in one call'
+			USING ERRCODE = '22023';
+	END IF;
+	RETURN QUERY
+	SELECT i.job_id, e.after_id, a.state,
+		   CASE WHEN a.state OPERATOR(pg_catalog.=) 'done' THEN a.result END,
+		   CASE WHEN a.state OPERATOR(pg_catalog.=) 'dead' THEN a.last_error END
+	  FROM ROWS FROM (pg_catalog.unnest(dependencies.job_ids))
+		   WITH ORDINALITY AS i(job_id, ord)
+	  JOIN claimq.job w ON w.job_id OPERATOR(pg_catalog.=) i.job_id
+	  JOIN claimq.job_after e ON e.set_id OPERATOR(pg_catalog.=) w.after_set
+	  LEFT JOIN claimq.job a ON a.job_id OPERATOR(pg_catalog.=) e.after_id
+	 ORDER BY i.ord, e.position;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.dependencies(bigint[]) IS
+'for each listed job, one row per job it runs after, in order of first appearance: that job''s state, its result if done, its last error if dead (NULL if it no longer exists)';
+
+/*------------------------------------------------------------------------
+ * 9. Dedup keys
  *-----------------------------------------------------------------------*/
 
 /*
@@ -1163,7 +1661,7 @@ COMMENT ON FUNCTION claimq.release_keys(text,text[],bigint[]) IS
 'release keys held with the given tokens, never a key someone else holds; outcome ok, stale or missing per key';
 
 /*------------------------------------------------------------------------
- * 9. Schedules
+ * 10. Schedules
  *-----------------------------------------------------------------------*/
 
 CREATE FUNCTION claimq.cron_next(cron text, time_zone text, after timestamptz,
@@ -1238,7 +1736,7 @@ COMMENT ON VIEW claimq.schedules IS
 'every schedule, with its next occurrence and the last job it enqueued';
 
 /*------------------------------------------------------------------------
- * 10. Recovery: reclaim, retry_dead, prune, maintain; version, edition
+ * 11. Recovery: reclaim, retry_dead, prune, maintain; version, edition
  *-----------------------------------------------------------------------*/
 
 /*
@@ -1263,6 +1761,7 @@ DECLARE
 	q claimq.queue;
 	n bigint;
 	groups text[];
+	redriven_after bigint[];
 BEGIN
 	PERFORM claimq.check_queue_name(queue);
 	/* No enqueue may add a live key while this looks for live keys. */
@@ -1294,14 +1793,19 @@ BEGIN
 								   AND o.state OPERATOR(pg_catalog.=) 'dead'
 								   AND o.job_id OPERATOR(pg_catalog.<) j.job_id
 								   AND (job_ids IS NULL OR o.job_id OPERATOR(pg_catalog.=) ANY (job_ids)))))
-		RETURNING j.group_key)
+		RETURNING j.group_key, j.job_id, j.dependents)
 	SELECT pg_catalog.count(*),
-		   pg_catalog.array_agg(DISTINCT r.group_key) FILTER (WHERE r.group_key IS NOT NULL)
-	  INTO n, groups
+		   pg_catalog.array_agg(DISTINCT r.group_key) FILTER (WHERE r.group_key IS NOT NULL),
+		   pg_catalog.array_agg(r.job_id) FILTER (WHERE r.dependents)
+	  INTO n, groups, redriven_after
 	  FROM redriven r;
 	PERFORM claimq.ledger_end(q.queue_id, 'pending', '{dead}', ARRAY[n]);
 	IF groups IS NOT NULL THEN
 		PERFORM claimq.sync_groups(q.queue_id, groups);
+	END IF;
+	/* Jobs still waiting on them wait for them again. */
+	IF redriven_after IS NOT NULL THEN
+		PERFORM claimq.count_dependents(redriven_after, 1);
 	END IF;
 	RETURN n;
 END
@@ -1356,7 +1860,7 @@ COMMENT ON FUNCTION claimq.edition() IS
 'the edition of claimq installed: c (this one) or portable';
 
 /*------------------------------------------------------------------------
- * 11. Observing: counters, latency, the reclaimer, the census, the views
+ * 12. Observing: counters, latency, the reclaimer, the census, the views
  *-----------------------------------------------------------------------*/
 
 CREATE FUNCTION claimq.counters()
@@ -1462,7 +1966,7 @@ ALTER TABLE claimq.job ENABLE ALWAYS TRIGGER job_census_guard;
 CREATE FUNCTION claimq.census(OUT queue_id integer, OUT pending bigint,
 							  OUT claimed bigint, OUT running bigint,
 							  OUT done bigint, OUT dead bigint,
-							  OUT cancelled bigint)
+							  OUT cancelled bigint, OUT waiting bigint)
 RETURNS SETOF record
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -1496,7 +2000,8 @@ SELECT q.name AS queue,
 	   COALESCE(s.done, 0) AS done,
 	   s.oldest_ready_age,
 	   s.oldest_claim_age,
-	   COALESCE(s.cancelled, 0) AS cancelled
+	   COALESCE(s.cancelled, 0) AS cancelled,
+	   COALESCE(s.waiting, 0) AS waiting
   FROM claimq.queue q
   LEFT JOIN (
 	SELECT j.queue_id,
@@ -1511,6 +2016,7 @@ SELECT q.name AS queue,
 		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'dead') AS dead,
 		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'done') AS done,
 		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'cancelled') AS cancelled,
+		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'waiting') AS waiting,
 		   c.now OPERATOR(pg_catalog.-) pg_catalog.min(j.run_at)
 			 FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'pending'
 					   AND j.run_at OPERATOR(pg_catalog.<=) c.now) AS oldest_ready_age,
@@ -1522,7 +2028,7 @@ SELECT q.name AS queue,
   ) s ON s.queue_id OPERATOR(pg_catalog.=) q.queue_id;
 
 COMMENT ON VIEW claimq.queue_stats IS
-'per queue: jobs by state, expired claims, and the age of the oldest ready job and of the oldest claim';
+'per queue: jobs by state (waiting: until the jobs they run after finish), expired claims, and the age of the oldest ready job and of the oldest claim';
 
 CREATE VIEW claimq.counters AS SELECT * FROM claimq.counters();
 
@@ -1545,7 +2051,8 @@ COMMENT ON VIEW claimq.reclaimer_status IS
 CREATE VIEW claimq.jobs AS
 SELECT j.job_id, q.name AS queue, j.state, j.payload, j.priority, j.run_at,
 	   j.attempts, j.worker, j.expires_at, j.enqueued_at, j.dedup_key,
-	   j.last_error, j.group_key, j.max_attempts, j.finished_at, j.result
+	   j.last_error, j.group_key, j.max_attempts, j.finished_at, j.result,
+	   j.after_count, j.after_failed
   FROM claimq.job j
   JOIN claimq.queue q ON q.queue_id OPERATOR(pg_catalog.=) j.queue_id;
 
@@ -1578,7 +2085,7 @@ COMMENT ON VIEW claimq.group_stats IS
 'per group with live jobs: ready jobs, jobs claimed or running, and whether the queue''s limits hold all its ready jobs back';
 
 /*------------------------------------------------------------------------
- * 12. Observing: metrics
+ * 13. Observing: metrics
  *-----------------------------------------------------------------------*/
 
 /*
@@ -1688,6 +2195,7 @@ BEGIN
 		r.oldest_ready_age := now OPERATOR(pg_catalog.-) LEAST(f.first, h.first);
 		r.oldest_claim_age := now OPERATOR(pg_catalog.-) l.first;
 		r.cancelled := COALESCE((n OPERATOR(pg_catalog.->>) 'cancelled')::bigint, 0);
+		r.waiting := COALESCE((n OPERATOR(pg_catalog.->>) 'waiting')::bigint, 0);
 		RETURN NEXT r;
 	END LOOP;
 END
@@ -1727,7 +2235,7 @@ BEGIN
 									  e.x OPERATOR(pg_catalog.->>) v.state),
 					'' ORDER BY e.n, v.n)
 				  FROM pg_catalog.jsonb_array_elements(stats) WITH ORDINALITY AS e(x, n)
-				  CROSS JOIN pg_catalog.unnest('{ready,scheduled,claimed,running,expired,dead,done,cancelled}'::text[])
+				  CROSS JOIN pg_catalog.unnest('{ready,scheduled,claimed,running,expired,dead,done,cancelled,waiting}'::text[])
 							 WITH ORDINALITY AS v(state, n)), '');
 	FOR f IN SELECT * FROM (VALUES
 		('oldest_ready_age', 'Age of the oldest ready job per queue (0 if none).'),
@@ -1794,7 +2302,7 @@ COMMENT ON FUNCTION claimq.metrics() IS
 'the current database''s queue figures in the Prometheus text exposition format';
 
 /*------------------------------------------------------------------------
- * 13. Duties, and copy_grants for the update scripts
+ * 14. Duties, and copy_grants for the update scripts
  *-----------------------------------------------------------------------*/
 
 CREATE FUNCTION claimq.duty_functions(duty text)
@@ -1807,6 +2315,7 @@ DECLARE
 				   '"claimq.release_keys(text, text[], bigint[])"}';
 	look text[] := '{"claimq.status(bigint[])",'
 				   '"claimq.wait_for(bigint[], interval)",'
+				   '"claimq.dependencies(bigint[])",'
 				   '"claimq.node_of(bigint)"}';
 	observe text[] := '{"claimq.counters()",'
 					  '"claimq.queue_latency()",'
@@ -1820,8 +2329,8 @@ BEGIN
 			RETURN every OPERATOR(pg_catalog.||) observe;
 		WHEN 'produce' THEN
 			RETURN every OPERATOR(pg_catalog.||) keys OPERATOR(pg_catalog.||) look OPERATOR(pg_catalog.||) '{'
-				'"claimq.enqueue(text, jsonb, timestamptz, integer, text, integer, text, text)",'
-				'"claimq.enqueue_many(text, jsonb[], timestamptz, integer, text[], integer, text, text[])",'
+				'"claimq.enqueue(text, jsonb, timestamptz, integer, text, integer, text, text, bigint[], text)",'
+				'"claimq.enqueue_many(text, jsonb[], timestamptz, integer, text[], integer, text, text[], bigint[], text)",'
 				'"claimq.cancel(bigint[])"}'::text[];
 		WHEN 'work' THEN
 			RETURN every OPERATOR(pg_catalog.||) keys OPERATOR(pg_catalog.||) look OPERATOR(pg_catalog.||) '{'
@@ -1908,7 +2417,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT claimq.set_duty(role, duty, true) $$;
 
 COMMENT ON FUNCTION claimq.grant_duty(regrole,text) IS
-'grant a role one duty: produce (enqueue, cancel, status, dedup keys), work (claim and settle jobs, status, dedup keys), administer (queues, schedules, recovery, views) or observe (read the figures and metrics only)';
+'grant a role one duty: produce (enqueue, cancel, status, dependencies, dedup keys), work (claim and settle jobs, status, dedup keys), administer (queues, schedules, recovery, views) or observe (read the figures and metrics only)';
 
 CREATE FUNCTION claimq.revoke_duty(role regrole, duty text)
 RETURNS void
@@ -1982,7 +2491,7 @@ COMMENT ON FUNCTION claimq.copy_grants(oid,oid,regclass) IS
 'private: for the update scripts, give new_oid the grants of old_oid (functions with catalog pg_proc, tables and views with pg_class) and leave its initial privileges as they were';
 
 /*------------------------------------------------------------------------
- * 14. PUBLIC gets nothing
+ * 15. PUBLIC gets nothing
  *-----------------------------------------------------------------------*/
 
 /*

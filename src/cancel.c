@@ -3,8 +3,11 @@
  * cancel.c
  *		Job control: cancel(), the transition into "cancelled".
  *
- *		pending | claimed | running -> cancelled (terminal, kept for the
- *									   queue's keep_dead, then pruned)
+ *		waiting | pending | claimed | running -> cancelled (terminal, kept
+ *									   for the queue's keep_dead, then pruned)
+ *
+ * The jobs waiting on a job cancelled are judged in the same call
+ * (workflow.c).
  *
  * A cancelled job leaves the index of live dedup keys, so its key is free
  * at once.  It keeps the token of the claim that held it, if one did: a
@@ -36,9 +39,10 @@ PG_FUNCTION_INFO_V1(claimq_cancel);
 
 /*
  * Cancel the live jobs among ids ($1); $2 is the call's time.  Returns, for
- * each job cancelled, its id, queue, group key and the state it left: a
- * job cancelled while pending loses its token, and a held one's is read
- * off its started_at (CQ_HELD_STATE_SQL).
+ * each job cancelled, its id, queue, group key, the state it left (a
+ * waiting job is the one with jobs to wait for left, a job cancelled while
+ * pending loses its token, and a held one's is read off its started_at,
+ * CQ_HELD_STATE_SQL) and whether jobs wait on it.
  */
 static void
 cq_cancel_live(Datum ids)
@@ -55,8 +59,10 @@ cq_cancel_live(Datum ids)
 			" WHERE j.job_id = ANY ($1)"
 			"   AND j.state = ANY (" CQ_LIVE_STATES ")"
 			" RETURNING j.job_id, j.queue_id, j.group_key,"
-			"           CASE WHEN j.token IS NULL THEN 'pending'"
-			"                ELSE " CQ_HELD_STATE_SQL " END",
+			"           CASE WHEN j.after_count > 0 THEN 'waiting'"
+			"                WHEN j.token IS NULL THEN 'pending'"
+			"                ELSE " CQ_HELD_STATE_SQL " END,"
+			"           j.dependents",
 			2, argtypes);
 	values[0] = ids;
 	values[1] = TimestampTzGetDatum(GetCurrentTimestamp());
@@ -104,6 +110,7 @@ claimq_cancel(PG_FUNCTION_ARGS)
 	HASHCTL		ctl;
 	HTAB	   *jobs;
 	CqLedgerCall call = {0};
+	CqFinishes	finishes = {0};
 
 	cq_require_primary(fcinfo);
 	ids = cq_job_ids_arg(fcinfo, 0);
@@ -151,6 +158,8 @@ claimq_cancel(PG_FUNCTION_ARGS)
 			if (!isnull)
 				move.group_key = group_key;
 			cq_ledger_note(&call, &move);
+			if (DatumGetBool(cq_spi_value(row, 5, &isnull)))
+				cq_finished_job(&finishes, job_id);
 		}
 		/* A cancelled job frees its group's slot (groups.c). */
 		cq_ledger_close(&call);
@@ -191,6 +200,7 @@ claimq_cancel(PG_FUNCTION_ARGS)
 					 errmsg("could not cancel jobs that kept changing state"),
 					 errhint("Retry the transaction.")));
 	}
+	cq_finishes_settle(&finishes, false);
 	SPI_finish();
 
 	for (int i = 0; i < n; i++)

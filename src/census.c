@@ -93,7 +93,7 @@ PG_FUNCTION_INFO_V1(claimq_census);
 PG_FUNCTION_INFO_V1(claimq_census_recount);
 
 static const char *const cq_state_names[CQ_NSTATES] = {
-	"pending", "claimed", "running", "done", "dead", "cancelled"
+	"pending", "claimed", "running", "done", "dead", "cancelled", "waiting"
 };
 
 typedef struct CqCensusKey

@@ -5,7 +5,7 @@
  *
  * The tree is split by state transition (in the order of the layout table
  * in CONTRIBUTING.md):
- *		enqueue.c	(new) -> pending
+ *		enqueue.c	(new) -> pending | waiting
  *		claim.c		pending -> claimed | running
  *		groups.c	group limits: held pending -> pending
  *		limits.c	the queue-wide limits a claim obeys
@@ -13,7 +13,10 @@
  *					limited queue with its reservations and rate bucket
  *		settle.c	claimed | running -> running, done, pending, dead
  *					(start, extend, complete, fail, release, snooze)
- *		cancel.c	pending | claimed | running -> cancelled
+ *		cancel.c	waiting | pending | claimed | running -> cancelled
+ *		workflow.c	waiting -> pending | cancelled, when the jobs a job
+ *					runs after finish (the C paths' calls into section 8
+ *					of sql/claimq.sql, which makes the transition)
  *		status.c	reading jobs' states: status, wait_for
  *		schedule.c	schedules: (due occurrence) -> pending, fire_schedules
  *		cron.c		schedules' expressions and their next occurrence
@@ -87,7 +90,7 @@
 #endif
 
 /* The extension version (claimq.control) whose schema this library uses. */
-#define CQ_SCHEMA_VERSION	"0.6.2"
+#define CQ_SCHEMA_VERSION	"0.7"
 
 /* Limits from the API contract. */
 #define CQ_MAX_BATCH		10000	/* max_jobs per claim, elements per call */
@@ -123,14 +126,19 @@ typedef enum CqState
 	CQ_IS_DONE,
 	CQ_IS_DEAD,
 	CQ_IS_CANCELLED,
+	CQ_IS_WAITING,
 	CQ_NSTATES
 } CqState;
 
 /*
  * The live states, as an SQL array: a job in one of them holds its dedup
- * key and, unless it is held, a place under its group's limit.
+ * key (the order of job_dedup_idx's predicate).  Those of them that count
+ * in its group: a job in one of them holds, unless it is held, a place
+ * under its group's limit (a waiting job takes its place when it becomes
+ * pending).
  */
-#define CQ_LIVE_STATES	"'{pending,claimed,running}'::text[]"
+#define CQ_LIVE_STATES	"'{waiting,pending,claimed,running}'::text[]"
+#define CQ_GROUP_STATES	"'{pending,claimed,running}'::text[]"
 
 /*
  * The state a held job j was in, read off the row an update left: claimq
@@ -572,6 +580,43 @@ extern CqPairEntry *cq_pair(HTAB *table, const char *str, int64 num,
 							int64 token, bool enter);
 extern void cq_require_queue(const char *name, CqQueue *queue);
 extern Datum cq_spi_value(int row, int col, bool *isnull);
+
+/*
+ * Workflows (workflow.c).  An enqueue's "after" and "after_failed"
+ * arguments, and what linking them found.
+ */
+typedef struct CqAfter
+{
+	ArrayType  *ids;			/* NULL: after no job (NULL or empty) */
+	bool		run;			/* after_failed => 'run' */
+	int64		set_id;			/* once linked */
+	int32		unfinished;
+	bool		all_done;		/* the finished ones all ended done */
+} CqAfter;
+
+extern void cq_after_args(FunctionCallInfo fcinfo, int argno, CqAfter *after);
+extern void cq_after_link(CqAfter *after);
+extern const char *cq_after_state(const CqAfter *after);
+extern void cq_after_unlink(CqAfter *after);
+
+/*
+ * What one call finished or deleted, for section 8 of sql/claimq.sql:
+ * jobs with dependents that finished or were deleted (their dependents are
+ * judged), and the sets of jobs to run after of jobs deleted.
+ */
+typedef struct CqFinishes
+{
+	int			njobs;
+	int			nsets;
+	int			maxjobs;
+	int			maxsets;
+	Datum	   *jobs;
+	Datum	   *sets;
+} CqFinishes;
+
+extern void cq_finished_job(CqFinishes *finishes, int64 job_id);
+extern void cq_deleted_set(CqFinishes *finishes, int64 set_id);
+extern void cq_finishes_settle(CqFinishes *finishes, bool deleted);
 
 /* reclaim.c: shared with the background reclaimer */
 extern uint64 cq_reclaim_expired(int32 queue_id, int32 max_jobs,

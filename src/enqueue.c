@@ -2,7 +2,7 @@
  *
  * enqueue.c
  *		Producing: enqueue() and enqueue_many(), the transition into
- *		"pending".
+ *		"pending", or "waiting" for the jobs listed in "after".
  *
  * Dedup is race-free because of the unique partial index over the dedup
  * keys of live jobs: the insert goes through ON CONFLICT DO NOTHING, which
@@ -27,6 +27,14 @@
  *
  * Every enqueue holds its queue's producer lock in share mode (claimq.h),
  * so a job cannot be inserted into a queue that drop_queue is deleting.
+ *
+ * With "after" (workflow.c), the listed jobs are checked, locked and
+ * recorded as a set before anything is inserted; the jobs then go in
+ * waiting while a listed job is unfinished, else judged at once: pending,
+ * or cancelled (finished, its dedup key not held: a live job with the key
+ * is looked for first, since the insert of a cancelled job meets no
+ * conflict).  When a dedup key matches, the call's "after" is ignored and
+ * its set forgotten.
  *
  * On a queue created with notify, every enqueue queues NOTIFY claimq with
  * the queue's name; PostgreSQL folds identical notifications of one
@@ -67,6 +75,8 @@ typedef struct CqEnqueueArgs
 	Datum		max_attempts;	/* 0 when NULL: the queue's */
 	bool		max_attempts_null;
 	bool		replace;		/* on_duplicate => 'replace' */
+	CqAfter		after;			/* after, after_failed */
+	const char *state;			/* the state the jobs start in */
 	/* What the call did: */
 	int64		inserted;		/* jobs inserted */
 	bool		replaced;		/* a pending job took the call's run_at */
@@ -111,6 +121,8 @@ cq_enqueue_args(FunctionCallInfo fcinfo, CqEnqueueArgs *args)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("on_duplicate must be \"keep\" or \"replace\"")));
 	}
+	cq_after_args(fcinfo, 8, &args->after);
+	args->state = "pending";
 }
 
 /*
@@ -128,9 +140,10 @@ cq_check_group_key(Datum key, const char *argname)
 }
 
 /*
- * Debounce: give the pending job of the queue that holds key the call's
- * payload, run_at, priority and max_attempts.  Returns its id, or 0 if the
- * job holding the key is not pending (or no job does).
+ * Debounce: give the pending or waiting job of the queue that holds key
+ * the call's payload, run_at, priority and max_attempts (a waiting job
+ * keeps its after list).  Returns its id, or 0 if the job holding the key
+ * is neither (or no job does).
  */
 static int64
 cq_replace_pending(CqEnqueueArgs *args, Datum payload, Datum key)
@@ -147,7 +160,7 @@ cq_replace_pending(CqEnqueueArgs *args, Datum payload, Datum key)
 			"   SET payload = $3, run_at = COALESCE($4, $5), priority = $6,"
 			"       max_attempts = COALESCE($7, j.max_attempts)"
 			" WHERE j.queue_id = $1 AND j.dedup_key = $2"
-			"   AND j.state = 'pending'"
+			"   AND j.state = ANY ('{pending,waiting}'::text[])"
 			" RETURNING j.job_id",
 			7, argtypes);
 	values[0] = Int32GetDatum(args->queue.queue_id);
@@ -198,24 +211,28 @@ cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null,
 			   Datum group_key, bool group_key_null)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[10] = {INT4OID, INT4OID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, TEXTOID, JSONBOID, INT8OID, INT4OID, TEXTOID, BOOLOID};
-	Datum		values[10];
-	char		nulls[10] = "          ";
+	Oid			argtypes[14] = {INT4OID, INT4OID, TIMESTAMPTZOID,
+		TIMESTAMPTZOID, TEXTOID, JSONBOID, INT8OID, INT4OID, TEXTOID, BOOLOID,
+	TEXTOID, INT8OID, INT4OID, TEXTOID};
+	Datum		values[14];
+	char		nulls[14] = "              ";
 	bool		isnull;
+	bool		cancelled = strcmp(args->state, "cancelled") == 0;
 
 	cq_plan(&plan,
 			"INSERT INTO claimq.job AS j"
 			" (job_id, queue_id, state, priority, run_at, enqueued_at,"
-			"  dedup_key, payload, max_attempts, group_key, held)"
+			"  dedup_key, payload, max_attempts, group_key, held,"
+			"  finished_at, after_set, after_count, after_failed)"
 			" VALUES ($7 + pg_catalog.nextval('claimq.job_id_seq'),"
-			"         $1, 'pending', $2, COALESCE($3, $4), $4, $5, $6, $8, $9,"
-			"         $10 AND $9 IS NOT NULL)"
+			"         $1, $11, $2, COALESCE($3, $4), $4, $5, $6, $8, $9,"
+			"         $10 AND $9 IS NOT NULL,"
+			"         CASE WHEN $11 = 'cancelled' THEN $4 END, $12, $13, $14)"
 			" ON CONFLICT (queue_id, dedup_key)"
 			"   WHERE dedup_key IS NOT NULL AND state = ANY (" CQ_LIVE_STATES ")"
 			" DO NOTHING"
 			" RETURNING j.job_id",
-			10, argtypes);
+			14, argtypes);
 	values[0] = Int32GetDatum(args->queue.queue_id);
 	values[1] = Int32GetDatum(args->priority);
 	values[2] = args->run_at;
@@ -229,12 +246,23 @@ cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null,
 	nulls[7] = args->max_attempts_null ? 'n' : ' ';
 	values[8] = group_key;
 	nulls[8] = group_key_null ? 'n' : ' ';
-	values[9] = BoolGetDatum(cq_queue_groups_limited(&args->queue));
+	values[9] = BoolGetDatum(cq_queue_groups_limited(&args->queue) &&
+							 strcmp(args->state, "pending") == 0);
+	values[10] = CStringGetTextDatum(args->state);
+	values[11] = Int64GetDatum(args->after.set_id);
+	nulls[11] = args->after.ids ? ' ' : 'n';
+	values[12] = Int32GetDatum(args->after.unfinished);
+	values[13] = CStringGetTextDatum(args->after.run ? "run" : "cancel");
+	nulls[13] = args->after.ids ? ' ' : 'n';
 
 	for (int attempt = 0; attempt < CQ_DEDUP_RETRIES; attempt++)
 	{
 		int64		job_id;
 
+		/* A cancelled job holds no key: a live job with it wins first. */
+		if (cancelled && !key_null &&
+			(job_id = cq_live_job_for_key(args->queue.queue_id, key)) != 0)
+			return job_id;
 		cq_execute(plan, values, nulls, SPI_OK_INSERT_RETURNING);
 		if (SPI_processed == 1)
 		{
@@ -311,12 +339,18 @@ cq_enqueue_done(CqEnqueueArgs *args, Datum groups)
 	if (!args->run_at_null)
 		run_at = DatumGetTimestampTz(args->run_at);
 
-	cq_move_init(&move, args->queue.queue_id, CQ_IS_ABSENT, CQ_IS_PENDING,
+	cq_move_init(&move, args->queue.queue_id, CQ_IS_ABSENT,
+				 cq_state_of(CStringGetTextDatum(args->state)),
 				 args->inserted);
 	move.run_at = run_at;
-	move.group_keys = groups;
+	if (move.to == CQ_IS_PENDING)
+		move.group_keys = groups;
+	if (move.to == CQ_IS_CANCELLED)
+		move.counter = CQ_CANCELLED;
 	cq_ledger_note(&call, &move);
 	cq_ledger_close(&call);
+	if (args->after.ids && args->inserted == 0)
+		cq_after_unlink(&args->after);
 	if (args->replaced)
 		cq_ready_on_commit(args->queue.queue_id, run_at);
 	if (args->queue.notify)
@@ -344,7 +378,13 @@ claimq_enqueue(PG_FUNCTION_ARGS)
 	cq_lock_producers(args.queue_name, false);
 	SPI_connect();
 	cq_enqueue_queue(&args);
-	if (!group_key_null && cq_queue_groups_limited(&args.queue))
+	if (args.after.ids)
+	{
+		cq_after_link(&args.after);
+		args.state = cq_after_state(&args.after);
+	}
+	if (!group_key_null && cq_queue_groups_limited(&args.queue) &&
+		strcmp(args.state, "pending") == 0)
 	{
 		groups = PointerGetDatum(construct_array(&PG_GETARG_DATUM(7), 1,
 												 TEXTOID, -1, false,
@@ -384,10 +424,11 @@ Datum
 claimq_enqueue_many(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[10] = {INT4OID, JSONBARRAYOID, TEXTARRAYOID, INT4OID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TEXTARRAYOID, INT4OID, BOOLOID};
-	Datum		values[10];
-	char		nulls[10] = "          ";
+	Oid			argtypes[14] = {INT4OID, JSONBARRAYOID, TEXTARRAYOID, INT4OID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TEXTARRAYOID, INT4OID, BOOLOID,
+	TEXTOID, INT8OID, INT4OID, TEXTOID};
+	Datum		values[14];
+	char		nulls[14] = "              ";
 	bool		sync;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	CqEnqueueArgs args;
@@ -431,12 +472,20 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 	cq_lock_producers(args.queue_name, false);
 	SPI_connect();
 	cq_enqueue_queue(&args);
+	if (args.after.ids)
+	{
+		cq_after_link(&args.after);
+		args.state = cq_after_state(&args.after);
+	}
 	if (npayloads == 0)
 	{
+		if (args.after.ids)
+			cq_after_unlink(&args.after);
 		SPI_finish();
 		return (Datum) 0;
 	}
-	sync = group_keys != NULL && cq_queue_groups_limited(&args.queue);
+	sync = group_keys != NULL && cq_queue_groups_limited(&args.queue) &&
+		strcmp(args.state, "pending") == 0;
 	if (sync)
 		cq_sync_groups(args.queue.queue_id, PointerGetDatum(group_keys));
 
@@ -451,11 +500,15 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 			"), ins AS ("
 			"  INSERT INTO claimq.job AS j"
 			"   (job_id, queue_id, state, priority, run_at, enqueued_at,"
-			"    dedup_key, payload, max_attempts, group_key, held)"
-			"  SELECT i.job_id, $1, 'pending', $4, COALESCE($5, $6), $6,"
+			"    dedup_key, payload, max_attempts, group_key, held,"
+			"    finished_at, after_set, after_count, after_failed)"
+			"  SELECT i.job_id, $1, $11, $4, COALESCE($5, $6), $6,"
 			"         i.dedup_key, i.payload, $9, i.group_key,"
-			"         $10 AND i.group_key IS NOT NULL"
-			"    FROM input i ORDER BY i.dedup_key COLLATE \"C\", i.ord"
+			"         $10 AND i.group_key IS NOT NULL,"
+			"         CASE WHEN $11 = 'cancelled' THEN $6 END, $12, $13, $14"
+			"    FROM input i"
+			"   WHERE $11 <> 'cancelled' OR i.dedup_key IS NULL"
+			"   ORDER BY i.dedup_key COLLATE \"C\", i.ord"
 			"  ON CONFLICT (queue_id, dedup_key)"
 			"    WHERE dedup_key IS NOT NULL AND state = ANY (" CQ_LIVE_STATES ")"
 			"  DO NOTHING"
@@ -465,7 +518,7 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 			"        i.dedup_key, i.payload, i.group_key"
 			"   FROM input i LEFT JOIN ins ON ins.job_id = i.job_id"
 			"  ORDER BY i.ord",
-			10, argtypes);
+			14, argtypes);
 	values[0] = Int32GetDatum(args.queue.queue_id);
 	values[1] = PointerGetDatum(payloads);
 	values[2] = keys ? PointerGetDatum(keys) : (Datum) 0;
@@ -480,6 +533,12 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 	values[8] = args.max_attempts;
 	nulls[8] = args.max_attempts_null ? 'n' : ' ';
 	values[9] = BoolGetDatum(sync);
+	values[10] = CStringGetTextDatum(args.state);
+	values[11] = Int64GetDatum(args.after.set_id);
+	nulls[11] = args.after.ids ? ' ' : 'n';
+	values[12] = Int32GetDatum(args.after.unfinished);
+	values[13] = CStringGetTextDatum(args.after.run ? "run" : "cancel");
+	nulls[13] = args.after.ids ? ' ' : 'n';
 	cq_execute(plan, values, nulls, SPI_OK_SELECT);
 
 	{

@@ -198,7 +198,7 @@ cq_groups_upkeep(void)
 			"   AND (SELECT pg_catalog.count(*) FROM claimq.job j"
 			"         WHERE j.queue_id = g.queue_id AND j.group_key = g.group_key"
 			"           AND NOT j.held"
-			"           AND j.state = ANY (" CQ_LIVE_STATES "))"
+			"           AND j.state = ANY (" CQ_GROUP_STATES "))"
 			"       < claimq.group_cap(q.group_limit, q.group_fifo)"
 			" GROUP BY g.queue_id",
 			0, NULL);

@@ -9,7 +9,8 @@
  * A move is n jobs of a queue going from one state to another (CQ_IS_ABSENT
  * before an insert and after a delete), reported by the path that made it
  * (enqueue.c, claim.c, settle.c, cancel.c, reclaim.c, prune.c, schedule.c,
- * and through claimq.ledger_end() the SQL-language ones).  The path knows
+ * and through claimq.ledger_end() the SQL-language ones, workflows'
+ * judgements among them).  The path knows
  * both states: each statement that moves jobs returns, per row, enough to
  * tell the state it left (a deleted row's own state; where an update's
  * RETURNING sees only the new row, a rule that holds of claimq's rows: a
@@ -550,6 +551,9 @@ claimq_ledger_end(PG_FUNCTION_ARGS)
 					 errmsg("from_states and counts must not hold nulls")));
 		cq_move_init(&move, queue_id, cq_state_of(froms[i]), to,
 					 DatumGetInt64(counts[i]));
+		/* Jobs cancelled by the SQL paths: workflows' judgements. */
+		if (to == CQ_IS_CANCELLED)
+			move.counter = CQ_CANCELLED;
 		cq_ledger_note(&call, &move);
 	}
 	cq_ledger_close(&call);

@@ -13,6 +13,12 @@
  * deleted.  (Re-checking the state instead would invite the planner to
  * scan that partial index in full rather than look the ids up.)
  *
+ * A job that jobs ran after (workflows) is kept until they are all
+ * finished or removed: this pass leaves such jobs alone (the DELETE
+ * re-checks that too, for a job an enqueue linked meanwhile) and
+ * claimq.prune_after() prunes them, in sql/claimq.sql's section 8.  The
+ * sets of jobs to run after that the jobs deleted named are forgotten.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -32,9 +38,12 @@ cq_prune_finished(int32 max_jobs)
 {
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[2] = {INT4OID, TIMESTAMPTZOID};
+	static SPIPlanPtr after_plan = NULL;
 	Datum		values[2];
 	CqLedgerCall call = {0};
+	CqFinishes	finishes = {0};
 	uint64		n = 0;
+	bool		isnull;
 
 	/*
 	 * One branch per state, each with the state as a constant, so that each
@@ -49,23 +58,28 @@ cq_prune_finished(int32 max_jobs)
 			"    CROSS JOIN LATERAL ("
 			"      (SELECT f.job_id FROM claimq.job f"
 			"        WHERE f.queue_id = q.queue_id AND f.state = 'done'"
+			"          AND NOT f.dependents"
 			"          AND f.finished_at < $2 - q.keep_done"
 			"        ORDER BY f.finished_at LIMIT $1)"
 			"      UNION ALL"
 			"      (SELECT f.job_id FROM claimq.job f"
 			"        WHERE f.queue_id = q.queue_id AND f.state = 'dead'"
+			"          AND NOT f.dependents"
 			"          AND f.finished_at < $2 - q.keep_dead"
 			"        ORDER BY f.finished_at LIMIT $1)"
 			"      UNION ALL"
 			"      (SELECT f.job_id FROM claimq.job f"
 			"        WHERE f.queue_id = q.queue_id AND f.state = 'cancelled'"
+			"          AND NOT f.dependents"
 			"          AND f.finished_at < $2 - q.keep_dead"
 			"        ORDER BY f.finished_at LIMIT $1)) o"
 			"    LIMIT $1))"
-			"   AND j.finished_at IS NOT NULL"
-			" RETURNING j.queue_id, j.state"
+			"   AND j.finished_at IS NOT NULL AND NOT j.dependents"
+			" RETURNING j.queue_id, j.state, j.after_set"
 			")"
-			" SELECT p.queue_id, p.state, pg_catalog.count(*)"
+			" SELECT p.queue_id, p.state, pg_catalog.count(*),"
+			"        pg_catalog.array_agg(DISTINCT p.after_set)"
+			"          FILTER (WHERE p.after_set IS NOT NULL)"
 			"   FROM pruned p GROUP BY p.queue_id, p.state",
 			2, argtypes);
 	values[0] = Int32GetDatum(max_jobs);
@@ -73,16 +87,38 @@ cq_prune_finished(int32 max_jobs)
 	cq_execute(plan, values, NULL, SPI_OK_SELECT);
 	for (uint64 row = 0; row < SPI_processed; row++)
 	{
-		bool		isnull;
 		CqMove		move;
+		Datum		sets;
 
 		cq_move_init(&move, DatumGetInt32(cq_spi_value(row, 1, &isnull)),
 					 cq_state_of(cq_spi_value(row, 2, &isnull)), CQ_IS_ABSENT,
 					 DatumGetInt64(cq_spi_value(row, 3, &isnull)));
 		cq_ledger_note(&call, &move);
 		n += move.n;
+		sets = cq_spi_value(row, 4, &isnull);
+		if (!isnull)
+		{
+			Datum	   *elems;
+			int			nelems;
+
+			deconstruct_array(DatumGetArrayTypeP(sets), INT8OID,
+							  sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+							  &elems, NULL, &nelems);
+			for (int i = 0; i < nelems; i++)
+				cq_deleted_set(&finishes, DatumGetInt64(elems[i]));
+		}
 	}
 	cq_ledger_close(&call);
+	cq_finishes_settle(&finishes, true);
+
+	/* The jobs that jobs ran after, with what is left of max_jobs. */
+	if (n < (uint64) max_jobs)
+	{
+		cq_plan(&after_plan, "SELECT claimq.prune_after($1)", 1, argtypes);
+		values[0] = Int32GetDatum(max_jobs - (int32) n);
+		cq_execute(after_plan, values, NULL, SPI_OK_SELECT);
+		n += DatumGetInt64(cq_spi_value(0, 1, &isnull));
+	}
 	return n;
 }
 

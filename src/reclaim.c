@@ -7,7 +7,8 @@
  *								  never ran), run_at unchanged
  *		running, lease expired -> the attempt counted at start failed:
  *								  pending after a backoff, or dead when no
- *								  attempts are left
+ *								  attempts are left (the jobs waiting on a
+ *								  job that died are judged, workflow.c)
  *
  * The expired rows are found through the partial index over leases (only
  * claimed and running jobs have one), oldest expiry first, and locked FOR
@@ -49,6 +50,7 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 	Datum		values[3];
 	uint64		total = 0;
 	CqLedgerCall call = {0};
+	CqFinishes	finishes = {0};
 	SPITupleTable *tuptable;
 	uint64		nrows;
 
@@ -77,7 +79,9 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 			"  RETURNING q.queue_id, q.name, j.state, j.run_at,"
 			"            " CQ_HELD_STATE_SQL " AS held_as,"
 			"            CASE WHEN q.group_limit IS NOT NULL OR q.group_fifo"
-			"                 THEN j.group_key END AS group_key"
+			"                 THEN j.group_key END AS group_key,"
+			"            CASE WHEN j.state = 'dead' AND j.dependents"
+			"                 THEN j.job_id END AS judge"
 			")"
 
 	/* A released job was claimed, a retried one running. */
@@ -89,7 +93,9 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 			"        pg_catalog.count(*) FILTER (WHERE u.state = 'dead'),"
 			"        pg_catalog.min(u.run_at) FILTER (WHERE u.state = 'pending'),"
 			"        pg_catalog.array_agg(DISTINCT u.group_key)"
-			"          FILTER (WHERE u.group_key IS NOT NULL)"
+			"          FILTER (WHERE u.group_key IS NOT NULL),"
+			"        pg_catalog.array_agg(u.judge)"
+			"          FILTER (WHERE u.judge IS NOT NULL)"
 			"   FROM upd u GROUP BY u.queue_id, u.name ORDER BY u.name",
 			3, argtypes);
 
@@ -102,14 +108,14 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 
 	for (uint64 row = 0; row < nrows; row++)
 	{
-		Datum		rowvalues[7];
-		bool		rownulls[7];
+		Datum		rowvalues[8];
+		bool		rownulls[8];
 		int64		n;
 
 		/*
 		 * queue_id, then the result row: queue, released, retried, dead; then
-		 * the earliest run_at made pending and the groups of jobs reclaimed
-		 * in a queue with group limits
+		 * the earliest run_at made pending, the groups of jobs reclaimed in a
+		 * queue with group limits, and the jobs that died with dependents
 		 */
 		heap_deform_tuple(tuptable->vals[row], tuptable->tupdesc,
 						  rowvalues, rownulls);
@@ -137,8 +143,20 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 			}
 			cq_ledger_note(&call, &move);
 		}
+		if (!rownulls[7])
+		{
+			Datum	   *elems;
+			int			nelems;
+
+			deconstruct_array(DatumGetArrayTypeP(rowvalues[7]), INT8OID,
+							  sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+							  &elems, NULL, &nelems);
+			for (int i = 0; i < nelems; i++)
+				cq_finished_job(&finishes, DatumGetInt64(elems[i]));
+		}
 	}
 	cq_ledger_close(&call);
+	cq_finishes_settle(&finishes, false);
 	return total;
 }
 

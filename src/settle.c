@@ -6,6 +6,7 @@
  *		start		claimed -> running (the attempt is counted here)
  *		extend		claimed | running -> same state, new expiry
  *		complete	claimed | running -> deleted, or done on a keep_done queue
+ *					or when jobs run after it
  *		fail		claimed | running -> pending at a later run_at, or dead
  *		release		claimed -> pending (running jobs are left alone)
  *		snooze		claimed | running -> pending at now + delay, giving back
@@ -30,6 +31,10 @@
  * batch of 10,000 costs O(n), whatever plan the planner would pick for
  * joining two unnested arrays of unknown size.  The scalar overloads run
  * the same statement for one pair and return whether it was settled.
+ *
+ * A job that finishes (complete, or fail to dead) with dependents has
+ * them judged, and a deleted job's set of jobs to run after is forgotten,
+ * in the same call (workflow.c); the statements return both per row.
  *
  *-------------------------------------------------------------------------
  */
@@ -101,8 +106,10 @@ typedef enum CqSettleArgs
  * pair's number and the job's queue, followed by the operation's extra
  * result columns; then, by name, what the ledger is told of each job
  * moved: from_state and to_state (NULL: deleted), ready_at (its run_at,
- * if it was made pending), started_at (the start of a run that ended) and
- * group_key (for the group limits).  An update's RETURNING sees the new
+ * if it was made pending), started_at (the start of a run that ended),
+ * group_key (for the group limits), and for workflows judge (the id of a
+ * job that finished with dependents) and forget (the set of jobs to run
+ * after of a job deleted).  An update's RETURNING sees the new
  * row only: the state a held job left is told by its started_at, null
  * while claimed and set once running (claim.c and start keep that so);
  * start, which sets started_at, reads the state under the row lock
@@ -170,11 +177,13 @@ static CqSettleOp cq_extend_op = {
  * queue keeps done jobs (the usual case), complete runs one DELETE
  * (cq_complete_op) that deletes only while no queue keeps done jobs, and
  * the statement below (cq_complete_all_op) only for the pairs that one
- * left unsettled, which are stale or of a queue that keeps done jobs; a
- * backend that has seen a job kept runs the statement below at once from
- * then on.  The statement below splits the jobs by their queue's setting,
- * and skips the branches not taken outright (one-time filters on the
- * single look at claimq.queue).  A kept job keeps its result.  (One
+ * left unsettled, which are stale, of a queue that keeps done jobs, or
+ * have dependents (kept until those finish: see sql/claimq.sql, section
+ * 8); a backend that has seen a job kept runs the statement below at once
+ * from then on.  The statement below splits the jobs by their queue's
+ * setting, and skips the deleting branches not taken outright (one-time
+ * filters on the single look at claimq.queue).  A kept job keeps its
+ * result.  (One
  * statement of three branches costs a claim-and-complete transaction of
  * one job 14% more instructions than the lone DELETE, most of it in
  * building the executor's state of the branches not taken.)
@@ -188,27 +197,31 @@ static CqSettleOp cq_complete_all_op = {
 	"  DELETE FROM claimq.job j"
 	"   USING input i"
 	"   WHERE" CQ_FENCE_SQL
-	"     AND NOT (SELECT k.any FROM keeping k)"
+	"     AND NOT (SELECT k.any FROM keeping k) AND NOT j.dependents"
 	"  RETURNING i.ord, j.queue_id, j.started_at, j.group_key,"
-	"            j.state AS from_state, NULL::text AS to_state"
+	"            j.state AS from_state, NULL::text AS to_state,"
+	"            NULL::bigint AS judge, j.after_set AS forget"
 	"), del_some AS ("
 	"  DELETE FROM claimq.job j"
 	"   USING input i, claimq.queue q"
 	"   WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
-	"     AND q.keep_done <= '0'::interval"
+	"     AND q.keep_done <= '0'::interval AND NOT j.dependents"
 	"     AND (SELECT k.any FROM keeping k)"
 	"  RETURNING i.ord, j.queue_id, j.started_at, j.group_key,"
-	"            j.state AS from_state, NULL::text AS to_state"
+	"            j.state AS from_state, NULL::text AS to_state,"
+	"            NULL::bigint AS judge, j.after_set AS forget"
 	"), kept AS ("
 	"  UPDATE claimq.job j"
 	"     SET state = 'done', finished_at = $3, expires_at = NULL,"
 	"         result = i.result"
 	"    FROM input i, claimq.queue q"
 	"   WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
-	"     AND q.keep_done > '0'::interval"
-	"     AND (SELECT k.any FROM keeping k)"
+	"     AND (j.dependents OR ((SELECT k.any FROM keeping k)"
+	"                           AND q.keep_done > '0'::interval))"
 	"  RETURNING i.ord, j.queue_id, j.started_at, j.group_key,"
-	"            " CQ_HELD_STATE_SQL " AS from_state, 'done' AS to_state"
+	"            " CQ_HELD_STATE_SQL " AS from_state, 'done' AS to_state,"
+	"            CASE WHEN j.dependents THEN j.job_id END AS judge,"
+	"            NULL::bigint AS forget"
 	")"
 	" SELECT * FROM del UNION ALL SELECT * FROM del_some"
 	" UNION ALL SELECT * FROM kept",
@@ -223,8 +236,10 @@ static CqSettleOp cq_complete_op = {
 	" WHERE" CQ_FENCE_SQL
 	"   AND NOT EXISTS (SELECT 1 FROM claimq.queue k"
 	"                    WHERE k.keep_done > '0'::interval)"
+	"   AND NOT j.dependents"
 	" RETURNING i.ord, j.queue_id, j.started_at, j.group_key,"
-	"           j.state AS from_state, NULL::text AS to_state",
+	"           j.state AS from_state, NULL::text AS to_state,"
+	"           j.after_set AS forget",
 	CQ_ARGS_RESULTS,
 	1, {JSONBARRAYOID}, 2, false, SPI_OK_DELETE_RETURNING, CQ_COMPLETED, NULL,
 	&cq_complete_all_op
@@ -257,7 +272,9 @@ static CqSettleOp cq_fail_op = {
 	" RETURNING i.ord, j.queue_id, j.state,"
 	"           CASE WHEN j.state = 'pending' THEN j.run_at END AS ready_at,"
 	"           j.started_at, j.group_key,"
-	"           " CQ_HELD_STATE_SQL " AS from_state, j.state AS to_state",
+	"           " CQ_HELD_STATE_SQL " AS from_state, j.state AS to_state,"
+	"           CASE WHEN j.state = 'dead' AND j.dependents"
+	"                THEN j.job_id END AS judge",
 	CQ_ARGS_FAIL,
 	3, {TEXTOID, INTERVALOID, BOOLOID}, 4, false, SPI_OK_UPDATE_RETURNING,
 	CQ_FAILED, NULL, NULL
@@ -363,7 +380,8 @@ cq_unsettled_jobs(int64 *ids, int nids)
  */
 static void
 cq_settle_rows(CqSettleOp *op, SPITupleTable *settled, uint64 nsettled,
-			   int *rowof, CqLedgerCall *call, TimestampTz now)
+			   int *rowof, CqLedgerCall *call, TimestampTz now,
+			   CqFinishes *finishes)
 {
 	TupleDesc	tupdesc = settled->tupdesc;
 	int			from_col = SPI_fnumber(tupdesc, "from_state");
@@ -371,6 +389,8 @@ cq_settle_rows(CqSettleOp *op, SPITupleTable *settled, uint64 nsettled,
 	int			ready_col = SPI_fnumber(tupdesc, "ready_at");
 	int			started_col = SPI_fnumber(tupdesc, "started_at");
 	int			group_col = SPI_fnumber(tupdesc, "group_key");
+	int			judge_col = SPI_fnumber(tupdesc, "judge");
+	int			forget_col = SPI_fnumber(tupdesc, "forget");
 
 	for (uint64 row = 0; row < nsettled; row++)
 	{
@@ -416,6 +436,18 @@ cq_settle_rows(CqSettleOp *op, SPITupleTable *settled, uint64 nsettled,
 			if (!isnull)
 				move.group_key = value;
 		}
+		if (judge_col > 0)
+		{
+			value = SPI_getbinval(tuple, tupdesc, judge_col, &isnull);
+			if (!isnull)
+				cq_finished_job(finishes, DatumGetInt64(value));
+		}
+		if (forget_col > 0)
+		{
+			value = SPI_getbinval(tuple, tupdesc, forget_col, &isnull);
+			if (!isnull)
+				cq_deleted_set(finishes, DatumGetInt64(value));
+		}
 		cq_ledger_note(call, &move);
 	}
 }
@@ -460,6 +492,7 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 	int			nunsettled = 0;
 	HTAB	   *jobs = NULL;
 	CqLedgerCall call = {0};
+	CqFinishes	finishes = {0};
 	TimestampTz now = GetCurrentTimestamp();
 
 	if (op->fallback && cq_seen_kept)
@@ -480,7 +513,7 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 	settled = SPI_tuptable;
 	nsettled = SPI_processed;
 	SPI_tuptable = NULL;		/* keep it across the statements below */
-	cq_settle_rows(op, settled, nsettled, rowof, &call, now);
+	cq_settle_rows(op, settled, nsettled, rowof, &call, now, &finishes);
 	if (op->fallback && nsettled < (uint64) n)
 	{
 		uint64		nmore;
@@ -489,7 +522,8 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 		more = SPI_tuptable;
 		nmore = SPI_processed;
 		SPI_tuptable = NULL;
-		cq_settle_rows(op->fallback, more, nmore, rowof, &call, now);
+		cq_settle_rows(op->fallback, more, nmore, rowof, &call, now,
+					   &finishes);
 		if (nmore > 0)
 			cq_seen_kept = true;
 		nsettled += nmore;
@@ -570,6 +604,7 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 		}
 	}
 	cq_ledger_close(&call);
+	cq_finishes_settle(&finishes, false);
 	SPI_freetuptable(settled);
 	if (more)
 		SPI_freetuptable(more);

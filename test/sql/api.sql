@@ -7,7 +7,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(203);
+SELECT plan(209);
 
 CREATE TEMP TABLE api(sig text, args text, ndefaults int, result text);
 INSERT INTO api VALUES
@@ -21,12 +21,12 @@ INSERT INTO api VALUES
 ('claimq.pause_queue(text)', 'queue text', 0, NULL),
 ('claimq.resume_queue(text)', 'queue text', 0, NULL),
 ('claimq.purge_queue(text)', 'queue text', 0, 'bigint'),
-('claimq.enqueue(text,jsonb,timestamptz,integer,text,integer,text,text)',
- 'queue text, payload jsonb, run_at timestamp with time zone, priority integer, dedup_key text, max_attempts integer, on_duplicate text, group_key text',
- 6, 'bigint'),
-('claimq.enqueue_many(text,jsonb[],timestamptz,integer,text[],integer,text,text[])',
- 'queue text, payloads jsonb[], run_at timestamp with time zone, priority integer, dedup_keys text[], max_attempts integer, on_duplicate text, group_keys text[]',
- 6, 'SETOF bigint'),
+('claimq.enqueue(text,jsonb,timestamptz,integer,text,integer,text,text,bigint[],text)',
+ 'queue text, payload jsonb, run_at timestamp with time zone, priority integer, dedup_key text, max_attempts integer, on_duplicate text, group_key text, after bigint[], after_failed text',
+ 8, 'bigint'),
+('claimq.enqueue_many(text,jsonb[],timestamptz,integer,text[],integer,text,text[],bigint[],text)',
+ 'queue text, payloads jsonb[], run_at timestamp with time zone, priority integer, dedup_keys text[], max_attempts integer, on_duplicate text, group_keys text[], after bigint[], after_failed text',
+ 8, 'SETOF bigint'),
 ('claimq.claim(text,integer,interval,text,boolean,interval)',
  'queue text, max_jobs integer, lease interval, worker text, start boolean, wait interval',
  5, 'TABLE(job_id bigint, token bigint, payload jsonb, attempts integer, priority integer, enqueued_at timestamp with time zone, expires_at timestamp with time zone)'),
@@ -59,6 +59,8 @@ INSERT INTO api VALUES
  'TABLE(job_id bigint, queue text, state text, attempts integer, run_at timestamp with time zone, finished_at timestamp with time zone, last_error text, result jsonb)'),
 ('claimq.wait_for(bigint[],interval)', 'job_ids bigint[], timeout interval', 0,
  'TABLE(job_id bigint, queue text, state text, attempts integer, run_at timestamp with time zone, finished_at timestamp with time zone, last_error text, result jsonb)'),
+('claimq.dependencies(bigint[])', 'job_ids bigint[]', 0,
+ 'TABLE(job_id bigint, after_id bigint, state text, result jsonb, last_error text)'),
 ('claimq.create_schedule(text,text,text,jsonb,text,integer,text)',
  'schedule text, queue text, cron text, payload jsonb, time_zone text, priority integer, missed text',
  4, 'void'),
@@ -85,8 +87,8 @@ SELECT ok(p.provolatile = 'v', a.sig || ' is volatile')
 SELECT is(pg_get_expr(p.proargdefaults, 0), d, s || ' defaults')
   FROM (VALUES
 	('claimq.drop_queue(text,boolean)', 'false'),
-	('claimq.enqueue(text,jsonb,timestamptz,integer,text,integer,text,text)', 'NULL::timestamp with time zone, 0, NULL::text, NULL::integer, ''keep''::text, NULL::text'),
-	('claimq.enqueue_many(text,jsonb[],timestamptz,integer,text[],integer,text,text[])', 'NULL::timestamp with time zone, 0, NULL::text[], NULL::integer, ''keep''::text, NULL::text[]'),
+	('claimq.enqueue(text,jsonb,timestamptz,integer,text,integer,text,text,bigint[],text)', 'NULL::timestamp with time zone, 0, NULL::text, NULL::integer, ''keep''::text, NULL::text, NULL::bigint[], ''cancel''::text'),
+	('claimq.enqueue_many(text,jsonb[],timestamptz,integer,text[],integer,text,text[],bigint[],text)', 'NULL::timestamp with time zone, 0, NULL::text[], NULL::integer, ''keep''::text, NULL::text[], NULL::bigint[], ''cancel''::text'),
 	('claimq.complete(bigint[],bigint[],jsonb[])', 'NULL::jsonb[]'),
 	('claimq.complete(bigint,bigint,jsonb)', 'NULL::jsonb'),
 	('claimq.create_schedule(text,text,text,jsonb,text,integer,text)', '''{}''::jsonb, ''UTC''::text, 0, ''once''::text'),

@@ -18,12 +18,12 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 BEGIN;
 DROP EXTENSION IF EXISTS claimq;
 CREATE EXTENSION claimq VERSION '0.1';
-SELECT plan(38);
+SELECT plan(39);
 
 SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.1',
 	'version 0.1 is installed');
 SELECT throws_ok($$SELECT claimq.enqueue('nowhere', '{}')$$, '55000',
-	'extension "claimq" is at version 0.1, but its library needs version 0.6.2',
+	'extension "claimq" is at version 0.1, but its library needs version 0.7',
 	'the library refuses to work on an older schema, with a clear error');
 
 -- Fill it: ready, scheduled, claimed, running, dead and done jobs, a paused
@@ -99,8 +99,8 @@ SELECT count(*) AS n FROM pg_init_privs i
 
 ALTER EXTENSION claimq UPDATE;
 
-SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.6.2',
-	'ALTER EXTENSION claimq UPDATE brings it to 0.6.2');
+SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.7',
+	'ALTER EXTENSION claimq UPDATE brings it to 0.7');
 SELECT bag_eq($$SELECT job_id, token, run_at, enqueued_at, expires_at, claimed_at, finished_at,
 					   queue_id, priority, attempts, state, worker, dedup_key, last_error, payload
 				  FROM claimq.job$$,
@@ -153,7 +153,7 @@ SELECT is((SELECT count(*) FROM claimq.queue_stats WHERE cancelled = 1), 1::bigi
 -- Duties granted before the update cover the new and the recreated
 -- functions, and those grants stay user grants that pg_dump keeps.
 SELECT ok(has_function_privilege('regress_claimq_up_producer',
-		'claimq.enqueue(text,jsonb,timestamptz,integer,text,integer,text,text)', 'EXECUTE')
+		'claimq.enqueue(text,jsonb,timestamptz,integer,text,integer,text,text,bigint[],text)', 'EXECUTE')
 		  AND has_function_privilege('regress_claimq_up_producer', 'claimq.cancel(bigint[])', 'EXECUTE')
 		  AND has_function_privilege('regress_claimq_up_producer', 'claimq.status(bigint[])', 'EXECUTE')
 		  AND NOT has_function_privilege('regress_claimq_up_producer',
@@ -181,6 +181,11 @@ SELECT ok(has_function_privilege('regress_claimq_up_admin', 'claimq.retry_dead(t
 SELECT ok(has_function_privilege('regress_claimq_up_producer', 'claimq.node_of(bigint)', 'EXECUTE')
 		  AND has_function_privilege('regress_claimq_up_worker', 'claimq.node_of(bigint)', 'EXECUTE'),
 	'the producer and the worker get node_of');
+SELECT ok((SELECT bool_and(has_function_privilege(r, 'claimq.dependencies(bigint[])', 'EXECUTE'))
+			 FROM unnest(ARRAY['regress_claimq_up_producer', 'regress_claimq_up_worker',
+							   'regress_claimq_up_admin']) r)
+		  AND NOT has_function_privilege('regress_claimq_up_observer', 'claimq.dependencies(bigint[])', 'EXECUTE'),
+	'the producer, the worker and the administrator get dependencies, the observer not');
 SELECT ok(NOT has_table_privilege('regress_claimq_up_worker', 'claimq.group_stats', 'SELECT')
 		  AND NOT has_function_privilege('regress_claimq_up_worker',
 				'claimq.create_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval)', 'EXECUTE'),

@@ -23,14 +23,14 @@ SELECT results_eq($$SELECT * FROM pg_temp.columns('claimq.queue_stats')$$,
 			 ('scheduled', 'bigint'), ('claimed', 'bigint'), ('running', 'bigint'),
 			 ('expired', 'bigint'), ('dead', 'bigint'), ('done', 'bigint'),
 			 ('oldest_ready_age', 'interval'), ('oldest_claim_age', 'interval'),
-			 ('cancelled', 'bigint')$$,
+			 ('cancelled', 'bigint'), ('waiting', 'bigint')$$,
 	'queue_stats has the documented columns, in order');
 
 SELECT lives_ok($$SELECT claimq.create_queue('vw', keep_done => '1 day', max_attempts => 1)$$,
 	'create queue vw');
 SELECT results_eq($$SELECT * FROM claimq.queue_stats WHERE queue = 'vw'$$,
 	$$VALUES ('vw'::text, false, 0::bigint, 0::bigint, 0::bigint, 0::bigint, 0::bigint,
-			  0::bigint, 0::bigint, NULL::interval, NULL::interval, 0::bigint)$$,
+			  0::bigint, 0::bigint, NULL::interval, NULL::interval, 0::bigint, 0::bigint)$$,
 	'a queue with no jobs: zeros and no ages');
 
 -- Ready since 1 hour and since 10 minutes; scheduled in an hour; the oldest
@@ -100,7 +100,8 @@ SELECT results_eq($$SELECT * FROM pg_temp.columns('claimq.jobs')$$,
 			 ('worker', 'text'), ('expires_at', 'timestamp with time zone'),
 			 ('enqueued_at', 'timestamp with time zone'), ('dedup_key', 'text'),
 			 ('last_error', 'text'), ('group_key', 'text'), ('max_attempts', 'integer'),
-			 ('finished_at', 'timestamp with time zone'), ('result', 'jsonb')$$,
+			 ('finished_at', 'timestamp with time zone'), ('result', 'jsonb'),
+			 ('after_count', 'integer'), ('after_failed', 'text')$$,
 	'jobs has the documented columns, in order');
 SELECT lives_ok($$SELECT claimq.create_queue('vw_jobs')$$, 'create queue vw_jobs');
 SELECT clock_timestamp() AS t0 \gset

@@ -120,6 +120,15 @@ dbq('src', q{
 	SELECT count(*) FROM claimq.claim('delta', 10, worker => 'w-delta');
 });
 
+# A workflow: a claimed job and a job waiting on it.
+dbq('src', "SELECT claimq.create_queue('epsilon', lease => '1 hour')");
+my $j_e1 = dbq('src', q{SELECT claimq.enqueue('epsilon', '{"e": 1}')});
+my $j_e2 = dbq('src',
+	qq{SELECT claimq.enqueue('epsilon', '{"e": 2}', after => ARRAY[$j_e1]::bigint[])});
+my ($je_cl, $te_cl) = split /\|/, dbq('src',
+	"SELECT job_id, token FROM claimq.claim('epsilon')");
+is($je_cl, $j_e1, 'setup: the first epsilon job claimed, the second waits on it');
+
 my $states_sql = q{
 	SELECT string_agg(format('%s:%s:%s', q.name, j.state, j.n), ','
 					  ORDER BY q.name, j.state)
@@ -128,7 +137,8 @@ my $states_sql = q{
 	  JOIN claimq.queue q USING (queue_id)};
 is( dbq('src', $states_sql),
 	'alpha:claimed:2,alpha:dead:1,alpha:done:1,alpha:pending:5,alpha:running:2,'
-	  . 'beta:claimed:1,beta:pending:2,delta:claimed:1,delta:pending:2',
+	  . 'beta:claimed:1,beta:pending:2,delta:claimed:1,delta:pending:2,'
+	  . 'epsilon:claimed:1,epsilon:waiting:1',
 	'source holds jobs in every state');
 
 # What has to come back the same.  Row texts, so every column counts.
@@ -143,6 +153,10 @@ my %compare = (
 		SELECT string_agg(t::text, E'\n' ORDER BY queue_id, group_key) FROM claimq.job_group t},
 	'held jobs' => q{
 		SELECT string_agg(job_id::text, ',' ORDER BY job_id) FROM claimq.job WHERE held},
+	'job_after rows' => q{
+		SELECT string_agg(t::text, E'\n' ORDER BY set_id, position) FROM claimq.job_after t},
+	'after set sequence' => q{
+		SELECT format('%s/%s', s.last_value, s.is_called) FROM claimq.after_set_seq s},
 	'key_claim rows' => q{
 		SELECT string_agg(t::text, E'\n' ORDER BY scope, key) FROM claimq.key_claim t},
 	'sequence positions' => q{
@@ -182,8 +196,8 @@ is( dbq('dst', q{
 	SELECT e.extversion = a.default_version, cardinality(e.extconfig)
 	  FROM pg_extension e JOIN pg_available_extensions a ON a.name = e.extname
 	 WHERE e.extname = 'claimq'}),
-	't|8',
-	'the restored extension is at the current version with its eight dumped tables and sequences');
+	't|10',
+	'the restored extension is at the current version with its ten dumped tables and sequences');
 
 # Duties survive the dump; PUBLIC still gets nothing.
 is( dbq('dst', q{
@@ -315,6 +329,12 @@ my $x_token = dbq('dst',
 	"SELECT token FROM claimq.claim_keys('scope-b', '{x}', '1 hour')");
 cmp_ok($x_token || 0, '>', $max_token,
 	'an expired restored key claim is won again, with a new token');
+
+# A claim held across the dump finishes, and unblocks the job waiting on it.
+is(dbq('dst', "SELECT claimq.complete($je_cl, $te_cl)"), 't',
+	'a restored claim of a job that another waits on completes with its token');
+is(dbq('dst', "SELECT state FROM claimq.status(ARRAY[$j_e2]::bigint[])"), 'pending',
+	'and the restored waiting job is judged: pending');
 
 # The source is untouched by all this.
 is(dbq('src', $compare{'job rows'}), $before{'job rows'},

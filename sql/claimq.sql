@@ -1367,7 +1367,7 @@ AS $$
 		 FOR UPDATE OF w),
 	counted AS (
 		UPDATE claimq.job j
-		   SET after_count = j.after_count OPERATOR(pg_catalog.+) delta OPERATOR(pg_catalog.*) l.n
+		   SET after_count = j.after_count OPERATOR(pg_catalog.+) (delta OPERATOR(pg_catalog.*) l.n)
 		  FROM locked l
 		 WHERE j.job_id OPERATOR(pg_catalog.=) l.job_id
 		   AND j.state OPERATOR(pg_catalog.=) 'waiting'

@@ -8,7 +8,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(86);
+SELECT plan(88);
 
 -- A job's state, as status() reports it (NULL: no such job).
 CREATE FUNCTION pg_temp.st(id bigint) RETURNS text LANGUAGE sql AS $$
@@ -308,6 +308,19 @@ SELECT is((SELECT count(*) FROM claimq.claim('wf_fifo', 10)), 0::bigint,
 SELECT claimq.complete(:tg_job_id, :tg_token) AS ok \gset
 SELECT results_eq($$SELECT job_id FROM claimq.claim('wf_fifo', 10)$$, format($$VALUES (%s::bigint)$$, :g2),
 	'then it is the group''s next');
+
+--
+-- Several of a job's listed jobs finished by one call count off together.
+--
+SELECT claimq.purge_queue('wf') IS NOT NULL AS purged \gset
+SELECT array_agg(id) AS three FROM claimq.enqueue_many('wf', ARRAY['{}', '{}', '{}']::jsonb[]) id \gset
+SELECT claimq.enqueue('wf_other', '{}', after => :'three') AS all3 \gset
+CREATE TEMP TABLE took2 AS SELECT c.job_id, c.token FROM claimq.claim('wf', 2) c;
+SELECT is((SELECT count(*) FROM claimq.complete(ARRAY(SELECT job_id FROM took2 ORDER BY job_id),
+												ARRAY(SELECT token FROM took2 ORDER BY job_id))
+			WHERE outcome = 'ok'), 2::bigint, 'one call completes two of the three');
+SELECT results_eq(format($$SELECT state, after_count FROM claimq.jobs WHERE job_id = %s$$, :all3),
+	$$VALUES ('waiting'::text, 1)$$, 'the job after all three counts both off');
 
 --
 -- dependencies' refusals.

@@ -14,7 +14,8 @@
  * pending after the backoff, or dead on its last attempt.  One row per
  * queue with anything reclaimed, by name, and always one for a queue
  * named; the groups of the jobs reclaimed in a queue with group limits
- * are synced (src/groups.c).  (reclaim() itself is a LANGUAGE sql body
+ * are synced (src/groups.c), and the jobs waiting on a job that died are
+ * judged (src/workflow.c).  (reclaim() itself is a LANGUAGE sql body
  * that calls this: PL/pgSQL refuses its argument queue, which is also the
  * name of a result column.)
  */
@@ -30,6 +31,7 @@ DECLARE
 	at timestamptz;
 	r record;
 	n bigint := 0;
+	to_judge bigint[];
 BEGIN
 	IF pg_catalog.pg_is_in_recovery() THEN
 		RAISE EXCEPTION 'cannot run claimq.reclaim() during recovery'
@@ -97,7 +99,9 @@ BEGIN
 					  -- A held job was claimed while its started_at is null.
 					  CASE WHEN j.started_at IS NULL THEN 'claimed' ELSE 'running' END AS held_as,
 					  CASE WHEN q.group_limit IS NOT NULL OR q.group_fifo
-						   THEN j.group_key END AS group_key
+						   THEN j.group_key END AS group_key,
+					  CASE WHEN j.state OPERATOR(pg_catalog.=) 'dead' AND j.dependents
+						   THEN j.job_id END AS judge
 		)
 		-- A released job was claimed, a retried one running.
 		SELECT u.queue_id, u.name,
@@ -107,7 +111,9 @@ BEGIN
 											 AND u.held_as OPERATOR(pg_catalog.=) 'running') AS retried,
 			   pg_catalog.count(*) FILTER (WHERE u.state OPERATOR(pg_catalog.=) 'dead') AS dead,
 			   pg_catalog.array_agg(DISTINCT u.group_key)
-				 FILTER (WHERE u.group_key IS NOT NULL) AS group_keys
+				 FILTER (WHERE u.group_key IS NOT NULL) AS group_keys,
+			   pg_catalog.array_agg(u.judge)
+				 FILTER (WHERE u.judge IS NOT NULL) AS judge
 		  FROM upd u GROUP BY u.queue_id, u.name ORDER BY u.name
 	LOOP
 		queue := r.name;
@@ -119,7 +125,12 @@ BEGIN
 		IF r.group_keys IS NOT NULL THEN
 			PERFORM claimq.sync_groups(r.queue_id, r.group_keys);
 		END IF;
+		to_judge := to_judge OPERATOR(pg_catalog.||) r.judge;
 	END LOOP;
+	/* Workflows (src/workflow.c, cq_finishes_settle). */
+	IF to_judge IS NOT NULL THEN
+		PERFORM claimq.judge_dependents(to_judge);
+	END IF;
 	IF queue_name IS NOT NULL AND n OPERATOR(pg_catalog.=) 0 THEN
 		queue := queue_name;
 		released := 0;
@@ -138,6 +149,10 @@ COMMENT ON FUNCTION claimq.reclaim_expired(text,integer) IS
  * max_jobs done, dead and cancelled jobs past their queue's keep_done or
  * keep_dead, oldest first per queue and state.  The DELETE checks again
  * that the row still has a finished_at, so a job redriven meanwhile stays.
+ * A job that jobs ran after (workflows) is left alone here (the DELETE
+ * checks that again too, for a job an enqueue linked meanwhile) and
+ * pruned by claimq.prune_after with what is left of max_jobs; the sets of
+ * jobs to run after that the jobs deleted named are forgotten.
  */
 CREATE FUNCTION claimq.prune_finished(max_jobs integer)
 RETURNS bigint
@@ -149,32 +164,48 @@ AS $$
 DECLARE
 	at timestamptz := pg_catalog.clock_timestamp();
 	n bigint;
+	sets bigint[];
 BEGIN
-	DELETE FROM claimq.job j
-	 WHERE j.job_id OPERATOR(pg_catalog.=) ANY (ARRAY(
-		SELECT o.job_id
-		  FROM claimq.queue q
-		 CROSS JOIN LATERAL (
-			(SELECT f.job_id FROM claimq.job f
-			  WHERE f.queue_id OPERATOR(pg_catalog.=) q.queue_id
-				AND f.state OPERATOR(pg_catalog.=) 'done'
-				AND f.finished_at OPERATOR(pg_catalog.<) (at OPERATOR(pg_catalog.-) q.keep_done)
-			  ORDER BY f.finished_at LIMIT max_jobs)
-			UNION ALL
-			(SELECT f.job_id FROM claimq.job f
-			  WHERE f.queue_id OPERATOR(pg_catalog.=) q.queue_id
-				AND f.state OPERATOR(pg_catalog.=) 'dead'
-				AND f.finished_at OPERATOR(pg_catalog.<) (at OPERATOR(pg_catalog.-) q.keep_dead)
-			  ORDER BY f.finished_at LIMIT max_jobs)
-			UNION ALL
-			(SELECT f.job_id FROM claimq.job f
-			  WHERE f.queue_id OPERATOR(pg_catalog.=) q.queue_id
-				AND f.state OPERATOR(pg_catalog.=) 'cancelled'
-				AND f.finished_at OPERATOR(pg_catalog.<) (at OPERATOR(pg_catalog.-) q.keep_dead)
-			  ORDER BY f.finished_at LIMIT max_jobs)) o
-		 LIMIT max_jobs))
-	   AND j.finished_at IS NOT NULL;
-	GET DIAGNOSTICS n = ROW_COUNT;
+	WITH pruned AS (
+		DELETE FROM claimq.job j
+		 WHERE j.job_id OPERATOR(pg_catalog.=) ANY (ARRAY(
+			SELECT o.job_id
+			  FROM claimq.queue q
+			 CROSS JOIN LATERAL (
+				(SELECT f.job_id FROM claimq.job f
+				  WHERE f.queue_id OPERATOR(pg_catalog.=) q.queue_id
+					AND f.state OPERATOR(pg_catalog.=) 'done'
+					AND NOT f.dependents
+					AND f.finished_at OPERATOR(pg_catalog.<) (at OPERATOR(pg_catalog.-) q.keep_done)
+				  ORDER BY f.finished_at LIMIT max_jobs)
+				UNION ALL
+				(SELECT f.job_id FROM claimq.job f
+				  WHERE f.queue_id OPERATOR(pg_catalog.=) q.queue_id
+					AND f.state OPERATOR(pg_catalog.=) 'dead'
+					AND NOT f.dependents
+					AND f.finished_at OPERATOR(pg_catalog.<) (at OPERATOR(pg_catalog.-) q.keep_dead)
+				  ORDER BY f.finished_at LIMIT max_jobs)
+				UNION ALL
+				(SELECT f.job_id FROM claimq.job f
+				  WHERE f.queue_id OPERATOR(pg_catalog.=) q.queue_id
+					AND f.state OPERATOR(pg_catalog.=) 'cancelled'
+					AND NOT f.dependents
+					AND f.finished_at OPERATOR(pg_catalog.<) (at OPERATOR(pg_catalog.-) q.keep_dead)
+				  ORDER BY f.finished_at LIMIT max_jobs)) o
+			 LIMIT max_jobs))
+		   AND j.finished_at IS NOT NULL AND NOT j.dependents
+		RETURNING j.after_set)
+	SELECT pg_catalog.count(*),
+		   pg_catalog.array_agg(DISTINCT p.after_set) FILTER (WHERE p.after_set IS NOT NULL)
+	  INTO n, sets
+	  FROM pruned p;
+	IF sets IS NOT NULL THEN
+		PERFORM claimq.forget_after(sets, '{}');
+	END IF;
+	/* The jobs that jobs ran after, with what is left of max_jobs. */
+	IF n OPERATOR(pg_catalog.<) max_jobs THEN
+		n := n OPERATOR(pg_catalog.+) claimq.prune_after(max_jobs OPERATOR(pg_catalog.-) n::integer);
+	END IF;
 	RETURN n;
 END
 $$;

@@ -29,6 +29,10 @@ export interface EnqueueOptions {
   maxAttempts?: number | null;
   onDuplicate?: 'keep' | 'replace';
   groupKey?: string | null;
+  /** Wait until each of these jobs is finished (done, dead or cancelled). */
+  after?: Id[] | null;
+  /** If one of them ended dead or cancelled: cancel this job (the default), or run it anyway. */
+  afterFailed?: 'cancel' | 'run';
 }
 
 export interface EnqueueManyOptions {
@@ -38,6 +42,22 @@ export interface EnqueueManyOptions {
   maxAttempts?: number | null;
   onDuplicate?: 'keep' | 'replace';
   groupKeys?: (string | null)[] | null;
+  /** Every job of the call waits until each of these jobs is finished (done, dead or cancelled). */
+  after?: Id[] | null;
+  /** If one of them ended dead or cancelled: cancel the jobs (the default), or run them anyway. */
+  afterFailed?: 'cancel' | 'run';
+}
+
+/** A row of dependencies(): a job, one job it runs after, and that job's outcome so far. */
+export interface Dependency {
+  job_id: string;
+  after_id: string;
+  /** null if the job no longer exists. */
+  state: 'waiting' | 'pending' | 'claimed' | 'running' | 'done' | 'dead' | 'cancelled' | null;
+  /** Its result, if it is done. */
+  result: any;
+  /** Its last error, if it is dead. */
+  last_error: string | null;
 }
 
 export class Client {
@@ -49,6 +69,7 @@ export class Client {
   enqueueMany(queue: string, payloads: unknown[], options?: EnqueueManyOptions): Promise<string[]>;
   cancel(jobIds: Id[]): Promise<{ job_id: string; outcome: Outcome; state: string | null }[]>;
   status(jobIds: Id[]): Promise<Record<string, any>[]>;
+  dependencies(jobIds: Id[]): Promise<Dependency[]>;
   waitFor(jobIds: Id[], timeoutMs: number): Promise<Record<string, any>[]>;
   claim(queue: string, maxJobs?: number,
         options?: { leaseMs?: number; worker?: string; start?: boolean; waitMs?: number }): Promise<Job[]>;

@@ -78,6 +78,23 @@ const id = (v) => (typeof v === 'bigint' ? v.toString() : String(v));
 const secs = (ms) => (ms === null || ms === undefined ? null : `${Number(ms) / 1000} seconds`);
 const pairs = (jobs) => [jobs.map((j) => id(j.id)), jobs.map((j) => id(j.token))];
 
+// enqueue's and enqueueMany's options after and afterFailed: the named
+// arguments to append, their values pushed onto params.  Only those given
+// are passed (null or undefined: the function's default), so that a call
+// without them reads as before.
+function workflow(o, params) {
+  let sql = '';
+  if (o.after !== undefined && o.after !== null) {
+    params.push(o.after.map(id));
+    sql += `, after => $${params.length}::bigint[]`;
+  }
+  if (o.afterFailed !== undefined && o.afterFailed !== null) {
+    params.push(o.afterFailed);
+    sql += `, after_failed => $${params.length}`;
+  }
+  return sql;
+}
+
 // attempts: the attempts counted before this claim (with start: true,
 // including this one); attempt: this run's, counting from 1.
 function toJob(r, queue, started) {
@@ -101,20 +118,24 @@ class Client {
 
   // -- producing
   async enqueue(queue, payload, o = {}) {
+    const params = [queue, JSON.stringify(payload), o.runAt ?? null, o.priority ?? 0,
+      o.dedupKey ?? null, o.maxAttempts ?? null, o.onDuplicate ?? 'keep', o.groupKey ?? null];
     const rows = await this.query(
       'SELECT claimq.enqueue($1, $2::jsonb, run_at => $3, priority => $4, dedup_key => $5,' +
-      ' max_attempts => $6, on_duplicate => $7, group_key => $8) AS id',
-      [queue, JSON.stringify(payload), o.runAt ?? null, o.priority ?? 0, o.dedupKey ?? null,
-        o.maxAttempts ?? null, o.onDuplicate ?? 'keep', o.groupKey ?? null]);
+      ` max_attempts => $6, on_duplicate => $7, group_key => $8${workflow(o, params)}) AS id`,
+      params);
     return rows[0].id;
   }
 
   async enqueueMany(queue, payloads, o = {}) {
+    const params = [queue, payloads.map((p) => JSON.stringify(p)), o.runAt ?? null,
+      o.priority ?? 0, o.dedupKeys ?? null, o.maxAttempts ?? null, o.onDuplicate ?? 'keep',
+      o.groupKeys ?? null];
     const rows = await this.query(
       'SELECT * FROM claimq.enqueue_many($1, $2::jsonb[], run_at => $3, priority => $4,' +
-      ' dedup_keys => $5::text[], max_attempts => $6, on_duplicate => $7, group_keys => $8::text[])',
-      [queue, payloads.map((p) => JSON.stringify(p)), o.runAt ?? null, o.priority ?? 0,
-        o.dedupKeys ?? null, o.maxAttempts ?? null, o.onDuplicate ?? 'keep', o.groupKeys ?? null]);
+      ' dedup_keys => $5::text[], max_attempts => $6, on_duplicate => $7,' +
+      ` group_keys => $8::text[]${workflow(o, params)})`,
+      params);
     return rows.map((r) => r.enqueue_many);
   }
 
@@ -124,6 +145,12 @@ class Client {
 
   async status(jobIds) {
     return this.query('SELECT * FROM claimq.status($1::bigint[])', [jobIds.map(id)]);
+  }
+
+  // For each listed job, one row per job it runs after:
+  // { job_id, after_id, state, result, last_error }.
+  async dependencies(jobIds) {
+    return this.query('SELECT * FROM claimq.dependencies($1::bigint[])', [jobIds.map(id)]);
   }
 
   async waitFor(jobIds, timeoutMs) {

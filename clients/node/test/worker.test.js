@@ -111,6 +111,57 @@ test('ids and tokens above 2^53 make the round trip exactly; outcomes', async ()
   } finally { await a.end(); await w.end(); }
 });
 
+test('a job after another waits until it is done; dependencies()', async () => {
+  await newQueue('js_after', { keep_done: '1 hour' });
+  const a = admin();
+  const w = worker();
+  try {
+    const first = await a.enqueue('js_after', { n: 1 });
+    const second = await a.enqueue('js_after', { n: 2 }, { after: [BigInt(first)] });
+    assert.deepStrictEqual((await w.status([first, second])).map((r) => r.state), ['pending', 'waiting']);
+    assert.deepStrictEqual(await w.dependencies([second, first]), [
+      { job_id: second, after_id: first, state: 'pending', result: null, last_error: null }],
+    'one row, for the job that has an after list');
+    // The waiting job is not claimable: only the first comes.
+    const jobs = await w.claim('js_after', 10, { leaseMs: 30000 });
+    assert.deepStrictEqual(jobs.map((j) => j.id), [first]);
+    assert.strictEqual((await w.complete(jobs, [{ r: 1 }]))[0].outcome, 'ok');
+    assert.strictEqual((await w.status([second]))[0].state, 'pending');
+    assert.deepStrictEqual(await w.dependencies([second]), [
+      { job_id: second, after_id: first, state: 'done', result: { r: 1 }, last_error: null }]);
+    assert.deepStrictEqual((await w.claim('js_after', 10, { leaseMs: 30000 })).map((j) => j.id), [second]);
+    assert.deepStrictEqual(await w.dependencies([first]), [], 'no rows for a job without after');
+  } finally { await a.end(); await w.end(); }
+});
+
+test('afterFailed: the jobs after a dead one are cancelled, or run', async () => {
+  await newQueue('js_after_failed', { keep_done: '1 hour' });
+  const a = admin();
+  const w = worker();
+  try {
+    const doomed = await a.enqueue('js_after_failed', { doomed: true });
+    const cancelled = await a.enqueueMany('js_after_failed', [{ n: 1 }, { n: 2 }], { after: [doomed] });
+    const report = await a.enqueue('js_after_failed', { report: true },
+      { after: [doomed, doomed], afterFailed: 'run' });
+    const runMany = await a.enqueueMany('js_after_failed', [{ n: 3 }], { after: [doomed], afterFailed: 'run' });
+    const all = [...cancelled, report, ...runMany];
+    assert.deepStrictEqual((await w.status(all)).map((r) => r.state), ['waiting', 'waiting', 'waiting', 'waiting']);
+    const [job, ...more] = await w.claim('js_after_failed', 10, { leaseMs: 30000 });
+    assert.strictEqual(job.id, doomed);
+    assert.strictEqual(more.length, 0);
+    assert.strictEqual((await w.fail([job], 'boom', { permanent: true }))[0].state, 'dead');
+    assert.deepStrictEqual((await w.status(all)).map((r) => r.state),
+      ['cancelled', 'cancelled', 'pending', 'pending']);
+    const dead = { after_id: doomed, state: 'dead', result: null, last_error: 'boom' };
+    assert.deepStrictEqual(await w.dependencies([report, cancelled[0]]),
+      [{ job_id: report, ...dead }, { job_id: cancelled[0], ...dead }], 'a repeated id counts once');
+    // afterFailed is passed, and checked, without after too.
+    await assert.rejects(a.enqueue('js_after_failed', {}, { afterFailed: 'sometimes' }), { code: '22023' });
+    await assert.rejects(a.enqueueMany('js_after_failed', [{}], { after: [BigInt(doomed) + 1000000000n] }),
+      { code: '23503' });
+  } finally { await a.end(); await w.end(); }
+});
+
 test('a worker with concurrency 8 drains the queue; results are kept', async () => {
   await newQueue('js_drain', { keep_done: '1 hour' });
   const a = admin();

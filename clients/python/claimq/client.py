@@ -87,6 +87,22 @@ SQL_RELEASE = "SELECT * FROM claimq.release(%s::bigint[], %s::bigint[])"
 SQL_SNOOZE = "SELECT * FROM claimq.snooze(%s::bigint[], %s::bigint[], %s)"
 
 
+def _workflow(after: Optional[Sequence[int]], after_failed: Optional[str]
+              ) -> Tuple[str, List[Any]]:
+    """enqueue's and enqueue_many's after and after_failed: the named arguments
+    to append and their values.  Only those given are passed (None: the
+    function's default), so that a call without them reads as before."""
+    sql = ""
+    params: List[Any] = []
+    if after is not None:
+        sql += ", after => %s::bigint[]"
+        params.append([int(i) for i in after])
+    if after_failed is not None:
+        sql += ", after_failed => %s"
+        params.append(after_failed)
+    return sql, params
+
+
 def job_of(row: Sequence[Any], queue: Optional[str] = None, started: bool = False) -> Job:
     """A Job from a row of SQL_CLAIM (started: claimed with start=True)."""
     return Job(int(row[0]), int(row[1]), row[2], row[3], row[4], row[5], row[6],
@@ -154,12 +170,14 @@ class Client:
     def enqueue(self, queue: str, payload: Any, *, run_at: Optional[_dt.datetime] = None,
                 priority: int = 0, dedup_key: Optional[str] = None,
                 max_attempts: Optional[int] = None, on_duplicate: str = "keep",
-                group_key: Optional[str] = None) -> int:
+                group_key: Optional[str] = None, after: Optional[Sequence[int]] = None,
+                after_failed: Optional[str] = None) -> int:
+        workflow, extra = _workflow(after, after_failed)
         row = self.conn.execute(
             "SELECT claimq.enqueue(%s, %s, run_at => %s, priority => %s, dedup_key => %s,"
-            " max_attempts => %s, on_duplicate => %s, group_key => %s)",
+            " max_attempts => %s, on_duplicate => %s, group_key => %s" + workflow + ")",
             (queue, Jsonb(payload), run_at, priority, dedup_key, max_attempts,
-             on_duplicate, group_key)).fetchone()
+             on_duplicate, group_key, *extra)).fetchone()
         assert row is not None
         return int(row[0])
 
@@ -167,14 +185,18 @@ class Client:
                      run_at: Optional[_dt.datetime] = None, priority: int = 0,
                      dedup_keys: Optional[Sequence[Optional[str]]] = None,
                      max_attempts: Optional[int] = None, on_duplicate: str = "keep",
-                     group_keys: Optional[Sequence[Optional[str]]] = None) -> List[int]:
+                     group_keys: Optional[Sequence[Optional[str]]] = None,
+                     after: Optional[Sequence[int]] = None,
+                     after_failed: Optional[str] = None) -> List[int]:
+        workflow, extra = _workflow(after, after_failed)
         rows = self.conn.execute(
             "SELECT * FROM claimq.enqueue_many(%s, %s::jsonb[], run_at => %s, priority => %s,"
             " dedup_keys => %s::text[], max_attempts => %s, on_duplicate => %s,"
-            " group_keys => %s::text[])",
+            " group_keys => %s::text[]" + workflow + ")",
             (queue, [Jsonb(p) for p in payloads], run_at, priority,
              list(dedup_keys) if dedup_keys is not None else None, max_attempts,
-             on_duplicate, list(group_keys) if group_keys is not None else None)).fetchall()
+             on_duplicate, list(group_keys) if group_keys is not None else None,
+             *extra)).fetchall()
         return [int(r[0]) for r in rows]
 
     def cancel(self, job_ids: Sequence[int]) -> List[Tuple[int, Outcome, Optional[str]]]:
@@ -184,6 +206,15 @@ class Client:
 
     def status(self, job_ids: Sequence[int]) -> List[Dict[str, Any]]:
         cur = self.conn.execute("SELECT * FROM claimq.status(%s::bigint[])", (list(job_ids),))
+        cols = [c.name for c in cur.description or ()]
+        return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+    def dependencies(self, job_ids: Sequence[int]) -> List[Dict[str, Any]]:
+        """For each listed job, one row per job it runs after: job_id, after_id,
+        state, result (if done) and last_error (if dead); state, result and
+        last_error are None for a job that no longer exists."""
+        cur = self.conn.execute("SELECT * FROM claimq.dependencies(%s::bigint[])",
+                                (list(job_ids),))
         cols = [c.name for c in cur.description or ()]
         return [dict(zip(cols, r)) for r in cur.fetchall()]
 

@@ -20,6 +20,7 @@ import time
 import unittest
 
 import claimq
+import psycopg
 
 WORKER = "user=" + os.environ.get("CLAIMQ_TEST_WORKER_ROLE", "cq_worker")
 ADMIN = os.environ.get("CLAIMQ_TEST_ADMIN", "")
@@ -171,6 +172,53 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(w.status([job_id])[0]["state"], "done")
             self.assertEqual(a.conn.execute("SELECT result FROM claimq.job WHERE job_id = %s",
                                             (job_id,)).fetchone()[0], {"r": 2})
+
+    def test_a_job_after_another_waits_until_it_is_done(self):
+        new_queue("py_after", keep_done="1 hour")
+        with claimq.Client(WORKER) as w, admin() as a:
+            first = a.enqueue("py_after", {"n": 1})
+            second = a.enqueue("py_after", {"n": 2}, after=[first])
+            self.assertEqual([r["state"] for r in w.status([first, second])],
+                             ["pending", "waiting"])
+            self.assertEqual(w.dependencies([second, first]), [
+                {"job_id": second, "after_id": first, "state": "pending", "result": None,
+                 "last_error": None}], "one row, for the job that has an after list")
+            # The waiting job is not claimable: only the first comes.
+            jobs = w.claim("py_after", 10, lease=30)
+            self.assertEqual([j.id for j in jobs], [first])
+            self.assertEqual(w.complete(jobs, [{"r": 1}])[0][1], claimq.Outcome.OK)
+            self.assertEqual(w.status([second])[0]["state"], "pending")
+            self.assertEqual(w.dependencies([second]), [
+                {"job_id": second, "after_id": first, "state": "done", "result": {"r": 1},
+                 "last_error": None}])
+            self.assertEqual([j.id for j in w.claim("py_after", 10, lease=30)], [second])
+            self.assertEqual(w.dependencies([first]), [], "no rows for a job without after")
+
+    def test_after_failed_cancels_or_runs_the_jobs_after_a_dead_one(self):
+        new_queue("py_after_failed", keep_done="1 hour")
+        with claimq.Client(WORKER) as w, admin() as a:
+            doomed = a.enqueue("py_after_failed", {"doomed": True})
+            cancelled = a.enqueue_many("py_after_failed", [{"n": 1}, {"n": 2}], after=[doomed])
+            report = a.enqueue("py_after_failed", {"report": True}, after=[doomed, doomed],
+                               after_failed="run")
+            run_many = a.enqueue_many("py_after_failed", [{"n": 3}], after=[doomed],
+                                      after_failed="run")
+            self.assertEqual({r["state"] for r in w.status(cancelled + [report] + run_many)},
+                             {"waiting"})
+            [job] = w.claim("py_after_failed", 10, lease=30)
+            self.assertEqual(job.id, doomed)
+            self.assertEqual(w.fail([job], "boom", permanent=True)[0][2], "dead")
+            self.assertEqual([r["state"] for r in w.status(cancelled + [report] + run_many)],
+                             ["cancelled", "cancelled", "pending", "pending"])
+            dead = {"after_id": doomed, "state": "dead", "result": None, "last_error": "boom"}
+            self.assertEqual(w.dependencies([report, cancelled[0]]),
+                             [{"job_id": report, **dead}, {"job_id": cancelled[0], **dead}],
+                             "a repeated id counts once")
+            # after_failed is passed, and checked, without after too.
+            with self.assertRaises(psycopg.errors.InvalidParameterValue):
+                a.enqueue("py_after_failed", {}, after_failed="sometimes")
+            with self.assertRaises(psycopg.errors.ForeignKeyViolation):
+                a.enqueue_many("py_after_failed", [{}], after=[doomed + 10 ** 9])
 
     def test_the_worker_role_cannot_enqueue(self):
         new_queue("py_denied")

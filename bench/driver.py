@@ -38,7 +38,7 @@ METHODS = {
 # Server profiles (bench/run starts one server per profile): Debian's
 # defaults, and the tuned server the matrix has always used.
 PROFILES = ["default", "tuned"]
-PARTS = ["matrix", "backlog", "latency", "reclaim", "groups", "sustained"]
+PARTS = ["matrix", "backlog", "latency", "reclaim", "groups", "workflows", "sustained"]
 
 # First guesses of jobs/s per batch size, used only to size the first pool
 # of a (variant, method, batch); every later pool is sized from measured rates.
@@ -131,7 +131,7 @@ def parse_args(argv):
     elif a.sustained:
         a.parts = ["sustained"]
     else:
-        a.parts = ["matrix", "backlog", "latency", "reclaim", "groups"]
+        a.parts = ["matrix", "backlog", "latency", "reclaim", "groups", "workflows"]
     return a
 
 
@@ -934,6 +934,99 @@ def run_groups():
 
 
 # ---------------------------------------------------------------------------
+# Workflows: what a finish costs with n jobs after it, and what a claim
+# costs with a million jobs waiting in its queue.
+
+def run_workflows():
+    """Two measures of the C edition's workflows.  (1) The complete of one
+    claimed job that n jobs (one enqueue_many) run after, for n = 0, 1, 100
+    and 10,000: the statement and its commit, timed from the client, the
+    median of several, and its cost per dependent over n = 0.  (2) The
+    matrix's claim-and-complete transaction (claimq-tx, 4 clients, batch 10)
+    on a queue whose jobs are all ready, with no job waiting and with
+    1,000,000 jobs of the same queue waiting on a job that never finishes:
+    a fixed number of transactions per run, alternating (none, waiting,
+    waiting, none)."""
+    set_sync(PART_SYNC)
+    DB.execute("TRUNCATE claimq.job, claimq.job_after")
+    for name in ("wf_parent", "wf_after"):
+        ensure_queue(name)
+    t0 = time.time()
+    finish = {}
+    for n in (0, 1, 100, 10000):
+        times = []
+        for _ in range(3 if n >= 10000 else (5 if ARGS.mode == "quick" else 15)):
+            parent = q("SELECT claimq.enqueue('wf_parent', '{}')")
+            if n:
+                q("SELECT count(*) FROM claimq.enqueue_many('wf_after', array_fill('{}'::jsonb, ARRAY[%s]),"
+                  " after => ARRAY[%s]::bigint[])", (n, parent))
+            job, token = rows("SELECT job_id, token FROM claimq.claim('wf_parent', start => true)")[0]
+            start = time.perf_counter()
+            with DB.transaction():
+                ok = q("SELECT claimq.complete(%s::bigint, %s::bigint)", (job, token))
+            times.append(time.perf_counter() - start)
+            if not ok:
+                raise RuntimeError("bench: the parent's complete was refused")
+            pending = q("SELECT count(*) FROM claimq.job WHERE queue_id ="
+                        " (SELECT queue_id FROM claimq.queue WHERE name = 'wf_after') AND state = 'pending'")
+            if pending != n:
+                raise RuntimeError("bench: %d of %d dependents pending after the complete" % (pending, n))
+            DB.execute("TRUNCATE claimq.job, claimq.job_after")
+        finish[n] = statistics.median(times)
+
+    # (2): the same ready jobs, with and without a million waiting.
+    clients, batch = 4, 10
+    ready = 40000 if ARGS.mode == "quick" else 160000
+    txns = ready // (3 * clients * batch)
+    parent = None
+
+    def load(waiting):
+        DB.execute("TRUNCATE claimq.job, claimq.job_after")
+        DB.execute("SELECT bench.load_claimq('bench', %s)", (ready,))
+        if waiting:
+            p = q("SELECT claimq.enqueue('wf_parent', '{}')")
+            q("SELECT claimq.link_after(ARRAY[%s]::bigint[])", (p,))
+            DB.execute("""
+                INSERT INTO claimq.job (queue_id, state, run_at, enqueued_at, payload,
+                                        after_set, after_count, after_failed)
+                SELECT q.queue_id, 'waiting', clock_timestamp(), clock_timestamp(),
+                       bench.payload(i), (SELECT max(set_id) FROM claimq.job_after), 1, 'cancel'
+                  FROM claimq.queue q, generate_series(1, %s) i
+                 WHERE q.name = 'bench'""", (waiting,))
+        DB.execute("VACUUM (ANALYZE) claimq.job")
+
+    claims = {}
+    for waiting in (0, 1000000, 1000000, 0):
+        load(waiting)
+        r = pgbench_result(pgbench("claimq_tx.sql", clients, None, batch, transactions=txns))
+        cell = claims.setdefault(waiting, {"seconds": 0.0, "jobs": 0})
+        cell["seconds"] += r["seconds"]
+        cell["jobs"] += txns * clients * batch
+    log("workflows measured in %.1fs" % (time.time() - t0))
+    say()
+    say("== workflows, synchronous_commit = %s" % sync_label(PART_SYNC))
+    say()
+    say("| complete of a job with n jobs after it | ms (median) | over n = 0, per job after it |")
+    say("|---|---:|---:|")
+    for n, t in sorted(finish.items()):
+        say("| n = %s | %.2f | %s |" % ("{:,}".format(n), t * 1000,
+                                       "" if n == 0 else "%.1f µs" % ((t - finish[0]) * 1e6 / n)))
+    say()
+    say("| claim and complete, %d clients, batch %d, %s ready jobs | jobs/s | vs none waiting |"
+        % (clients, batch, "{:,}".format(ready)))
+    say("|---|---:|---:|")
+    none = claims[0]["jobs"] / claims[0]["seconds"]
+    for waiting, cell in sorted(claims.items()):
+        rate = cell["jobs"] / cell["seconds"]
+        say("| %s jobs waiting in the queue | %s | %.2f× |" % ("{:,}".format(waiting), fmt_rate(rate),
+                                                             rate / none))
+    RESULTS["extras"]["workflows"] = {
+        "finish_ms": {str(n): t * 1000 for n, t in finish.items()},
+        "claim_jobs_per_s": {str(w): c["jobs"] / c["seconds"] for w, c in claims.items()}}
+    DB.execute("TRUNCATE claimq.job, claimq.job_after")
+
+
+# ---------------------------------------------------------------------------
 # Wake-up latency of claim(..., wait => '5 seconds').
 
 def run_latency():
@@ -1238,7 +1331,7 @@ def main():
         run_matrix()
     for part, fn in (("backlog", run_backlog), ("latency", run_latency),
                      ("reclaim", run_reclaim), ("groups", run_groups),
-                     ("sustained", run_sustained)):
+                     ("workflows", run_workflows), ("sustained", run_sustained)):
         if part in ARGS.parts:
             try:
                 retrying("the %s test" % part, fn)

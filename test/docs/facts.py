@@ -7,6 +7,8 @@ claimq.control.  Everything else that names it must name the same:
   - META.json: "version" and provides.claimq.version; provides.claimq.file
     must be the current schema's source, sql/claimq.sql;
   - debian/changelog: the version of its top entry;
+    (these two, and the Debian package below, in three parts: 0.7.0 for
+    a release 0.7, as PGXN and Debian want)
   - src/claimq.h: CQ_SCHEMA_VERSION;
   - README.md: every Debian package file name it shows
     (postgresql-NN-claimq_VERSION_ARCH.deb);
@@ -200,6 +202,8 @@ def release_checks(tap):
         return None
     release = m.group(1)
     tap.result(True, "the release is %s (claimq.control)" % release)
+    # PGXN and Debian want three parts: 0.7 is 0.7.0 there.
+    semver = ".".join((release.split(".") + ["0", "0"])[:max(3, len(release.split(".")))])
 
     # META.json
     text = read("META.json")
@@ -215,13 +219,13 @@ def release_checks(tap):
             return "META.json:%d" % (line_at(text, m.start()) if m else 1)
         provides = max(text.find('"provides"'), 0)
         v = meta.get("version")
-        if v != release:
-            problems.append("%s: version is %r, not the release's %r" % (where("version", v), v, release))
+        if v != semver:
+            problems.append("%s: version is %r, not the release's %r" % (where("version", v), v, semver))
         p = meta.get("provides", {}).get("claimq", {})
         v = p.get("version")
-        if v != release:
+        if v != semver:
             problems.append("%s: provides.claimq.version is %r, not the release's %r"
-                            % (where("version", v, provides), v, release))
+                            % (where("version", v, provides), v, semver))
         f = p.get("file")
         if f != "sql/claimq.sql":
             problems.append("%s: provides.claimq.file is %r, not the current schema's source "
@@ -238,7 +242,7 @@ def release_checks(tap):
                    ["debian/changelog:1: not a changelog entry's first line"])
     else:
         tap.expect("debian/changelog's top entry is release %s" % release,
-                   [] if m.group(1) == release else
+                   [] if m.group(1) == semver else
                    ["debian/changelog:1: the top entry is %s" % m.group(1)])
 
     # src/claimq.h
@@ -253,7 +257,7 @@ def release_checks(tap):
     text = read("README.md")
     debs = list(re.finditer(r"postgresql-\d+-claimq_([^_\s]+)_[A-Za-z0-9]+\.deb", text))
     problems = ["README.md:%d: %s names version %s" % (line_at(text, m.start()), m.group(0), m.group(1))
-                for m in debs if m.group(1) != release]
+                for m in debs if m.group(1) != semver]
     if not debs:
         problems.append("README.md: no postgresql-NN-claimq_VERSION_ARCH.deb found")
     tap.expect("README.md's Debian package is release %s" % release, problems)

@@ -60,7 +60,8 @@ $node->safe_psql('postgres', <<'SQL');
 					  LATERAL (VALUES ('ready', q.ready), ('scheduled', q.scheduled),
 									  ('claimed', q.claimed), ('running', q.running),
 									  ('expired', q.expired), ('dead', q.dead),
-									  ('done', q.done), ('cancelled', q.cancelled)) v(state, n))
+									  ('done', q.done), ('cancelled', q.cancelled),
+									  ('waiting', q.waiting)) v(state, n))
 	SELECT s.queue, s.state, s.n, m.f[3]
 	  FROM s FULL JOIN m ON m.f[1] = s.queue AND m.f[2] = s.state
 	 WHERE s.n IS DISTINCT FROM m.f[3]::bigint;

@@ -48,6 +48,37 @@ REVOKE ALL ON SEQUENCE claimq.after_set_seq FROM PUBLIC;
  * 2. Workflows' private helpers, and dependencies()
  *-----------------------------------------------------------------------*/
 
+CREATE FUNCTION claimq.ledger_end_moves(moves jsonb)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	first boolean := true;
+	m record;
+BEGIN
+	FOR m IN SELECT (x OPERATOR(pg_catalog.->>) 'queue_id')::integer AS queue_id,
+					x OPERATOR(pg_catalog.->>) 'to_state' AS to_state,
+					ARRAY(SELECT pg_catalog.jsonb_array_elements_text(x OPERATOR(pg_catalog.->) 'from_states')) AS from_states,
+					ARRAY(SELECT pg_catalog.jsonb_array_elements_text(x OPERATOR(pg_catalog.->) 'counts'))::bigint[] AS counts
+			   FROM pg_catalog.jsonb_array_elements(COALESCE(moves, '[]')) AS x LOOP
+		IF NOT first THEN
+			PERFORM claimq.ledger_begin();
+		END IF;
+		first := false;
+		PERFORM claimq.ledger_end(m.queue_id, m.to_state, m.from_states, m.counts);
+	END LOOP;
+	IF first THEN
+		PERFORM claimq.ledger_end(0, NULL, '{}', '{}');
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.ledger_end_moves(jsonb) IS
+'private: end the scope of the last ledger_begin() with several moves (objects queue_id, to_state, from_states, counts), one ledger_end() each';
+
+REVOKE ALL ON FUNCTION claimq.ledger_end_moves(jsonb) FROM PUBLIC;
+
 CREATE FUNCTION claimq.link_after(after bigint[], OUT set_id bigint,
 								  OUT unfinished integer, OUT all_done boolean)
 RETURNS record
@@ -159,7 +190,6 @@ DECLARE
 	finished bigint[] := job_ids;
 	ready bigint[];
 	moves jsonb;
-	first boolean;
 	m record;
 BEGIN
 	WHILE pg_catalog.cardinality(finished) OPERATOR(pg_catalog.>) 0 LOOP
@@ -202,7 +232,8 @@ BEGIN
 			RETURNING j.job_id, j.queue_id, j.state, j.group_key, j.held,
 					  j.dependents)
 		SELECT (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-							'queue_id', g.queue_id, 'state', g.state, 'n', g.n,
+							'queue_id', g.queue_id, 'to_state', g.state,
+							'from_states', '{waiting}'::text[], 'counts', ARRAY[g.n],
 							'groups', g.groups))
 				  FROM (SELECT x.queue_id, x.state, pg_catalog.count(*) AS n,
 							   pg_catalog.array_agg(DISTINCT x.group_key)
@@ -213,20 +244,7 @@ BEGIN
 		  INTO moves, finished;
 
 		/* Tell the ledger, one move per queue and state. */
-		first := true;
-		FOR m IN SELECT (x OPERATOR(pg_catalog.->>) 'queue_id')::integer AS queue_id,
-						x OPERATOR(pg_catalog.->>) 'state' AS state,
-						(x OPERATOR(pg_catalog.->>) 'n')::bigint AS n
-				   FROM pg_catalog.jsonb_array_elements(COALESCE(moves, '[]')) AS x LOOP
-			IF NOT first THEN
-				PERFORM claimq.ledger_begin();
-			END IF;
-			first := false;
-			PERFORM claimq.ledger_end(m.queue_id, m.state, '{waiting}', ARRAY[m.n]);
-		END LOOP;
-		IF first THEN
-			PERFORM claimq.ledger_end(0, NULL, '{}', '{}');
-		END IF;
+		PERFORM claimq.ledger_end_moves(moves);
 
 		/* Jobs made pending in limited groups go in held, then are synced. */
 		FOR m IN SELECT (x OPERATOR(pg_catalog.->>) 'queue_id')::integer AS queue_id,
@@ -275,9 +293,6 @@ DECLARE
 	moves jsonb;
 	gone bigint[];
 	sets bigint[];
-	n bigint := 0;
-	first boolean := true;
-	m record;
 BEGIN
 	due := ARRAY(
 		SELECT j.job_id FROM claimq.job j
@@ -311,7 +326,8 @@ BEGIN
 				   AND w.state OPERATOR(pg_catalog.<>) ALL ('{done,dead,cancelled}'::text[]))
 		RETURNING j.job_id, j.queue_id, j.state, j.after_set)
 	SELECT (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-						'queue_id', g.queue_id, 'states', g.states, 'counts', g.counts))
+						'queue_id', g.queue_id, 'to_state', NULL,
+						'from_states', g.states, 'counts', g.counts))
 			  FROM (SELECT c.queue_id, pg_catalog.array_agg(c.state) AS states,
 						   pg_catalog.array_agg(c.n) AS counts
 					  FROM (SELECT p.queue_id, p.state, pg_catalog.count(*) AS n
@@ -321,24 +337,11 @@ BEGIN
 		   (SELECT pg_catalog.array_agg(DISTINCT p.after_set) FROM pruned p
 			 WHERE p.after_set IS NOT NULL)
 	  INTO moves, gone, sets;
-	FOR m IN SELECT (x OPERATOR(pg_catalog.->>) 'queue_id')::integer AS queue_id,
-					ARRAY(SELECT pg_catalog.jsonb_array_elements_text(x OPERATOR(pg_catalog.->) 'states')) AS states,
-					ARRAY(SELECT pg_catalog.jsonb_array_elements_text(x OPERATOR(pg_catalog.->) 'counts'))::bigint[] AS counts
-			   FROM pg_catalog.jsonb_array_elements(COALESCE(moves, '[]')) AS x LOOP
-		IF NOT first THEN
-			PERFORM claimq.ledger_begin();
-		END IF;
-		first := false;
-		PERFORM claimq.ledger_end(m.queue_id, NULL, m.states, m.counts);
-		n := n OPERATOR(pg_catalog.+) (SELECT pg_catalog.sum(c) FROM pg_catalog.unnest(m.counts) AS c);
-	END LOOP;
-	IF first THEN
-		PERFORM claimq.ledger_end(0, NULL, '{}', '{}');
-	END IF;
+	PERFORM claimq.ledger_end_moves(moves);
 	IF gone IS NOT NULL THEN
 		PERFORM claimq.forget_after(COALESCE(sets, '{}'), gone);
 	END IF;
-	RETURN n;
+	RETURN COALESCE(pg_catalog.cardinality(gone), 0);
 END
 $$;
 

@@ -126,6 +126,25 @@ cq_enqueue_args(FunctionCallInfo fcinfo, CqEnqueueArgs *args)
 }
 
 /*
+ * The four parameters both inserts end with: the state the jobs start in,
+ * then their after_set, after_count and after_failed (NULL without after).
+ */
+static void
+cq_enqueue_state_values(CqEnqueueArgs *args, Datum *values, char *nulls)
+{
+	char		after_null = args->after.ids ? ' ' : 'n';
+
+	values[0] = CStringGetTextDatum(args->state);
+	nulls[0] = ' ';
+	values[1] = Int64GetDatum(args->after.set_id);
+	nulls[1] = after_null;
+	values[2] = Int32GetDatum(args->after.unfinished);
+	nulls[2] = ' ';
+	values[3] = CStringGetTextDatum(args->after.run ? "run" : "cancel");
+	nulls[3] = after_null;
+}
+
+/*
  * Raise 22023 unless a group key (not NULL) is at most CQ_MAX_GROUP_KEY
  * bytes long.
  */
@@ -248,12 +267,7 @@ cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null,
 	nulls[8] = group_key_null ? 'n' : ' ';
 	values[9] = BoolGetDatum(cq_queue_groups_limited(&args->queue) &&
 							 strcmp(args->state, "pending") == 0);
-	values[10] = CStringGetTextDatum(args->state);
-	values[11] = Int64GetDatum(args->after.set_id);
-	nulls[11] = args->after.ids ? ' ' : 'n';
-	values[12] = Int32GetDatum(args->after.unfinished);
-	values[13] = CStringGetTextDatum(args->after.run ? "run" : "cancel");
-	nulls[13] = args->after.ids ? ' ' : 'n';
+	cq_enqueue_state_values(args, values + 10, nulls + 10);
 
 	for (int attempt = 0; attempt < CQ_DEDUP_RETRIES; attempt++)
 	{
@@ -533,12 +547,7 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 	values[8] = args.max_attempts;
 	nulls[8] = args.max_attempts_null ? 'n' : ' ';
 	values[9] = BoolGetDatum(sync);
-	values[10] = CStringGetTextDatum(args.state);
-	values[11] = Int64GetDatum(args.after.set_id);
-	nulls[11] = args.after.ids ? ' ' : 'n';
-	values[12] = Int32GetDatum(args.after.unfinished);
-	values[13] = CStringGetTextDatum(args.after.run ? "run" : "cancel");
-	nulls[13] = args.after.ids ? ' ' : 'n';
+	cq_enqueue_state_values(&args, values + 10, nulls + 10);
 	cq_execute(plan, values, nulls, SPI_OK_SELECT);
 
 	{

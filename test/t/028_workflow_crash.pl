@@ -113,6 +113,6 @@ is( $node->safe_psql(
 	'1', 'it is claimed once');
 
 $node->stop;
-log_is_clean($node, qr/server process \(PID \d+\) was terminated by signal 9/);
+log_is_clean($node, qr/\(PID $holder_pid\) was terminated by signal 9/);
 
 done_testing();

@@ -108,23 +108,28 @@ BEGIN
 			 GROUP BY u.id) a;
 
 	/*
-	 * Mark the jobs that had no dependents (that locks them), then lock
-	 * every one in share mode: enqueues after the same job do not wait for
-	 * each other once it is marked, and a finish waits for them all.
+	 * Write a new version of every listed job, locked in id order.  A finish
+	 * or redrive of one of them that commits after this waits for it and
+	 * then reads this set; one whose snapshot is older than this set cannot
+	 * read it, and its update of the job fails with a serialization failure
+	 * (REPEATABLE READ and SERIALIZABLE) rather than missing it.
 	 */
-	UPDATE claimq.job j SET dependents = true
-	 WHERE j.job_id OPERATOR(pg_catalog.=) ANY (ids) AND NOT j.dependents;
 	WITH listed AS MATERIALIZED (
-		SELECT j.state FROM claimq.job j
+		SELECT j.job_id FROM claimq.job j
 		 WHERE j.job_id OPERATOR(pg_catalog.=) ANY (ids)
 		 ORDER BY j.job_id
-		 FOR SHARE OF j)
+		 FOR NO KEY UPDATE OF j),
+	marked AS (
+		UPDATE claimq.job j SET dependents = true
+		  FROM listed l
+		 WHERE j.job_id OPERATOR(pg_catalog.=) l.job_id
+		RETURNING j.state)
 	SELECT pg_catalog.count(*),
-		   pg_catalog.count(*) FILTER (WHERE l.state OPERATOR(pg_catalog.<>) ALL ('{done,dead,cancelled}'::text[])),
-		   COALESCE(pg_catalog.bool_and(l.state OPERATOR(pg_catalog.=) 'done')
-					FILTER (WHERE l.state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[])), true)
+		   pg_catalog.count(*) FILTER (WHERE m.state OPERATOR(pg_catalog.<>) ALL ('{done,dead,cancelled}'::text[])),
+		   COALESCE(pg_catalog.bool_and(m.state OPERATOR(pg_catalog.=) 'done')
+					FILTER (WHERE m.state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[])), true)
 	  INTO found, unfinished, all_done
-	  FROM listed l;
+	  FROM marked m;
 	IF found OPERATOR(pg_catalog.<) pg_catalog.cardinality(ids) THEN
 		SELECT u.id INTO unknown
 		  FROM pg_catalog.unnest(ids) WITH ORDINALITY AS u(id, ord)

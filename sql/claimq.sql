@@ -1288,11 +1288,15 @@ COMMENT ON FUNCTION claimq.sync_groups(integer,text[]) IS
  *	forget_after		jobs deleted: the sets no job names any more go
  *	prune_after			retention of the jobs that jobs ran after
  *
- * Races.  An enqueue locks the jobs it names (FOR SHARE, after marking
- * those without dependents) before it records its set, and every finish
- * changes the finishing row: so either the finish waits for the enqueue
+ * Races.  An enqueue writes a new version of each job it names (marking
+ * it as having dependents) before it records its set, and every finish and
+ * redrive changes the row too: so either the finish waits for the enqueue
  * and then sees its set, or the enqueue waits for the finish and then sees
- * the job finished (or gone: 23503).  A waiting job counts off finishes
+ * the job finished (or gone: 23503).  A finish whose transaction snapshot
+ * (REPEATABLE READ, SERIALIZABLE) predates the enqueue's commit gets a
+ * serialization failure instead of finishing without the set; and so does
+ * prune_after, which would otherwise remove a done job that a new set
+ * names.  A waiting job counts off finishes
  * under its row lock, so two jobs finishing at once in two transactions
  * take turns on it and exactly one of them sees the count reach zero; the
  * judgement that follows reads the listed jobs' states with a new
@@ -1339,23 +1343,28 @@ BEGIN
 			 GROUP BY u.id) a;
 
 	/*
-	 * Mark the jobs that had no dependents (that locks them), then lock
-	 * every one in share mode: enqueues after the same job do not wait for
-	 * each other once it is marked, and a finish waits for them all.
+	 * Write a new version of every listed job, locked in id order.  A finish
+	 * or redrive of one of them that commits after this waits for it and
+	 * then reads this set; one whose snapshot is older than this set cannot
+	 * read it, and its update of the job fails with a serialization failure
+	 * (REPEATABLE READ and SERIALIZABLE) rather than missing it.
 	 */
-	UPDATE claimq.job j SET dependents = true
-	 WHERE j.job_id OPERATOR(pg_catalog.=) ANY (ids) AND NOT j.dependents;
 	WITH listed AS MATERIALIZED (
-		SELECT j.state FROM claimq.job j
+		SELECT j.job_id FROM claimq.job j
 		 WHERE j.job_id OPERATOR(pg_catalog.=) ANY (ids)
 		 ORDER BY j.job_id
-		 FOR SHARE OF j)
+		 FOR NO KEY UPDATE OF j),
+	marked AS (
+		UPDATE claimq.job j SET dependents = true
+		  FROM listed l
+		 WHERE j.job_id OPERATOR(pg_catalog.=) l.job_id
+		RETURNING j.state)
 	SELECT pg_catalog.count(*),
-		   pg_catalog.count(*) FILTER (WHERE l.state OPERATOR(pg_catalog.<>) ALL ('{done,dead,cancelled}'::text[])),
-		   COALESCE(pg_catalog.bool_and(l.state OPERATOR(pg_catalog.=) 'done')
-					FILTER (WHERE l.state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[])), true)
+		   pg_catalog.count(*) FILTER (WHERE m.state OPERATOR(pg_catalog.<>) ALL ('{done,dead,cancelled}'::text[])),
+		   COALESCE(pg_catalog.bool_and(m.state OPERATOR(pg_catalog.=) 'done')
+					FILTER (WHERE m.state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[])), true)
 	  INTO found, unfinished, all_done
-	  FROM listed l;
+	  FROM marked m;
 	IF found OPERATOR(pg_catalog.<) pg_catalog.cardinality(ids) THEN
 		SELECT u.id INTO unknown
 		  FROM pg_catalog.unnest(ids) WITH ORDINALITY AS u(id, ord)

@@ -197,6 +197,43 @@ DECLARE
 	moves jsonb;
 	m record;
 BEGIN
+	/*
+	 * Each pass below locks the jobs it counts off in id order, but a
+	 * cascade's second pass comes after its first: two cascades that cross
+	 * would each hold what the other's next pass needs.  So if a job this
+	 * call counts off may be cancelled (after_failed cancel) and has
+	 * dependents, first lock every waiting job the cascade can reach, in
+	 * id order; the passes then take no lock they do not hold.
+	 */
+	IF EXISTS (SELECT 1 FROM claimq.job_after e
+				 JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
+				WHERE e.after_id OPERATOR(pg_catalog.=) ANY (job_ids)
+				  AND w.state OPERATOR(pg_catalog.=) 'waiting'
+				  AND w.dependents
+				  AND w.after_failed OPERATOR(pg_catalog.=) 'cancel') THEN
+		PERFORM FROM claimq.job w
+		 WHERE w.job_id OPERATOR(pg_catalog.=) ANY (ARRAY(
+				WITH RECURSIVE reach(job_id, cascades) AS (
+					SELECT w.job_id,
+						   w.dependents AND w.after_failed OPERATOR(pg_catalog.=) 'cancel'
+					  FROM claimq.job_after e
+					  JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
+					 WHERE e.after_id OPERATOR(pg_catalog.=) ANY (job_ids)
+					   AND w.state OPERATOR(pg_catalog.=) 'waiting'
+					UNION
+					SELECT w.job_id,
+						   w.dependents AND w.after_failed OPERATOR(pg_catalog.=) 'cancel'
+					  FROM reach r
+					  JOIN claimq.job_after e ON e.after_id OPERATOR(pg_catalog.=) r.job_id
+					  JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
+					 WHERE r.cascades
+					   AND w.state OPERATOR(pg_catalog.=) 'waiting')
+				SELECT r.job_id FROM reach r))
+		   AND w.state OPERATOR(pg_catalog.=) 'waiting'
+		 ORDER BY w.job_id
+		   FOR UPDATE OF w;
+	END IF;
+
 	WHILE pg_catalog.cardinality(finished) OPERATOR(pg_catalog.>) 0 LOOP
 		/* Count the finished jobs off, under each waiting job's lock. */
 		ready := claimq.count_dependents(finished, -1);

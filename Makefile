@@ -36,7 +36,7 @@ endif
 
 EXTRA_CLEAN = tmp_check_regress tmp_check_iso output_iso results \
 	regression.diffs regression.out claimq-portable.sql claimq-pgtle.sql \
-	output_portable
+	claimq-portable--*.sql claimq-pgtle--*.sql output_portable
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -78,5 +78,36 @@ claimq-pgtle.sql: sql/claimq.sql sql/edition claimq.control $(PORTABLE_BODIES)
 	  perl $(srcdir)/sql/edition extension $(EXTVERSION) $< && \
 	  printf '%s\n' '$$claimq_pgtle$$, schema => '"'"'claimq'"'"');'; } >$@.tmp && mv $@.tmp $@
 
+# The portable edition's update from the release before, built from the C
+# edition's update script: a plain script (it checks the version it
+# updates), and the update path for pg_tle (then ALTER EXTENSION claimq
+# UPDATE in each database).
+PORTABLE_FROM = 0.6.2
+PORTABLE_UPDATE = claimq-portable--$(PORTABLE_FROM)--$(EXTVERSION).sql \
+	claimq-pgtle--$(PORTABLE_FROM)--$(EXTVERSION).sql
+portable: $(PORTABLE_UPDATE)
+
+claimq-portable--$(PORTABLE_FROM)--$(EXTVERSION).sql: sql/claimq--$(PORTABLE_FROM)--$(EXTVERSION).sql sql/edition $(PORTABLE_BODIES)
+	{ printf '%s\n' \
+		'-- claimq $(PORTABLE_FROM) to $(EXTVERSION), the portable edition, as a plain script:' \
+		'-- run it as the database'"'"'s owner with psql -f where the plain script of' \
+		'-- $(PORTABLE_FROM) was run; in a transaction of its own unless psql'"'"'s variable' \
+		'-- claimq_in_transaction is set.' \
+		'\set ON_ERROR_STOP on' '\if :{?claimq_in_transaction}' '\else' 'BEGIN;' '\endif' && \
+	  perl $(srcdir)/sql/edition script $(EXTVERSION) $< && \
+	  printf '%s\n' '\if :{?claimq_in_transaction}' '\else' 'COMMIT;' '\endif'; \
+	} >$@.tmp && mv $@.tmp $@
+
+claimq-pgtle--$(PORTABLE_FROM)--$(EXTVERSION).sql: sql/claimq--$(PORTABLE_FROM)--$(EXTVERSION).sql sql/edition $(PORTABLE_BODIES)
+	{ printf '%s\n' \
+		'-- claimq $(PORTABLE_FROM) to $(EXTVERSION), the portable edition, for pg_tle: run it as' \
+		'-- a role granted pgtle_admin, then ALTER EXTENSION claimq UPDATE in each' \
+		'-- database that has claimq $(PORTABLE_FROM).' \
+		'\set ON_ERROR_STOP on' \
+		"SELECT pgtle.install_update_path('claimq', '$(PORTABLE_FROM)', '$(EXTVERSION)', \$$claimq_pgtle\$$" && \
+	  perl $(srcdir)/sql/edition extension $(EXTVERSION) $< && \
+	  printf '%s\n' '$$claimq_pgtle$$);' \
+		"SELECT pgtle.set_default_version('claimq', '$(EXTVERSION)');"; } >$@.tmp && mv $@.tmp $@
+
 # The TAP tests install the portable edition from its plain script.
-installcheck: claimq-portable.sql
+installcheck: claimq-portable.sql $(PORTABLE_UPDATE)

@@ -1,6 +1,81 @@
 /* claimq--0.6.2--0.7.sql: workflows (jobs that run after other jobs: the waiting state, enqueue's after and after_failed, dependencies()) */
 
+-- @extension
 \echo Use "ALTER EXTENSION claimq UPDATE TO '0.7'" to load this file. \quit
+-- @end
+-- @include portable/update--0.6.2--0.7-begin.sql
+
+/*------------------------------------------------------------------------
+ * 0. copy_grants leaves pg_init_privs alone where it may not write them
+ *    (the portable edition's updates, run by the role that installed it)
+ *-----------------------------------------------------------------------*/
+
+ALTER FUNCTION claimq.copy_grants(oid, oid, regclass) RENAME TO copy_grants_0_6_2;
+
+CREATE FUNCTION claimq.copy_grants(old_oid oid, new_oid oid, catalog regclass)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	acl aclitem[];
+	owner oid;
+	target text;
+	saved aclitem[];
+	had_initprivs boolean;
+	a record;
+BEGIN
+	IF catalog OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::regclass THEN
+		SELECT p.proacl, p.proowner INTO acl, owner
+		  FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) old_oid;
+		target := 'FUNCTION ' OPERATOR(pg_catalog.||) new_oid::regprocedure::text;
+	ELSE
+		SELECT c.relacl, c.relowner INTO acl, owner
+		  FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) old_oid;
+		target := 'TABLE ' OPERATOR(pg_catalog.||) new_oid::regclass::text;
+	END IF;
+	SELECT i.initprivs INTO saved FROM pg_catalog.pg_init_privs i
+	 WHERE i.objoid OPERATOR(pg_catalog.=) new_oid
+	   AND i.classoid OPERATOR(pg_catalog.=) catalog
+	   AND i.objsubid OPERATOR(pg_catalog.=) 0;
+	had_initprivs := FOUND;
+	FOR a IN SELECT x.grantee, x.privilege_type, x.is_grantable
+			   FROM pg_catalog.aclexplode(acl) x
+			  WHERE x.grantee OPERATOR(pg_catalog.<>) owner LOOP
+		EXECUTE pg_catalog.format('GRANT %s ON %s TO %s%s', a.privilege_type, target,
+			CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+				 ELSE a.grantee::regrole::text END,
+			CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+	END LOOP;
+	/*
+	 * Only a superuser may write pg_init_privs.  The portable edition's
+	 * updates run as the role that installed it: as a plain script its
+	 * GRANTs record no initial privileges anyway; through pg_tle they do,
+	 * and stay (docs/operations.md says what that means for pg_dump).
+	 */
+	IF NOT pg_catalog.has_table_privilege('pg_catalog.pg_init_privs', 'UPDATE') THEN
+		RETURN;
+	END IF;
+	IF had_initprivs THEN
+		UPDATE pg_catalog.pg_init_privs i SET initprivs = saved
+		 WHERE i.objoid OPERATOR(pg_catalog.=) new_oid
+		   AND i.classoid OPERATOR(pg_catalog.=) catalog
+		   AND i.objsubid OPERATOR(pg_catalog.=) 0;
+	ELSE
+		DELETE FROM pg_catalog.pg_init_privs i
+		 WHERE i.objoid OPERATOR(pg_catalog.=) new_oid
+		   AND i.classoid OPERATOR(pg_catalog.=) catalog
+		   AND i.objsubid OPERATOR(pg_catalog.=) 0;
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.copy_grants(oid,oid,regclass) IS
+'private: for the update scripts, give new_oid the grants of old_oid (functions with catalog pg_proc, tables and views with pg_class) and leave its initial privileges as they were';
+
+REVOKE ALL ON FUNCTION claimq.copy_grants(oid, oid, regclass) FROM PUBLIC;
+
+DROP FUNCTION claimq.copy_grants_0_6_2(oid, oid, regclass);
 
 /*------------------------------------------------------------------------
  * 1. Jobs: the waiting state and what a job runs after
@@ -38,8 +113,10 @@ CREATE TABLE claimq.job_after (
 
 CREATE INDEX job_after_after_idx ON claimq.job_after (after_id);
 
+-- @extension
 SELECT pg_catalog.pg_extension_config_dump('claimq.job_after', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.after_set_seq', '');
+-- @end
 
 REVOKE ALL ON TABLE claimq.job_after FROM PUBLIC;
 REVOKE ALL ON SEQUENCE claimq.after_set_seq FROM PUBLIC;
@@ -1115,3 +1192,9 @@ COMMENT ON FUNCTION claimq.cancel(bigint[]) IS
 
 COMMENT ON FUNCTION claimq.grant_duty(regrole,text) IS
 'grant a role one duty: produce (enqueue, cancel, status, dependencies, dedup keys), work (claim and settle jobs, status, dedup keys), administer (queues, schedules, recovery, views) or observe (read the figures and metrics only)';
+
+/*------------------------------------------------------------------------
+ * 7. The portable edition's own changes (a comment in the C edition)
+ *-----------------------------------------------------------------------*/
+
+-- @include portable/update--0.6.2--0.7.sql

@@ -2531,6 +2531,15 @@ BEGIN
 				 ELSE a.grantee::regrole::text END,
 			CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
 	END LOOP;
+	/*
+	 * Only a superuser may write pg_init_privs.  The portable edition's
+	 * updates run as the role that installed it: as a plain script its
+	 * GRANTs record no initial privileges anyway; through pg_tle they do,
+	 * and stay (docs/operations.md says what that means for pg_dump).
+	 */
+	IF NOT pg_catalog.has_table_privilege('pg_catalog.pg_init_privs', 'UPDATE') THEN
+		RETURN;
+	END IF;
 	IF had_initprivs THEN
 		UPDATE pg_catalog.pg_init_privs i SET initprivs = saved
 		 WHERE i.objoid OPERATOR(pg_catalog.=) new_oid

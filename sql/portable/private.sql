@@ -37,4 +37,5 @@ COMMENT ON FUNCTION claimq.token_base() IS
 -- @include portable/private-work.sql
 -- @include portable/private-keys.sql
 -- @include portable/private-schedules.sql
+-- @include portable/private-recover.sql
 -- @include portable/private-observe.sql

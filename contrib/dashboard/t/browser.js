@@ -1,0 +1,362 @@
+'use strict';
+// The browser checks of contrib/dashboard/test: chromium (Debian's, never a
+// downloaded one) driven by playwright-core against two running dashboards,
+// DASH_ADMIN (administer + produce) and DASH_OBSERVER (observe), with SQL
+// over the server's socket (CLAIMQ_SQL, pg's connection settings) to compare against.  Prints "ok N - ..." lines,
+// numbered from TAP_START + 1; exits 1 if any check failed.
+
+const http = require('node:http');
+const path = require('node:path');
+const assert = require('node:assert/strict');
+const { chromium } = require('playwright-core');
+const { Client } = require('pg');
+
+const A = process.env.DASH_ADMIN.replace(/\/$/, '');
+const O = process.env.DASH_OBSERVER.replace(/\/$/, '');
+const SHOTS = process.env.SHOTS;
+const COUNTS = ['waiting', 'ready', 'scheduled', 'claimed', 'running', 'expired', 'dead', 'done', 'cancelled'];
+let n = Number(process.env.TAP_START || 0);
+let failures = 0;
+
+async function check(name, fn) {
+	n++;
+	try {
+		await fn();
+		console.log(`ok ${n} - ${name}`);
+	} catch (e) {
+		failures++;
+		console.log(`not ok ${n} - ${name}`);
+		console.log(String(e.stack || e).split('\n').slice(0, 12).map((l) => `# ${l}`).join('\n'));
+	}
+}
+
+// Poll fn until it returns a truthy value, or fail at the deadline.
+async function until(what, fn, ms = 30000) {
+	const end = Date.now() + ms;
+	let last;
+	for (;;) {
+		try {
+			const v = await fn();
+			if (v) return v;
+		} catch (e) { last = e; }
+		if (Date.now() > end) throw new Error(`timed out waiting for ${what}${last ? `: ${last.message}` : ''}`);
+		await new Promise((r) => setTimeout(r, 200));
+	}
+}
+
+async function main() {
+	const sql = new Client(JSON.parse(process.env.CLAIMQ_SQL));
+	await sql.connect();
+	const one = async (text, values) => (await sql.query(text, values)).rows[0];
+	const col = async (text, values) => (await sql.query(text, values)).rows.map((r) => Object.values(r)[0]);
+	const edition = (await one('SELECT claimq.edition() AS e')).e;
+	const jobId = async (dedup) => (await one('SELECT job_id::text AS id FROM claimq.jobs WHERE dedup_key = $1', [dedup])).id;
+
+	const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', headless: true, args: ['--no-sandbox'] });
+	const context = await browser.newContext({ viewport: { width: 1360, height: 900 } });
+	const page = await context.newPage();
+	const dialogs = [];
+	page.on('dialog', (d) => { dialogs.push(d.message()); d.dismiss().catch(() => {}); });
+	const go = async (url, status = 200) => {
+		const r = await page.goto(url);
+		assert.equal(r.status(), status, `GET ${url}: status ${r.status()}: ${(await page.textContent('main').catch(() => '')).slice(0, 300)}`);
+		return r;
+	};
+	const shot = (name) => page.screenshot({ path: path.join(SHOTS, `dashboard-${name}.png`), fullPage: true });
+	const ids = () => page.$$eval('#jobs tbody tr[data-job]', (rows) => rows.map((r) => r.dataset.job));
+	const confirm = async (button) => {	// click an action, check the confirmation step, confirm
+		await Promise.all([page.waitForURL(/\/confirm\?/), page.click(button)]);
+		assert.ok(await page.isVisible('#confirm-button'), 'a confirmation page');
+		const [r] = await Promise.all([page.waitForURL(/\/action$/), page.click('#confirm-button')]);
+		assert.equal(await page.title(), 'Done · claimq', `the action's page: ${await page.textContent('main')}`);
+		return r;
+	};
+	const rowCounts = (sel) => page.$eval(sel, (tr) => Object.fromEntries(
+		[...tr.querySelectorAll('td[data-col]')].map((td) => [td.dataset.col, td.textContent.trim()])));
+
+	await check('overview renders every queue', async () => {
+		await go(`${A}/`);
+		const queues = await page.$$eval('#queues tbody tr', (rows) => rows.map((r) => r.dataset.queue));
+		assert.deepEqual(queues, await col('SELECT queue FROM claimq.queue_stats ORDER BY queue'));
+	});
+
+	await check("overview: the quiet queue's counts are claimq.queue_stats's", async () => {
+		await go(`${A}/`);
+		const shown = await rowCounts('#queues tr[data-queue="quiet"]');
+		const s = await one(`SELECT ${COUNTS.map((c) => `${c}::text`).join(', ')} FROM claimq.queue_stats WHERE queue = 'quiet'`);
+		for (const c of COUNTS) assert.equal(shown[c], s[c], c);
+		assert.equal(s.ready, '220');
+		const busy = await rowCounts('#queues tr[data-queue="busy"]');
+		for (const c of COUNTS) assert.match(busy[c], /^[0-9]+$/, `busy ${c}`);
+	});
+
+	await check(edition === 'c' ? 'overview: throughput chart and latency of the busy queue, sampled'
+		: 'overview: charts "not available in this edition"', async () => {
+		if (edition !== 'c') {
+			await go(`${A}/`);
+			assert.match(await page.textContent('#charts-na'), /not available in this edition/);
+			await shot('overview');
+			return;
+		}
+		await until('a throughput line with points and latency figures', async () => {
+			await go(`${A}/`);
+			const pts = await page.$eval('section[data-queue="busy"] polyline.s1', (p) => p.getAttribute('points')).catch(() => '');
+			const lat = await page.$('section[data-queue="busy"] table.lat');
+			return pts.split(' ').length >= 3 && lat;
+		});
+		await shot('overview');
+	});
+
+	const quietIds = await col(`SELECT job_id::text FROM claimq.jobs WHERE queue = 'quiet' ORDER BY job_id DESC`);
+	await check('queue page: keyset paging through 250 jobs shows each once, in id order', async () => {
+		await go(`${A}/queues/quiet`);
+		await page.screenshot({ path: path.join(SHOTS, 'dashboard-queue.png') });
+		const seen = [];
+		let pages = 0;
+		for (;;) {
+			const got = await ids();
+			assert.ok(got.length <= 50, 'at most 50 a page');
+			seen.push(...got);
+			pages++;
+			if (!(await page.$('#next-page'))) break;
+			await Promise.all([page.waitForURL(/before=/), page.click('#next-page')]);
+		}
+		assert.equal(pages, 5);
+		assert.deepEqual(seen, quietIds);
+	});
+
+	await check('queue page: state filter (cancelled)', async () => {
+		await go(`${A}/queues/quiet?state=cancelled`);
+		assert.deepEqual(await ids(), await col(`SELECT job_id::text FROM claimq.jobs WHERE queue = 'quiet' AND state = 'cancelled' ORDER BY job_id DESC`));
+	});
+
+	await check('queue page: group and state filters from the form, paged 20 at a time', async () => {
+		await go(`${A}/queues/quiet`);
+		await page.selectOption('#filters select[name=state]', 'pending');
+		await page.fill('#filters input[name=group]', 'g3');
+		await page.fill('#filters input[name=limit]', '20');
+		await Promise.all([page.waitForURL(/group=g3/), page.click('#filters button[type=submit]')]);
+		const seen = [];
+		for (;;) {
+			seen.push(...(await ids()));
+			if (!(await page.$('#next-page'))) break;
+			await Promise.all([page.waitForURL(/before=/), page.click('#next-page')]);
+		}
+		const want = await col(`SELECT job_id::text FROM claimq.jobs WHERE queue = 'quiet' AND state = 'pending' AND group_key = 'g3' ORDER BY job_id DESC`);
+		assert.ok(want.length > 20);
+		assert.deepEqual(seen, want);
+	});
+
+	await check('queue page: dedup key and job id filters', async () => {
+		await go(`${A}/queues/quiet?dedup=d-17`);
+		const id = await jobId('d-17');
+		assert.deepEqual(await ids(), [id]);
+		await go(`${A}/queues/quiet?id=${quietIds[7]}`);
+		assert.deepEqual(await ids(), [quietIds[7]]);
+		await go(`${A}/queues/quiet?id=${quietIds[7]}&state=done`);
+		assert.deepEqual(await ids(), []);
+	});
+
+	await check('job page: payload, timeline, the job it runs after and its dependents', async () => {
+		const parent = await jobId('parent'), child = await jobId('child');
+		await go(`${A}/jobs/${child}`);
+		await shot('job');
+		assert.match(await page.textContent('#payload'), /"step": "load"/);
+		assert.equal(await page.textContent('[data-field=state]'), 'waiting');
+		assert.match(await page.textContent('ol.timeline'), /enqueued/);
+		assert.match(await page.textContent(`#after tr[data-job="${parent}"]`), /pending/);
+		await go(`${A}/jobs/${parent}`);
+		assert.match(await page.textContent(`#dependents tr[data-job="${child}"]`), /waiting/);
+		await go(`${A}/jobs/1`, 404);
+	});
+
+	await check('payloads and keys are shown as text: no script runs, no dialog', async () => {
+		const id = await jobId('<b>xss</b>');
+		await go(`${A}/jobs/${id}`);
+		assert.ok((await page.textContent('#payload')).includes('<script>alert(1)</script>'));
+		assert.equal(await page.textContent('[data-field="dedup key"]'), '<b>xss</b>');
+		assert.equal(await page.textContent('[data-field="group key"]'), '"><svg onload=alert(3)>');
+		for (const url of [`${A}/queues/flow`, `${A}/groups`, `${A}/queues/flow?group=${encodeURIComponent('"><svg onload=alert(3)>')}`]) {
+			await go(url);
+			assert.ok((await page.textContent('main')).includes('"><svg onload=alert(3)>'), url);
+		}
+		await go(`${A}/queues/flow`);
+		assert.ok((await page.textContent('#jobs')).includes('<script>alert(1)</script>'));
+		assert.equal(await page.$$eval('main script, main img, main b, main i, main svg[onload]', (e) => e.length), 0);
+		await go(`${A}/queues/actions?state=dead`);
+		assert.ok((await page.textContent('#jobs')).includes('boom: <i>markup</i>'));
+		assert.deepEqual(dialogs, []);
+	});
+
+	await check("groups page: the quiet queue's groups are claimq.group_stats's", async () => {
+		await go(`${A}/groups`);
+		await shot('groups');
+		const shown = await page.$$eval('#groups tr[data-queue="quiet"]', (rows) => rows.map((r) =>
+			[r.dataset.group, r.querySelector('[data-col=ready]').textContent, r.querySelector('[data-col=in_flight]').textContent]));
+		const want = (await sql.query(`SELECT group_key, ready::text, in_flight::text FROM claimq.group_stats WHERE queue = 'quiet' ORDER BY group_key`)).rows
+			.map((r) => [r.group_key, r.ready, r.in_flight]);
+		assert.equal(want.length, 5);
+		assert.deepEqual(shown, want);
+	});
+
+	await check('schedules page: next and last run', async () => {
+		await go(`${A}/schedules`);
+		await shot('schedules');
+		const s = await one(`SELECT next_run_at::text, COALESCE(last_run_at::text, '') AS last FROM claimq.schedules WHERE schedule = 'nightly-report'`);
+		assert.equal(await page.textContent('tr[data-schedule="nightly-report"] [data-col=next_run_at]'), s.next_run_at);
+		assert.equal(await page.textContent('tr[data-schedule="nightly-report"] [data-col=last_run_at]'), s.last);
+	});
+
+	await check('reclaimer page', async () => {
+		await go(`${A}/reclaimer`);
+		await shot('reclaimer');
+		if (edition === 'c') {
+			await until('the reclaimer to have run', async () => {
+				await go(`${A}/reclaimer`);
+				return /^[0-9]+$/.test(await page.textContent('[data-field=pid]')) && (await page.textContent('[data-field=last_run]')) !== '';
+			});
+		}
+	});
+
+	await check('metrics page: claimq.metrics() as text', async () => {
+		await go(`${A}/metrics`);
+		await shot('metrics');
+		const text = await page.textContent('#metrics');
+		assert.match(text, /# TYPE claimq_jobs gauge/);
+		assert.ok(text.includes('claimq_jobs{queue="quiet",state="cancelled"} 30'), 'quiet has 30 cancelled jobs');
+		const r = await page.request.get(`${A}/metrics.txt`);
+		assert.match(await r.text(), /^# HELP/);
+	});
+
+	await check('cancel: select a job, confirm, and it is cancelled', async () => {
+		const id = await jobId('to-cancel');
+		await go(`${A}/queues/actions`);
+		await page.check(`#jobs tr[data-job="${id}"] input[name=ids]`);
+		await Promise.all([page.waitForURL(/\/confirm\?/), page.click('#cancel-selected')]);
+		await shot('confirm');
+		await Promise.all([page.waitForURL(/\/action$/), page.click('#confirm-button')]);
+		assert.match(await page.textContent(`#outcomes tr[data-job="${id}"]`), /ok\s*cancelled/);
+		assert.equal((await one('SELECT state FROM claimq.jobs WHERE job_id = $1', [id])).state, 'cancelled');
+	});
+
+	await check('retry a dead job from its page: it is pending again', async () => {
+		const id = await jobId('to-die');
+		await go(`${A}/jobs/${id}`);
+		await confirm('button[data-action=retry_dead]');
+		assert.match(await page.textContent('#outcome'), /^1 dead job made pending again/);
+		assert.equal((await one('SELECT state FROM claimq.jobs WHERE job_id = $1', [id])).state, 'pending');
+	});
+
+	const paused = async () => (await one(`SELECT paused FROM claimq.queue_stats WHERE queue = 'actions'`)).paused;
+	await check('pause and resume a queue from the overview', async () => {
+		await go(`${A}/`);
+		await confirm('#queues tr[data-queue="actions"] button[data-action=pause]');
+		assert.equal(await paused(), true);
+		await go(`${A}/`);
+		assert.equal(await page.textContent('#queues tr[data-queue="actions"] [data-col=paused]'), 'paused');
+		await confirm('#queues tr[data-queue="actions"] button[data-action=resume]');
+		assert.equal(await paused(), false);
+	});
+
+	await check("run a schedule now: one job with its payload and priority", async () => {
+		const before = await col(`SELECT job_id::text FROM claimq.jobs WHERE queue = 'reports'`);
+		await go(`${A}/schedules`);
+		await confirm('tr[data-schedule="nightly-report"] button[data-action=run_schedule]');
+		const after = (await sql.query(`SELECT job_id::text, payload, priority FROM claimq.jobs WHERE queue = 'reports'`)).rows;
+		assert.equal(after.length, before.length + 1);
+		const job = after.find((j) => !before.includes(j.job_id));
+		assert.deepEqual(job.payload, { report: 'daily' });
+		assert.equal(job.priority, 5);
+		assert.ok((await page.textContent('#outcome')).includes(job.job_id));
+	});
+
+	await check('fire due schedules', async () => {
+		await go(`${A}/schedules`);
+		await confirm('button[data-action=fire_schedules]');
+		assert.match(await page.textContent('#outcome'), /^[0-9]+ jobs? enqueued\.$/);
+	});
+
+	const csrfOf = async (base) => {
+		await go(`${base}/`);
+		return page.getAttribute('meta[name=csrf-token]', 'content');
+	};
+	await check('a POST without the CSRF token, or from another origin, is refused; a GET changes nothing; a foreign Host is refused', async () => {
+		const token = await csrfOf(A);
+		let r = await page.request.post(`${A}/action`, { form: { action: 'pause', queue: 'actions' }, headers: { Origin: A } });
+		assert.equal(r.status(), 403);
+		assert.match(await r.text(), /CSRF token/);
+		r = await page.request.post(`${A}/action`, { form: { action: 'pause', queue: 'actions', csrf: 'x'.repeat(64) } });
+		assert.equal(r.status(), 403);
+		r = await page.request.post(`${A}/action`, { form: { action: 'pause', queue: 'actions', csrf: token }, headers: { Origin: 'http://evil.example' } });
+		assert.equal(r.status(), 403);
+		assert.match(await r.text(), /cross-origin/);
+		r = await page.request.get(`${A}/action?action=pause&queue=actions&csrf=${token}`);
+		assert.equal(r.status(), 405);
+		// DNS rebinding: a name other than the loopback's is refused.
+		const status = await new Promise((resolve, reject) => {
+			http.get(`${A}/`, { headers: { Host: 'attacker.example' } }, (res) => { res.resume(); resolve(res.statusCode); }).on('error', reject);
+		});
+		assert.equal(status, 421);
+		assert.equal(await paused(), false);
+	});
+
+	// The observer: the observe duty only.
+	await check('observe-only role: a read-only dashboard with the same counts and no actions', async () => {
+		await go(`${O}/`);
+		await shot('readonly');
+		assert.match(await page.textContent('header'), /read-only/);
+		const shown = await rowCounts('#queues tr[data-queue="quiet"]');
+		const s = await one(`SELECT ${COUNTS.map((c) => `${c}::text`).join(', ')} FROM claimq.queue_stats WHERE queue = 'quiet'`);
+		for (const c of COUNTS) assert.equal(shown[c], s[c], c);
+		for (const p of ['/', '/queues/actions', '/schedules', '/groups', '/reclaimer', '/metrics']) {
+			await go(`${O}${p}`);
+			assert.equal(await page.$$eval('button[data-action], form[action="/confirm"]', (e) => e.length), 0, `no actions on ${p}`);
+		}
+		await go(`${O}/queues/actions`);
+		assert.match(await page.textContent('#no-jobs'), /may not read/);
+		await go(`${O}/jobs/${await jobId('parent')}`, 403);
+		await go(`${O}/confirm?action=pause&queue=actions`, 403);
+	});
+
+	await check("observe-only role: forged POSTs with a valid CSRF token are refused by the database (403, 42501)", async () => {
+		const token = await csrfOf(O);
+		const target = await jobId('parent');
+		for (const fields of [{ action: 'pause', queue: 'actions' }, { action: 'cancel', ids: target },
+			{ action: 'retry_dead', queue: 'busy' }, { action: 'fire_schedules' }]) {
+			await go(`${O}/`);
+			// A form built in the dashboard's own page, as a forged request would be.
+			const [r] = await Promise.all([page.waitForNavigation(), page.evaluate(({ f, csrf }) => {
+				const form = document.createElement('form');
+				form.method = 'post';
+				form.action = '/action';
+				for (const [k, v] of Object.entries({ ...f, csrf })) {
+					const i = document.createElement('input');
+					i.type = 'hidden'; i.name = k; i.value = v;
+					form.appendChild(i);
+				}
+				document.body.appendChild(form);
+				form.submit();
+			}, { f: fields, csrf: token })]);
+			assert.equal(r.status(), 403, fields.action);
+			assert.equal(await page.textContent('#sqlstate'), '42501');
+			assert.match(await page.textContent('#error'), /permission denied/);
+		}
+		assert.equal(await paused(), false);
+		assert.equal((await one('SELECT state FROM claimq.jobs WHERE job_id = $1', [target])).state, 'pending');
+		const r = await page.request.post(`${O}/action`, { form: { action: 'pause', queue: 'actions' } });
+		assert.equal(r.status(), 403);
+		assert.match(await r.text(), /CSRF token/);
+	});
+
+	await check('no dialog fired on any page', async () => assert.deepEqual(dialogs, []));
+
+	await browser.close();
+	await sql.end();
+	process.exit(failures ? 1 : 0);
+}
+
+main().catch((e) => {
+	console.log(`not ok ${n + 1} - the browser checks ran to the end`);
+	console.log(String(e.stack || e).split('\n').map((l) => `# ${l}`).join('\n'));
+	process.exit(1);
+});

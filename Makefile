@@ -81,7 +81,7 @@ claimq-pgtle.sql: sql/claimq.sql sql/edition claimq.control $(PORTABLE_BODIES)
 # The portable edition's update from the release before, built from the C
 # edition's update script: a plain script (it checks the version it
 # updates), and the update path for pg_tle (then ALTER EXTENSION claimq
-# UPDATE in each database).
+# UPDATE TO the new version in each database).
 PORTABLE_FROM = 0.6.2
 PORTABLE_UPDATE = claimq-portable--$(PORTABLE_FROM)--$(EXTVERSION).sql \
 	claimq-pgtle--$(PORTABLE_FROM)--$(EXTVERSION).sql
@@ -101,13 +101,13 @@ claimq-portable--$(PORTABLE_FROM)--$(EXTVERSION).sql: sql/claimq--$(PORTABLE_FRO
 claimq-pgtle--$(PORTABLE_FROM)--$(EXTVERSION).sql: sql/claimq--$(PORTABLE_FROM)--$(EXTVERSION).sql sql/edition $(PORTABLE_BODIES)
 	{ printf '%s\n' \
 		'-- claimq $(PORTABLE_FROM) to $(EXTVERSION), the portable edition, for pg_tle: run it as' \
-		'-- a role granted pgtle_admin, then ALTER EXTENSION claimq UPDATE in each' \
-		'-- database that has claimq $(PORTABLE_FROM).' \
+		'-- a role granted pgtle_admin, then ALTER EXTENSION claimq UPDATE TO '"'"'$(EXTVERSION)'"'"'' \
+		'-- in each database that has claimq $(PORTABLE_FROM).  (The default version stays' \
+		'-- $(PORTABLE_FROM): pg_tle 1.5.3'"'"'s set_default_version crashes PostgreSQL 18.)' \
 		'\set ON_ERROR_STOP on' \
 		"SELECT pgtle.install_update_path('claimq', '$(PORTABLE_FROM)', '$(EXTVERSION)', \$$claimq_pgtle\$$" && \
 	  perl $(srcdir)/sql/edition extension $(EXTVERSION) $< && \
-	  printf '%s\n' '$$claimq_pgtle$$);' \
-		"SELECT pgtle.set_default_version('claimq', '$(EXTVERSION)');"; } >$@.tmp && mv $@.tmp $@
+	  printf '%s\n' '$$claimq_pgtle$$);'; } >$@.tmp && mv $@.tmp $@
 
 # The TAP tests install the portable edition from its plain script.
 installcheck: claimq-portable.sql $(PORTABLE_UPDATE)

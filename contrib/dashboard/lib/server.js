@@ -181,7 +181,9 @@ ${can.retry && s.dead !== '0' ? actionButton('retry_dead', `Retry all ${s.dead} 
 			before: ID.test(params.get('before') || '') ? params.get('before') : '',
 		};
 		const limit = Math.min(500, Math.max(1, parseInt(params.get('limit'), 10) || 50));
-		// Keyset paging: newest first, the next page starts below the last id shown.
+		// Keyset paging: newest first, the next page starts below the last id
+		// shown.  The order is the column's (j.job_id), not the text shown,
+		// so that it is numeric and read from the primary key backwards.
 		const where = ['queue = $1'], values = [name];
 		const add = (cond, v) => { values.push(v); where.push(cond.replace('?', `$${values.length}`)); };
 		if (f.state) add('state = ?', f.state);
@@ -191,10 +193,10 @@ ${can.retry && s.dead !== '0' ? actionButton('retry_dead', `Retry all ${s.dead} 
 		if (f.before) add('job_id < ?::bigint', f.before);
 		values.push(limit + 1);
 		const jobs = (await query(
-			`SELECT job_id::text, state, priority, attempts, group_key, dedup_key, run_at::text,
+			`SELECT j.job_id::text, state, priority, attempts, group_key, dedup_key, run_at::text,
 			        enqueued_at::text, left(payload::text, 160) AS payload, left(last_error, 160) AS last_error
-			   FROM claimq.jobs WHERE ${where.join(' AND ')}
-			  ORDER BY job_id DESC LIMIT $${values.length}`, values)).rows;
+			   FROM claimq.jobs j WHERE ${where.join(' AND ')}
+			  ORDER BY j.job_id DESC LIMIT $${values.length}`, values)).rows;
 		const more = jobs.length > limit;
 		if (more) jobs.pop();
 		const filters = { state: f.state, group: f.group, dedup: f.dedup, id: f.id, limit: limit === 50 ? '' : limit };

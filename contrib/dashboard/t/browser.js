@@ -125,6 +125,17 @@ async function main() {
 		assert.deepEqual(seen, quietIds);
 	});
 
+	await check('queue page: ids of different lengths in numeric order, not as text', async () => {
+		await sql.query(`SELECT claimq.create_queue('digits')`);
+		await sql.query(`INSERT INTO claimq.job (job_id, queue_id, state, run_at, enqueued_at, payload)
+			SELECT i, q.queue_id, 'pending', now(), now(), '{}'
+			  FROM claimq.queue q, unnest(ARRAY[9, 10, 99, 100]::bigint[]) i WHERE q.name = 'digits'`);
+		await go(`${A}/queues/digits?limit=3`);
+		assert.deepEqual(await ids(), ['100', '99', '10']);
+		await Promise.all([page.waitForURL(/before=/), page.click('#next-page')]);
+		assert.deepEqual(await ids(), ['9']);
+	});
+
 	await check('queue page: state filter (cancelled)', async () => {
 		await go(`${A}/queues/quiet?state=cancelled`);
 		assert.deepEqual(await ids(), await col(`SELECT job_id::text FROM claimq.jobs WHERE queue = 'quiet' AND state = 'cancelled' ORDER BY job_id DESC`));

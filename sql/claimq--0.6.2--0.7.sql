@@ -81,17 +81,30 @@ DROP FUNCTION claimq.copy_grants_0_6_2(oid, oid, regclass);
  * 1. Jobs: the waiting state and what a job runs after
  *-----------------------------------------------------------------------*/
 
+/*
+ * after_failed's domain (see claimq.sql) gets its rule once the column
+ * exists: adding a column of a domain with a rule rewrites the table, and
+ * adding the rule to the domain of a column of NULLs only reads it.
+ */
+CREATE DOMAIN claimq.after_failed_rule AS text;
+
+COMMENT ON DOMAIN claimq.after_failed_rule IS
+'private: cancel or run, the after_failed of a job that runs after others';
+
+REVOKE ALL ON DOMAIN claimq.after_failed_rule FROM PUBLIC;
+
 ALTER TABLE claimq.job
 	ADD COLUMN after_set bigint,
 	ADD COLUMN after_count integer NOT NULL DEFAULT 0,
-	ADD COLUMN after_failed text,
+	ADD COLUMN after_failed claimq.after_failed_rule,
 	ADD COLUMN dependents boolean NOT NULL DEFAULT false;
+
+ALTER DOMAIN claimq.after_failed_rule ADD CONSTRAINT after_failed_rule_check
+	CHECK (VALUE OPERATOR(pg_catalog.=) ANY ('{cancel,run}'::text[]));
 
 ALTER TABLE claimq.job DROP CONSTRAINT job_state_check;
 ALTER TABLE claimq.job ADD CONSTRAINT job_state_check CHECK (state OPERATOR(pg_catalog.=) ANY
 		('{pending,claimed,running,dead,done,cancelled,waiting}'::text[]));
-ALTER TABLE claimq.job ADD CONSTRAINT job_after_failed_check CHECK (after_failed OPERATOR(pg_catalog.=) ANY
-		('{cancel,run}'::text[]));
 
 /* A waiting job holds its dedup key. */
 DROP INDEX claimq.job_dedup_idx;
@@ -1063,7 +1076,7 @@ CREATE VIEW claimq.jobs AS
 SELECT j.job_id, q.name AS queue, j.state, j.payload, j.priority, j.run_at,
 	   j.attempts, j.worker, j.expires_at, j.enqueued_at, j.dedup_key,
 	   j.last_error, j.group_key, j.max_attempts, j.finished_at, j.result,
-	   j.after_count, j.after_failed
+	   j.after_count, j.after_failed::text AS after_failed
   FROM claimq.job j
   JOIN claimq.queue q ON q.queue_id OPERATOR(pg_catalog.=) j.queue_id;
 

@@ -176,6 +176,23 @@ CREATE SEQUENCE claimq.job_id_seq AS bigint MAXVALUE 281474976710655;
 -- sequence stays below them.  Each backend caches a range of them.
 CREATE SEQUENCE claimq.token_seq AS bigint MAXVALUE 281474976710655 CACHE 65536;
 
+/*
+ * What the failure of a job another one runs after does to it (section 8).
+ * A domain rather than a CHECK of claimq.job: a table's CHECK constraints
+ * are read back from the catalog and prepared by every statement that
+ * writes a row of it, where a domain's rule is kept prepared in the
+ * backend and applied only where a value is given to the column, so a
+ * claim, which leaves the column alone, pays nothing for it.
+ */
+CREATE DOMAIN claimq.after_failed_rule AS text
+	CONSTRAINT after_failed_rule_check
+		CHECK (VALUE OPERATOR(pg_catalog.=) ANY ('{cancel,run}'::text[]));
+
+COMMENT ON DOMAIN claimq.after_failed_rule IS
+'private: cancel or run, the after_failed of a job that runs after others';
+
+REVOKE ALL ON DOMAIN claimq.after_failed_rule FROM PUBLIC;
+
 CREATE TABLE claimq.job (
 	job_id			bigint NOT NULL
 		DEFAULT pg_catalog.nextval('claimq.job_id_seq'::pg_catalog.regclass),
@@ -202,13 +219,11 @@ CREATE TABLE claimq.job (
 	-- unfinished, what their failure does, and whether jobs run after it.
 	after_set		bigint,			-- NULL: it runs after no job
 	after_count		integer NOT NULL DEFAULT 0,
-	after_failed	text,			-- NULL: it runs after no job
+	after_failed	claimq.after_failed_rule,	-- NULL: it runs after no job
 	dependents		boolean NOT NULL DEFAULT false,
 	CONSTRAINT job_pkey PRIMARY KEY (job_id),
 	CONSTRAINT job_state_check CHECK (state OPERATOR(pg_catalog.=) ANY
 		('{pending,claimed,running,dead,done,cancelled,waiting}'::text[])),
-	CONSTRAINT job_after_failed_check CHECK (after_failed OPERATOR(pg_catalog.=) ANY
-		('{cancel,run}'::text[])),
 	CONSTRAINT job_max_attempts_check
 		CHECK (max_attempts OPERATOR(pg_catalog.>=) 1
 			   AND max_attempts OPERATOR(pg_catalog.<=) 1000),
@@ -2110,7 +2125,7 @@ CREATE VIEW claimq.jobs AS
 SELECT j.job_id, q.name AS queue, j.state, j.payload, j.priority, j.run_at,
 	   j.attempts, j.worker, j.expires_at, j.enqueued_at, j.dedup_key,
 	   j.last_error, j.group_key, j.max_attempts, j.finished_at, j.result,
-	   j.after_count, j.after_failed
+	   j.after_count, j.after_failed::text AS after_failed
   FROM claimq.job j
   JOIN claimq.queue q ON q.queue_id OPERATOR(pg_catalog.=) j.queue_id;
 

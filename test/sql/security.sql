@@ -9,7 +9,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(65);
+SELECT plan(66);
 
 -- The functions and relations that belong to the extension.
 CREATE TEMP VIEW ext_functions AS
@@ -73,6 +73,11 @@ SELECT is(ARRAY(SELECT name FROM ext_relations r
 					OR EXISTS (SELECT FROM aclexplode(r.relacl) a WHERE a.grantee = 0)
 				 ORDER BY name),
 	'{}'::text[], 'no claimq relation has an ACL entry for PUBLIC');
+SELECT is(ARRAY(SELECT t.oid::regtype::text FROM pg_type t
+				 WHERE t.typnamespace = 'claimq'::regnamespace AND t.typtype = 'd'
+				   AND (t.typacl IS NULL OR has_type_privilege('public', t.oid, 'USAGE'))
+				 ORDER BY 1),
+	'{}'::text[], 'PUBLIC may use no claimq domain');
 SELECT ok(NOT has_schema_privilege('public', 'claimq', 'USAGE'),
 	'PUBLIC has no USAGE on schema claimq');
 SELECT ok(NOT has_schema_privilege('public', 'claimq', 'CREATE'),

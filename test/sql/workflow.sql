@@ -8,7 +8,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(88);
+SELECT plan(90);
 
 -- A job's state, as status() reports it (NULL: no such job).
 CREATE FUNCTION pg_temp.st(id bigint) RETURNS text LANGUAGE sql AS $$
@@ -331,6 +331,16 @@ SELECT throws_ok($$SELECT * FROM claimq.dependencies(ARRAY[1, NULL]::bigint[])$$
 SELECT throws_ok($$SELECT * FROM claimq.dependencies(array_fill(1::bigint, ARRAY[10001]))$$, '22023', NULL,
 	'dependencies with more than 10,000 ids: 22023');
 SELECT is((SELECT count(*) FROM claimq.dependencies('{}')), 0::bigint, 'dependencies of no jobs: no rows');
+
+--
+-- The table keeps after_failed to cancel or run itself (by its domain, so
+-- that a claim does not load the rule), and the jobs view shows it as text.
+--
+SELECT throws_ok($$UPDATE claimq.job SET after_failed = 'skip' WHERE job_id = (SELECT min(job_id) FROM claimq.job)$$,
+	'23514', NULL, 'claimq.job refuses an after_failed other than cancel or run: 23514');
+SELECT is((SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+			WHERE attrelid = 'claimq.jobs'::regclass AND attname = 'after_failed'),
+	'text', 'jobs: after_failed is text');
 
 SELECT * FROM finish();
 ROLLBACK;

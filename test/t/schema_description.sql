@@ -31,6 +31,13 @@ SELECT line FROM (
 	SELECT 'constraint ' || c.relname || '.' || k.conname || ' ' || pg_get_constraintdef(k.oid)
 	  FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid, ns WHERE c.relnamespace = ns.oid
 	UNION ALL
+	SELECT 'domain ' || t.typname || ' ' || format_type(t.typbasetype, t.typtypmod) || ' notnull ' || t.typnotnull
+		   || ' acl ' || coalesce(t.typacl::text, '-') || ' comment ' || coalesce(obj_description(t.oid, 'pg_type'), '-')
+	  FROM pg_type t, ns WHERE t.typnamespace = ns.oid AND t.typtype = 'd'
+	UNION ALL
+	SELECT 'constraint ' || t.typname || '.' || k.conname || ' ' || pg_get_constraintdef(k.oid)
+	  FROM pg_constraint k JOIN pg_type t ON t.oid = k.contypid, ns WHERE t.typnamespace = ns.oid
+	UNION ALL
 	SELECT 'index ' || pg_get_indexdef(i.indexrelid)
 	  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid, ns WHERE c.relnamespace = ns.oid
 	UNION ALL

@@ -27,6 +27,23 @@ const STATS_SQL = `SELECT queue, paused, ${COUNTS.map((c) => `${c}::text`).join(
         date_trunc('milliseconds', oldest_ready_age)::text AS oldest_ready_age,
         date_trunc('milliseconds', oldest_claim_age)::text AS oldest_claim_age
    FROM claimq.queue_stats`;
+// A queue's settings and limits.  claimq's SQL API has no view of them,
+// so they are read from its table claimq.queue, and only by a role that
+// may (the owner, or one granted SELECT on it).
+const SETTINGS = ['lease', 'run_lease', 'max_attempts', 'retry_base', 'retry_max', 'keep_done', 'keep_dead', 'notify',
+	'group_limit', 'group_fifo', 'max_in_flight', 'rate_limit', 'rate_period'];
+const SETTINGS_SQL = `SELECT name, ${SETTINGS.map((c) => `${c}::text`).join(', ')} FROM claimq.queue`;
+const NO_SETTINGS = 'claimq\'s SQL API does not show queue settings and limits; grant this role SELECT on claimq.queue to see them here';
+function limitsText(q) {
+	const l = [];
+	if (q.max_in_flight !== null) l.push(`in flight ≤ ${q.max_in_flight}`);
+	if (q.rate_limit !== null) l.push(`${q.rate_limit} per ${q.rate_period}`);
+	if (q.group_limit !== null) l.push(`group ≤ ${q.group_limit}`);
+	if (q.group_fifo === 'true') l.push('group FIFO');
+	return l.length ? l.join(', ') : 'none';
+}
+// The states of job_dedup_idx (live) and of job_finished_idx.
+const LIVE_FINISHED = ['{waiting,pending,claimed,running}', '{done,dead,cancelled}'];
 const ID = /^[0-9]{1,19}$/;
 const MAX_IDS = 1000;
 
@@ -56,14 +73,16 @@ function createDashboard({ db, port = 8080, listen = '127.0.0.1', sampleMs = 500
 			                  GROUP BY p.proname) f) AS funcs,
 			        (SELECT COALESCE(json_object_agg(relname, has_table_privilege(c.oid, 'SELECT')), '{}')
 			           FROM pg_catalog.pg_class c
-			          WHERE c.relnamespace = 'claimq'::regnamespace AND c.relkind = 'v') AS views`);
+			          WHERE c.relnamespace = 'claimq'::regnamespace AND c.relkind = 'v') AS views,
+			        (SELECT has_table_privilege(c.oid, 'SELECT') FROM pg_catalog.pg_class c
+			          WHERE c.relnamespace = 'claimq'::regnamespace AND c.relname = 'queue') AS settings`);
 		const w = r.rows[0];
 		const f = (n) => w.usage && !!w.funcs[n];
 		const v = (n) => w.usage && !!w.views[n];
 		const can = {
 			stats: v('queue_stats'), jobs: v('jobs'), groups: v('group_stats'),
 			schedules: v('schedules'), reclaimer: v('reclaimer_status'), metrics: f('metrics'),
-			deps: f('dependencies'),
+			deps: f('dependencies'), settings: w.usage && !!w.settings,
 			cancel: f('cancel'), retry: f('retry_dead'), pause: f('pause_queue'), resume: f('resume_queue'),
 			fire: f('fire_schedules'), run: f('enqueue') && v('schedules'),
 		};
@@ -112,6 +131,10 @@ ${Object.entries(fields).map(([k, v]) => html`<input type="hidden" name="${k}" v
 				`SELECT queue, count(*) FILTER (WHERE blocked)::text AS n FROM claimq.group_stats GROUP BY queue`)).rows)
 				blocked[r.queue] = r.n;
 		}
+		const settings = {};
+		if (can.settings) {
+			for (const r of (await query(SETTINGS_SQL)).rows) settings[r.name] = r;
+		}
 		const rows = stats.map((s) => html`<tr data-queue="${s.queue}">
 <td><a href="/queues/${encodeURIComponent(s.queue)}">${s.queue}</a></td>
 <td data-col="paused">${s.paused ? html`<span class="badge warn">paused</span>` : 'no'}</td>
@@ -119,16 +142,16 @@ ${COUNTS.map((c) => html`<td class="num" data-col="${c}">${s[c]}</td>`)}
 <td data-col="oldest_ready_age">${s.oldest_ready_age}</td>
 <td data-col="oldest_claim_age">${s.oldest_claim_age}</td>
 <td class="num" data-col="blocked_groups">${blocked[s.queue] || (can.groups ? '0' : '')}</td>
+${can.settings ? html`<td data-col="limits">${settings[s.queue] ? limitsText(settings[s.queue]) : ''}</td>` : ''}
 <td>${s.paused ? (can.resume ? actionButton('resume', 'Resume', { queue: s.queue }) : '')
 		: (can.pause ? actionButton('pause', 'Pause', { queue: s.queue }) : '')}</td></tr>`);
 		const table = html`<table class="grid" id="queues"><thead><tr><th>queue</th><th>paused</th>
-${COUNTS.map((c) => html`<th>${c}</th>`)}<th>oldest ready</th><th>oldest claim</th><th>blocked groups</th><th></th></tr></thead>
+${COUNTS.map((c) => html`<th>${c}</th>`)}<th>oldest ready</th><th>oldest claim</th><th>blocked groups</th>${can.settings ? html`<th>limits</th>` : ''}<th></th></tr></thead>
 <tbody>${rows}</tbody></table>
 ${stats.length ? '' : html`<p class="empty">No queues yet.</p>`}`;
 		return html`${table}
-<p class="note">Counts from <code>claimq.queue_stats</code> at ${new Date().toISOString()}. Queue limits
-(<code>max_in_flight</code>, <code>rate_limit</code>, <code>group_limit</code>) are not readable through claimq's
-SQL API; a group whose ready jobs the limits all hold back counts as blocked.</p>
+<p class="note">Counts from <code>claimq.queue_stats</code> at ${new Date().toISOString()}. A group whose ready jobs
+the queue's limits all hold back counts as blocked.${can.settings ? '' : html` <span id="no-settings">Limits: ${NO_SETTINGS}.</span>`}</p>
 <h2>Last hour</h2>${charts(ctx, stats.map((s) => s.queue))}`;
 	}
 
@@ -164,12 +187,21 @@ ${lineChart([{ name: 'wait p90 (s)', cls: 's3', points: sampler.latencySeries(q,
 		if (!can.stats) throw new HttpError(403, 'this role may not read claimq.queue_stats');
 		const s = (await query(`${STATS_SQL} WHERE queue = $1`, [name])).rows[0];
 		if (!s) throw new HttpError(404, `queue "${name}" does not exist`);
-		const head = html`<table class="grid" id="queue-stats"><tr>${COUNTS.map((c) => html`<th>${c}</th>`)}<th>oldest ready</th><th>oldest claim</th></tr>
+		let head = html`<table class="grid" id="queue-stats"><tr>${COUNTS.map((c) => html`<th>${c}</th>`)}<th>oldest ready</th><th>oldest claim</th></tr>
 <tr data-queue="${s.queue}">${COUNTS.map((c) => html`<td class="num" data-col="${c}">${s[c]}</td>`)}<td>${s.oldest_ready_age}</td><td>${s.oldest_claim_age}</td></tr></table>
 <p>${s.paused ? html`<span class="badge warn" id="paused">paused</span> ` : ''}
 ${s.paused ? (can.resume ? actionButton('resume', 'Resume queue', { queue: name }) : '')
 		: (can.pause ? actionButton('pause', 'Pause queue', { queue: name }) : '')}
 ${can.retry && s.dead !== '0' ? actionButton('retry_dead', `Retry all ${s.dead} dead jobs`, { queue: name }) : ''}</p>`;
+		let settings = html`<p class="na" id="no-settings">Settings and limits: ${NO_SETTINGS}.</p>`;
+		if (can.settings) {
+			const q = (await query(`${SETTINGS_SQL} WHERE name = $1`, [name])).rows[0];
+			if (q) {
+				settings = html`<table class="grid" id="settings"><tr>${SETTINGS.map((c) => html`<th>${c}</th>`)}</tr>
+<tr>${SETTINGS.map((c) => html`<td data-col="${c}">${q[c] === null ? '–' : q[c]}</td>`)}</tr></table>`;
+			}
+		}
+		head = html`${head}<h2>Settings</h2>${settings}`;
 		if (!can.jobs) {
 			return html`${head}<p class="na" id="no-jobs">This role may not read <code>claimq.jobs</code>: listing jobs needs the administer duty.</p>`;
 		}
@@ -182,8 +214,9 @@ ${can.retry && s.dead !== '0' ? actionButton('retry_dead', `Retry all ${s.dead} 
 		};
 		const limit = Math.min(500, Math.max(1, parseInt(params.get('limit'), 10) || 50));
 		// Keyset paging: newest first, the next page starts below the last id
-		// shown.  The order is the column's (j.job_id), not the text shown,
-		// so that it is numeric and read from the primary key backwards.
+		// shown.  The order is the column's (k, the bigint id), not the text
+		// shown, so that it is numeric and read from the primary key
+		// backwards.
 		const where = ['queue = $1'], values = [name];
 		const add = (cond, v) => { values.push(v); where.push(cond.replace('?', `$${values.length}`)); };
 		if (f.state) add('state = ?', f.state);
@@ -192,11 +225,15 @@ ${can.retry && s.dead !== '0' ? actionButton('retry_dead', `Retry all ${s.dead} 
 		if (f.id) add('job_id = ?::bigint', f.id);
 		if (f.before) add('job_id < ?::bigint', f.before);
 		values.push(limit + 1);
-		const jobs = (await query(
-			`SELECT j.job_id::text, state, priority, attempts, group_key, dedup_key, run_at::text,
+		// A dedup key without a state: the live job that holds the key from
+		// its unique index, and the finished ones with it from the index of
+		// finished jobs, rather than every job of the queue by id.
+		const branches = f.dedup && !f.state ? LIVE_FINISHED.map((states) => [...where, `state = ANY ('${states}')`]) : [where];
+		const jobs = (await query(branches.map((w) =>
+			`SELECT j.job_id AS k, j.job_id::text, state, priority, attempts, group_key, dedup_key, run_at::text,
 			        enqueued_at::text, left(payload::text, 160) AS payload, left(last_error, 160) AS last_error
-			   FROM claimq.jobs j WHERE ${where.join(' AND ')}
-			  ORDER BY j.job_id DESC LIMIT $${values.length}`, values)).rows;
+			   FROM claimq.jobs j WHERE ${w.join(' AND ')}`).join(' UNION ALL ') +
+			` ORDER BY k DESC LIMIT $${values.length}`, values)).rows;
 		const more = jobs.length > limit;
 		if (more) jobs.pop();
 		const filters = { state: f.state, group: f.group, dedup: f.dedup, id: f.id, limit: limit === 50 ? '' : limit };

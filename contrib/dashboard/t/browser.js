@@ -107,6 +107,21 @@ async function main() {
 		await shot('overview');
 	});
 
+	await check("a queue's settings and limits, read from claimq.queue by a role that may", async () => {
+		await go(`${A}/`);
+		const limits = async (q) => (await rowCounts(`#queues tr[data-queue="${q}"]`)).limits;
+		assert.equal(await limits('reports'), 'in flight ≤ 3, 50 per 00:01:00, group ≤ 2');
+		assert.equal(await limits('quiet'), 'none');
+		await go(`${A}/queues/reports`);
+		const shown = await rowCounts('#settings tr:nth-child(2)');
+		const want = await one(`SELECT lease::text, run_lease::text, max_attempts::text, retry_base::text, retry_max::text,
+			keep_done::text, keep_dead::text, notify::text, group_limit::text, group_fifo::text, max_in_flight::text,
+			rate_limit::text, rate_period::text FROM claimq.queue WHERE name = 'reports'`);
+		for (const [c, v] of Object.entries(want)) assert.equal(shown[c], v === null ? '–' : v, c);
+		assert.equal(shown.max_in_flight, '3');
+		assert.equal(await page.$('#no-settings'), null);
+	});
+
 	const quietIds = await col(`SELECT job_id::text FROM claimq.jobs WHERE queue = 'quiet' ORDER BY job_id DESC`);
 	await check('queue page: keyset paging through 250 jobs shows each once, in id order', async () => {
 		await go(`${A}/queues/quiet`);
@@ -166,6 +181,16 @@ async function main() {
 		assert.deepEqual(await ids(), [quietIds[7]]);
 		await go(`${A}/queues/quiet?id=${quietIds[7]}&state=done`);
 		assert.deepEqual(await ids(), []);
+		// A key held by a live job and, before it, by a cancelled one: both,
+		// newest first (from the live jobs' index and the finished jobs').
+		const again = await col(`SELECT job_id::text FROM claimq.jobs WHERE dedup_key = 'again' ORDER BY job_id DESC`);
+		assert.equal(again.length, 2);
+		await go(`${A}/queues/flow?dedup=again`);
+		assert.deepEqual(await ids(), again);
+		await go(`${A}/queues/flow?dedup=again&state=cancelled`);
+		assert.deepEqual(await ids(), again.slice(1));
+		await go(`${A}/queues/flow?dedup=again&before=${again[0]}`);
+		assert.deepEqual(await ids(), again.slice(1));
 	});
 
 	await check('job page: payload, timeline, the job it runs after and its dependents', async () => {
@@ -325,6 +350,10 @@ async function main() {
 		}
 		await go(`${O}/queues/actions`);
 		assert.match(await page.textContent('#no-jobs'), /may not read/);
+		assert.match(await page.textContent('#no-settings'), /grant this role SELECT on claimq\.queue/);
+		await go(`${O}/`);
+		assert.match(await page.textContent('#no-settings'), /grant this role SELECT on claimq\.queue/);
+		assert.equal(await page.$('#queues td[data-col="limits"]'), null);
 		await go(`${O}/jobs/${await jobId('parent')}`, 403);
 		await go(`${O}/confirm?action=pause&queue=actions`, 403);
 	});

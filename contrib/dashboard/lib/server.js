@@ -73,16 +73,15 @@ function createDashboard({ db, port = 8080, listen = '127.0.0.1', sampleMs = 500
 			                  GROUP BY p.proname) f) AS funcs,
 			        (SELECT COALESCE(json_object_agg(relname, has_table_privilege(c.oid, 'SELECT')), '{}')
 			           FROM pg_catalog.pg_class c
-			          WHERE c.relnamespace = 'claimq'::regnamespace AND c.relkind = 'v') AS views,
-			        (SELECT has_table_privilege(c.oid, 'SELECT') FROM pg_catalog.pg_class c
-			          WHERE c.relnamespace = 'claimq'::regnamespace AND c.relname = 'queue') AS settings`);
+			          WHERE c.relnamespace = 'claimq'::regnamespace
+			            AND (c.relkind = 'v' OR c.relname = 'queue')) AS relations`);
 		const w = r.rows[0];
 		const f = (n) => w.usage && !!w.funcs[n];
-		const v = (n) => w.usage && !!w.views[n];
+		const v = (n) => w.usage && !!w.relations[n];	// a view, or the table claimq.queue
 		const can = {
 			stats: v('queue_stats'), jobs: v('jobs'), groups: v('group_stats'),
 			schedules: v('schedules'), reclaimer: v('reclaimer_status'), metrics: f('metrics'),
-			deps: f('dependencies'), settings: w.usage && !!w.settings,
+			deps: f('dependencies'), settings: v('queue'),
 			cancel: f('cancel'), retry: f('retry_dead'), pause: f('pause_queue'), resume: f('resume_queue'),
 			fire: f('fire_schedules'), run: f('enqueue') && v('schedules'),
 		};

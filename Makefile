@@ -82,7 +82,7 @@ claimq-pgtle.sql: sql/claimq.sql sql/edition claimq.control $(PORTABLE_BODIES)
 # edition's update script: a plain script (it checks the version it
 # updates), and the update path for pg_tle (then ALTER EXTENSION claimq
 # UPDATE TO the new version in each database).
-PORTABLE_FROM = 0.6.2
+PORTABLE_FROM = 0.7
 PORTABLE_UPDATE = claimq-portable--$(PORTABLE_FROM)--$(EXTVERSION).sql \
 	claimq-pgtle--$(PORTABLE_FROM)--$(EXTVERSION).sql
 portable: $(PORTABLE_UPDATE)

@@ -90,7 +90,7 @@
 #endif
 
 /* The extension version (claimq.control) whose schema this library uses. */
-#define CQ_SCHEMA_VERSION	"0.7"
+#define CQ_SCHEMA_VERSION	"0.8"
 
 /* Limits from the API contract. */
 #define CQ_MAX_BATCH		10000	/* max_jobs per claim, elements per call */

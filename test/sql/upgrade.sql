@@ -23,7 +23,7 @@ SELECT plan(39);
 SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.1',
 	'version 0.1 is installed');
 SELECT throws_ok($$SELECT claimq.enqueue('nowhere', '{}')$$, '55000',
-	'extension "claimq" is at version 0.1, but its library needs version 0.7',
+	'extension "claimq" is at version 0.1, but its library needs version 0.8',
 	'the library refuses to work on an older schema, with a clear error');
 
 -- Fill it: ready, scheduled, claimed, running, dead and done jobs, a paused
@@ -99,8 +99,8 @@ SELECT count(*) AS n FROM pg_init_privs i
 
 ALTER EXTENSION claimq UPDATE;
 
-SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.7',
-	'ALTER EXTENSION claimq UPDATE brings it to 0.7');
+SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.8',
+	'ALTER EXTENSION claimq UPDATE brings it to 0.8');
 SELECT bag_eq($$SELECT job_id, token, run_at, enqueued_at, expires_at, claimed_at, finished_at,
 					   queue_id, priority, attempts, state, worker, dedup_key, last_error, payload
 				  FROM claimq.job$$,

@@ -10,7 +10,7 @@ from .worker import (AsyncWorker, Fail, JobStopped, JobTimeout, Snooze, Worker, 
 __all__ = ["Client", "Job", "Outcome", "Worker", "AsyncWorker", "Fail", "Snooze",
            "JobStopped", "JobTimeout", "check_stop", "sleep"]
 # The release's version: default_version in claimq.control.
-__version__ = "0.7"
+__version__ = "0.8"
 
 # A library logs to "claimq" and leaves handlers to the application.
 _logging.getLogger("claimq").addHandler(_logging.NullHandler())

@@ -172,9 +172,43 @@ ALTER SEQUENCE claimq.queue_id_seq OWNED BY claimq.queue.queue_id;
  */
 
 CREATE SEQUENCE claimq.job_id_seq AS bigint MAXVALUE 281474976710655;
--- Tokens add the timeline in bits 48 and up (see src/token.c): the
+-- Tokens add their epoch in bits 48 and up (claimq.epoch below): the
 -- sequence stays below them.  Each backend caches a range of them.
 CREATE SEQUENCE claimq.token_seq AS bigint MAXVALUE 281474976710655 CACHE 65536;
+
+/*
+ * Token epochs (see src/token.c and claimq.lifetime_epoch).  A token is
+ * the epoch of the server lifetime that handed it out, in bits 48 to 62,
+ * plus a value of claimq.token_seq.  claimq.epoch registers the epochs
+ * handed out, in both editions; a lifetime's epoch is one above every
+ * epoch registered before it.  claimq.lifetime marks the lifetime whose
+ * epoch is registered: it is unlogged, so every recovery (a crash-restart
+ * or a promotion) empties it, and it records the server's start time, the
+ * edition and the database, so that a clean restart, a restored or
+ * upgraded cluster, a restore into another database and a move between
+ * editions find it out of date.  Neither has a key: the register that a
+ * restore or a move copies in beside an install's own makes the install's
+ * epoch no longer the highest, or one registered twice, and so out of
+ * date too.
+ */
+CREATE TABLE claimq.epoch (
+	epoch			integer NOT NULL,
+	started_at		timestamptz NOT NULL,
+	edition			text NOT NULL,
+	registered_at	timestamptz NOT NULL,
+	CONSTRAINT epoch_range CHECK (epoch OPERATOR(pg_catalog.>=) 0
+								  AND epoch OPERATOR(pg_catalog.<=) 32767)
+);
+
+CREATE INDEX epoch_epoch_idx ON claimq.epoch (epoch);
+
+CREATE UNLOGGED TABLE claimq.lifetime (
+	epoch			integer NOT NULL,
+	started_at		timestamptz NOT NULL,
+	edition			text NOT NULL,
+	database		oid NOT NULL,
+	registered_by	xid8 NOT NULL
+);
 
 /*
  * What the failure of a job another one runs after does to it (section 8).
@@ -359,7 +393,10 @@ CREATE TABLE claimq.job_group (
 		REFERENCES claimq.queue (queue_id) ON DELETE CASCADE
 );
 
-/* Every table and sequence is dumped with the extension's data. */
+/*
+ * Every table and sequence is dumped with the extension's data, but for
+ * claimq.lifetime: a restored database is a new lifetime.
+ */
 -- @extension
 SELECT pg_catalog.pg_extension_config_dump('claimq.queue', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.key_claim', '');
@@ -371,6 +408,7 @@ SELECT pg_catalog.pg_extension_config_dump('claimq.schedule', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.job_group', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.job_after', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.after_set_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('claimq.epoch', '');
 -- @end
 
 /*------------------------------------------------------------------------
@@ -1931,6 +1969,95 @@ AS 'MODULE_PATHNAME', 'claimq_edition';
 
 COMMENT ON FUNCTION claimq.edition() IS
 'the edition of claimq installed: c (this one) or portable';
+
+/*
+ * The epoch of this server lifetime's tokens (The token, contract 0.5;
+ * src/token.c), registering it on the first look of a lifetime.  durable
+ * is true when a transaction that has committed registered it; such a
+ * transaction committed with synchronous_commit at least local, so the
+ * registration is on disk and no later lifetime can take the same epoch.
+ * Otherwise this call has just registered it, in its own transaction,
+ * which is then made to commit with synchronous_commit at least local (a
+ * setting of the transaction only), or another transaction is registering
+ * it right now and this call does not wait for it: epoch is then the one
+ * the lifetime gets if that registration commits.  The portable edition
+ * hands out no token of an epoch that is not durable; the C edition, which
+ * flushes the WAL that logged its tokens' sequence values before they
+ * leave the server, may.
+ *
+ * Registrations take turns on claimq.lifetime (NOWAIT: a look that finds
+ * one under way goes on); under the lock, each statement of READ
+ * COMMITTED sees one that committed meanwhile.
+ */
+CREATE FUNCTION claimq.lifetime_epoch(OUT epoch integer, OUT durable boolean)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	started timestamptz := pg_catalog.pg_postmaster_start_time();
+	ed text := claimq.edition();
+	db oid := (SELECT d.oid FROM pg_catalog.pg_database d
+				WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database());
+	by_xact xid8;
+BEGIN
+	FOR pass IN 1..2 LOOP
+		/* The marker counts if its epoch is the highest, registered once. */
+		SELECT l.epoch, l.registered_by INTO epoch, by_xact
+		  FROM claimq.lifetime l
+		 WHERE l.started_at OPERATOR(pg_catalog.=) started
+		   AND l.edition OPERATOR(pg_catalog.=) ed
+		   AND l.database OPERATOR(pg_catalog.=) db
+		   AND (SELECT pg_catalog.count(*) FROM claimq.epoch e
+				 WHERE e.epoch OPERATOR(pg_catalog.>=) l.epoch) OPERATOR(pg_catalog.=) 1
+		 LIMIT 1;
+		IF FOUND THEN
+			durable := by_xact IS DISTINCT FROM
+					   pg_catalog.pg_current_xact_id_if_assigned();
+			RETURN;
+		END IF;
+		SELECT COALESCE(pg_catalog.max(e.epoch) OPERATOR(pg_catalog.+) 1, 0)
+		  INTO epoch FROM claimq.epoch e;
+		durable := false;
+		EXIT WHEN pass OPERATOR(pg_catalog.=) 2;
+		BEGIN
+			LOCK TABLE claimq.lifetime IN EXCLUSIVE MODE NOWAIT;
+		EXCEPTION WHEN lock_not_available THEN
+			RETURN;
+		END;
+	END LOOP;
+
+	IF epoch OPERATOR(pg_catalog.>) 32767 THEN
+		RAISE EXCEPTION 'claimq has no token epoch left for this server lifetime'
+			USING ERRCODE = '54000',
+				  DETAIL = pg_catalog.format('Every server lifetime that hands out tokens takes an epoch, and epoch %s is the last.', epoch OPERATOR(pg_catalog.-) 1),
+				  HINT = 'Move the database''s claimq to a fresh install: see docs/operations.md.';
+	END IF;
+	INSERT INTO claimq.epoch (epoch, started_at, edition, registered_at)
+	VALUES (epoch, started, ed, pg_catalog.clock_timestamp());
+	DELETE FROM claimq.lifetime;
+	INSERT INTO claimq.lifetime (epoch, started_at, edition, database, registered_by)
+	VALUES (epoch, started, ed, db, pg_catalog.pg_current_xact_id());
+	IF pg_catalog.current_setting('synchronous_commit') OPERATOR(pg_catalog.=) 'off' THEN
+		PERFORM pg_catalog.set_config('synchronous_commit', 'local', true);
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.lifetime_epoch() IS
+'private: the epoch of this server lifetime''s tokens, registered on the first look of a lifetime; durable once a committed transaction registered it';
+
+/*
+ * A new install registers its first epoch in its own transaction, unless
+ * that transaction commits asynchronously (then the first look does).
+ */
+DO $install$
+BEGIN
+	IF pg_catalog.current_setting('synchronous_commit') OPERATOR(pg_catalog.<>) 'off' THEN
+		PERFORM claimq.lifetime_epoch();
+	END IF;
+END
+$install$;
 
 /*------------------------------------------------------------------------
  * 12. Observing: counters, latency, the reclaimer, the census, the views

@@ -532,9 +532,10 @@ extern bool cq_try_lock_producers(const char *queue_name, bool exclusive,
 								  bool wait);
 
 /*
- * Tokens (token.c): the timeline's epoch in bits 48 and up plus a value of
- * claimq.token_seq, which stays below 2^48; durable before they are handed
- * out, so that none repeats after a crash or a failover.
+ * Tokens (token.c): the server lifetime's epoch (claimq.epoch) in bits 48
+ * and up plus a value of claimq.token_seq, which stays below 2^48; durable
+ * before they are handed out, so that none repeats after a crash or a
+ * failover.
  */
 #define CQ_TOKEN_EPOCH_BITS		48
 extern int64 cq_token_epoch(void);

@@ -83,6 +83,7 @@ claimq_claim_keys(PG_FUNCTION_ARGS)
 	int			nkeys;
 	TimestampTz now;
 	bool		isnull;
+	int64		epoch;
 	HTAB	   *won;
 
 	cq_require_primary(fcinfo);
@@ -97,11 +98,11 @@ claimq_claim_keys(PG_FUNCTION_ARGS)
 		return (Datum) 0;
 
 	SPI_connect();
+	epoch = cq_token_epoch();
 	cq_plan(&token_plan, "SELECT pg_catalog.nextval('claimq.token_seq')",
 			0, NULL);
 	cq_execute(token_plan, NULL, NULL, SPI_OK_SELECT);
-	values[2] = Int64GetDatum(cq_token_epoch() +
-							  DatumGetInt64(cq_spi_value(0, 1, &isnull)));
+	values[2] = Int64GetDatum(epoch + DatumGetInt64(cq_spi_value(0, 1, &isnull)));
 	cq_tokens_durable();
 
 	/* Claims won now expire ttl after this one reading of the clock. */

@@ -559,8 +559,12 @@ cq_pass_step(CqPassStep step)
 
 		SPI_connect();
 		if (step == CQ_STEP_RECLAIM)
+		{
+			/* Registers a new lifetime's epoch before clients look for it. */
+			(void) cq_token_epoch();
 			result = (int64) cq_reclaim_expired(0, cq_reclaim_batch,
 												NULL, NULL);
+		}
 		else if (step == CQ_STEP_FIRE)
 			result = (int64) cq_fire_schedules(CQ_FIRE_BATCH);
 		else if (step == CQ_STEP_FLOW)
@@ -784,6 +788,8 @@ claimq_maintain(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 
 	SPI_connect();
+	/* A new lifetime's epoch is registered here, if no claim did yet. */
+	(void) cq_token_epoch();
 	counts[0] = cq_reclaim_expired(0, CQ_MAINTAIN_BATCH, NULL, NULL);
 	counts[1] = cq_fire_schedules(CQ_MAINTAIN_BATCH);
 	counts[2] = cq_prune_finished(CQ_MAINTAIN_BATCH);

@@ -5,6 +5,39 @@
  * bodies changed, and version(), are replaced, each keeping its grants.
  */
 
+/*
+ * Tokens: claim and claim_keys take their epoch from the register
+ * (claimq.lifetime_epoch), and maintain() registers it; the timeline and
+ * the forced synchronous commit go.
+ */
+CREATE OR REPLACE FUNCTION claimq.claim(
+	queue text,
+	max_jobs integer DEFAULT 1,
+	lease interval DEFAULT NULL,
+	worker text DEFAULT NULL,
+	start boolean DEFAULT false,
+	wait interval DEFAULT '0')
+RETURNS TABLE(job_id bigint, token bigint, payload jsonb, attempts integer,
+			  priority integer, enqueued_at timestamptz,
+			  expires_at timestamptz)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_claim';
+
+CREATE OR REPLACE FUNCTION claimq.claim_keys(scope text, keys text[], ttl interval)
+RETURNS TABLE(key text, token bigint)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_claim_keys';
+
+CREATE OR REPLACE FUNCTION claimq.maintain()
+RETURNS TABLE(step text, count bigint)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_maintain';
+
+DROP FUNCTION claimq.token_base();
+
 ALTER FUNCTION claimq.version() RENAME TO version_0_7;
 
 CREATE FUNCTION claimq.version()

@@ -196,8 +196,8 @@ is( dbq('dst', q{
 	SELECT e.extversion = a.default_version, cardinality(e.extconfig)
 	  FROM pg_extension e JOIN pg_available_extensions a ON a.name = e.extname
 	 WHERE e.extname = 'claimq'}),
-	't|10',
-	'the restored extension is at the current version with its ten dumped tables and sequences');
+	't|11',
+	'the restored extension is at the current version with its eleven dumped tables and sequences');
 
 # Duties survive the dump; PUBLIC still gets nothing.
 is( dbq('dst', q{
@@ -222,6 +222,8 @@ my ($g_id, $g_token) = split /\|/,
 is($g_id, $new_id, 'the new job is claimed');
 cmp_ok($g_token, '>', $max_token,
 	'a new claim gets a token above every restored token');
+cmp_ok($g_token >> 48, '>', dbq('src', 'SELECT max(epoch) FROM claimq.epoch'),
+	'of a new epoch: above every epoch the dumped database registered');
 is(dbq('dst', "SELECT claimq.complete($g_id, $g_token)"), 't',
 	'and completes with it');
 

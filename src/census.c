@@ -56,9 +56,17 @@
  * (another backend decides its fate; the recount waits until no prepared
  * transaction holds a lock on claimq.job), and no room for a queue's
  * entry when the table is full (the notes without one are dropped).
- * Entries whose counts are all zero make room when the table is full;
- * those of dropped databases are freed by the launcher (and by a recount
- * that finds no room).  Writes with the guard disabled (ALTER TABLE ...
+ * When the table is full, room is made of the entries whose counts are all
+ * zero and of other databases' entries while their census is unknown (a
+ * commit there may have made an entry that holds only its own change, say
+ * pending = -1, which only their next recount sets right; removing it
+ * moves their epoch on, so that a recount of theirs under way adds
+ * nothing).  A recount sets right the queues that have entries before it
+ * makes new ones, which brings the entries of queues without jobs to zero.
+ * Those of dropped databases are freed by the launcher (and by a recount
+ * that finds no room), those of a database whose claimq was dropped by its
+ * reclaimer, and those of an earlier installation by the recount of the
+ * next one.  Writes with the guard disabled (ALTER TABLE ...
  * DISABLE TRIGGER, pg_restore --disable-triggers) are not seen:
  * claimq.census_recount() counts again.  On a standby nothing is counted.
  * While a database's census is not valid, claimq.census() says so and
@@ -207,9 +215,51 @@ cq_census_is_valid(CqCensusEntry *header)
 }
 
 /*
+ * Make room: remove the queues' entries that are all zero (the same as
+ * absent), and those of other databases whose census is not valid, whose
+ * next recount counts them again anyway (their epoch moves on first, so
+ * that a recount of theirs under way does not add to what is gone).  The
+ * current database's own entries with counts stay: its caller is adding
+ * to them.  The caller holds the lock exclusive.
+ */
+static void
+cq_census_make_room(void)
+{
+	HASH_SEQ_STATUS status;
+	CqCensusEntry *e;
+
+	Assert(LWLockHeldByMeInMode(cq_census_lock, LW_EXCLUSIVE));
+	hash_seq_init(&status, cq_census);
+	while ((e = hash_seq_search(&status)) != NULL)
+	{
+		bool		zero = true;
+		CqCensusKey hkey;
+		CqCensusEntry *header;
+
+		if (e->key.queue_id == 0)
+			continue;
+		for (int s = 0; zero && s < CQ_NSTATES; s++)
+			zero = pg_atomic_read_u64(&e->counts[s]) == 0;
+		if (!zero)
+		{
+			if (e->key.dboid == MyDatabaseId)
+				continue;
+			hkey = e->key;
+			hkey.queue_id = 0;
+			header = hash_search(cq_census, &hkey, HASH_FIND, NULL);
+			if (cq_census_is_valid(header))
+				continue;
+			if (header != NULL)
+				pg_atomic_fetch_add_u64(&header->epoch, 1);
+		}
+		(void) hash_search(cq_census, &e->key, HASH_REMOVE, NULL);
+	}
+}
+
+/*
  * The entry of a key, added with zero counts if missing, or NULL if there
- * is no room even after the queues' entries that are all zero (the same as
- * absent) were removed.  The caller holds the lock exclusive.
+ * is no room even after cq_census_make_room().  The caller holds the lock
+ * exclusive.
  */
 static CqCensusEntry *
 cq_census_enter(const CqCensusKey *key)
@@ -241,21 +291,7 @@ cq_census_enter(const CqCensusKey *key)
 			return entry;
 		}
 		if (attempt == 0)
-		{
-			HASH_SEQ_STATUS status;
-			CqCensusEntry *e;
-
-			hash_seq_init(&status, cq_census);
-			while ((e = hash_seq_search(&status)) != NULL)
-			{
-				bool		zero = e->key.queue_id != 0;
-
-				for (int s = 0; zero && s < CQ_NSTATES; s++)
-					zero = pg_atomic_read_u64(&e->counts[s]) == 0;
-				if (zero)
-					(void) hash_search(cq_census, &e->key, HASH_REMOVE, NULL);
-			}
-		}
+			cq_census_make_room();
 	}
 	return NULL;
 }
@@ -562,11 +598,13 @@ claimq_job_census(PG_FUNCTION_ARGS)
 	return PointerGetDatum(NULL);
 }
 
-/* A queue's counts as the recount copied them (c0). */
+/* A queue's counts as the recount copied them (c0), and as it counted (n). */
 typedef struct CqCensusCopy
 {
 	CqCensusKey key;
 	int64		c0[CQ_NSTATES];
+	int64		n[CQ_NSTATES];
+	bool		had_entry;		/* c0 was copied from an entry */
 	bool		counted;		/* n - c0 added already */
 } CqCensusCopy;
 
@@ -633,6 +671,26 @@ cq_census_free_dropped(void)
 		LWLockRelease(cq_census_lock);
 	}
 	pfree(dboids);
+}
+
+/*
+ * Free the current database's entries: it has no claimq (the reclaimer
+ * found it dropped), so nobody adds to them or counts them again.
+ */
+void
+cq_census_free_database(void)
+{
+	HASH_SEQ_STATUS status;
+	CqCensusEntry *entry;
+
+	if (!cq_shmem_ready)
+		return;
+	cq_lwlock_gated(cq_census_lock, cq_census_gate, LW_EXCLUSIVE);
+	hash_seq_init(&status, cq_census);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		if (entry->key.dboid == MyDatabaseId)
+			(void) hash_search(cq_census, &entry->key, HASH_REMOVE, NULL);
+	LWLockRelease(cq_census_lock);
 }
 
 /*
@@ -762,7 +820,9 @@ cq_census_recount(void)
 		copy = hash_search(copies, &entry->key, HASH_ENTER, NULL);
 		for (int s = 0; s < CQ_NSTATES; s++)
 			copy->c0[s] = (int64) pg_atomic_read_u64(&entry->counts[s]);
+		memset(copy->n, 0, sizeof(copy->n));
 		copy->counted = false;
+		copy->had_entry = true;
 	}
 	LWLockRelease(cq_census_lock);
 
@@ -774,51 +834,66 @@ cq_census_recount(void)
 				  NULL, NULL, SPI_OK_SELECT, snapshot);
 	UnregisterSnapshot(snapshot);
 
-	/* Under the exclusive lock: add n - c0 to each count. */
-	cq_lwlock_gated(cq_census_lock, cq_census_gate, LW_EXCLUSIVE);
-	key.queue_id = 0;
-	header = hash_search(cq_census, &key, HASH_FIND, NULL);
-	expected = epoch;
-	valid = header != NULL &&
-		pg_atomic_compare_exchange_u64(&header->epoch, &expected, epoch + 1);
-	for (uint64 r = 0; valid && r < SPI_processed; r++)
+	/*
+	 * n per queue, beside c0: the queues that have entries now and those
+	 * with jobs in the snapshot.
+	 */
+	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		bool		isnull;
 		bool		found;
 
 		key.queue_id = DatumGetInt32(cq_spi_value(r, 1, &isnull));
-		entry = cq_census_enter(&key);
-		if (entry == NULL)
-		{
-			valid = false;
-			break;
-		}
 		copy = hash_search(copies, &key, HASH_ENTER, &found);
 		if (!found)
-			memset(copy->c0, 0, sizeof(copy->c0));
-		if (!found || !copy->counted)
 		{
+			memset(copy->c0, 0, sizeof(copy->c0));
+			memset(copy->n, 0, sizeof(copy->n));
+			copy->counted = false;
+			copy->had_entry = false;
+		}
+		copy->n[cq_state_of(cq_spi_value(r, 2, &isnull))] +=
+			DatumGetInt64(cq_spi_value(r, 3, &isnull));
+	}
+
+	/*
+	 * Under the exclusive lock: add n - c0 to each count, unless another
+	 * recount or anything that made the census unknown came first.  The
+	 * queues that had entries first (which needs no room, and brings those
+	 * of queues without jobs to zero, which makes room), then the others;
+	 * every queue is set right that can be, even when one finds no room.
+	 */
+	cq_lwlock_gated(cq_census_lock, cq_census_gate, LW_EXCLUSIVE);
+	key.queue_id = 0;
+	header = hash_search(cq_census, &key, HASH_FIND, NULL);
+	expected = epoch;
+	if (header == NULL ||
+		!pg_atomic_compare_exchange_u64(&header->epoch, &expected, epoch + 1))
+	{
+		valid = cq_census_is_valid(header);
+		LWLockRelease(cq_census_lock);
+		hash_destroy(copies);
+		return valid;
+	}
+	valid = true;
+	for (int pass = 0; pass < 2; pass++)
+	{
+		hash_seq_init(&status, copies);
+		while ((copy = hash_seq_search(&status)) != NULL)
+		{
+			if (copy->counted || copy->had_entry != (pass == 0))
+				continue;
+			entry = cq_census_enter(&copy->key);
+			if (entry == NULL)
+			{
+				valid = false;
+				continue;
+			}
 			for (int s = 0; s < CQ_NSTATES; s++)
-				pg_atomic_fetch_sub_u64(&entry->counts[s], copy->c0[s]);
+				pg_atomic_fetch_add_u64(&entry->counts[s],
+										copy->n[s] - copy->c0[s]);
 			copy->counted = true;
 		}
-		pg_atomic_fetch_add_u64(&entry->counts[cq_state_of(cq_spi_value(r, 2, &isnull))],
-								DatumGetInt64(cq_spi_value(r, 3, &isnull)));
-	}
-	/* The queues without jobs in the snapshot: n is 0. */
-	hash_seq_init(&status, copies);
-	while ((copy = hash_seq_search(&status)) != NULL)
-	{
-		if (!valid || copy->counted)
-			continue;
-		entry = cq_census_enter(&copy->key);
-		if (entry == NULL)
-		{
-			valid = false;
-			continue;
-		}
-		for (int s = 0; s < CQ_NSTATES; s++)
-			pg_atomic_fetch_sub_u64(&entry->counts[s], copy->c0[s]);
 	}
 	if (valid)
 		header->valid_epoch = epoch + 1;

@@ -235,6 +235,7 @@ extern void cq_census_shmem_init(LWLock *lock, LWLock *gate);
 extern bool cq_census_recount(void);
 extern void cq_census_move(int32 queue_id, CqState from, CqState to, int64 n);
 extern void cq_census_free_dropped(void);
+extern void cq_census_free_database(void);
 
 /* The background reclaimer (reclaimer.c) */
 extern Size cq_reclaimer_shmem_size(void);

@@ -534,7 +534,13 @@ cq_pass_step(CqPassStep step)
 	if (RecoveryInProgress())
 		result = 0;				/* not reached: the launcher waits for
 								 * promotion */
-	else if (OidIsValid(owner))
+	else if (!OidIsValid(owner))
+	{
+		/* Dropped, or never here: what the census kept of it goes. */
+		if (step == CQ_STEP_RECLAIM)
+			cq_census_free_database();
+	}
+	else
 	{
 		GetUserIdAndSecContext(&save_userid, &save_sec_context);
 		SetUserIdAndSecContext(owner, save_sec_context |

@@ -435,8 +435,11 @@ my @drawn = draw_tokens($new);
 ok(tokens_are_new(\@drawn, $max_before),
 	'new claims and key claims get tokens above every token handed out before')
   or diag("before: up to $max_before; now: @drawn");
-is(join(',', map { $_ >> 48 } @drawn), join(',', ($old_epoch + 1) x 4),
-	'the token epoch went on: one above the old cluster\'s last, on timeline 1');
+# (pg_upgrade starts the old cluster again, whose reclaimer may register
+# another lifetime's epoch meanwhile.)
+ok((all { ($_ >> 48) > $old_epoch } @drawn),
+	'the token epoch went on: above the old cluster\'s, on timeline 1')
+  or diag('epochs: ' . join(',', map { $_ >> 48 } @drawn) . "; the old cluster's: $old_epoch");
 
 # The every-second schedule fired after the upgrade, and each occurrence
 # once: before, during and after it.

@@ -80,24 +80,10 @@ $primary->safe_psql(
 		PERFORM claimq.claim('q' || i, 1) FROM generate_series(1, least(n, 100)) i;
 	END
 	$$;
-	-- Queues whose counts in claimq.census() differ from claimq.job's.
-	CREATE VIEW census_wrong AS
-	WITH c AS (SELECT * FROM claimq.census() WHERE queue_id <> 0),
-		 a AS (SELECT queue_id,
-					  count(*) FILTER (WHERE state = 'pending') AS pending,
-					  count(*) FILTER (WHERE state = 'claimed') AS claimed,
-					  count(*) FILTER (WHERE state = 'running') AS running,
-					  count(*) FILTER (WHERE state = 'done') AS done,
-					  count(*) FILTER (WHERE state = 'dead') AS dead,
-					  count(*) FILTER (WHERE state = 'cancelled') AS cancelled
-				 FROM claimq.job GROUP BY queue_id)
-	SELECT queue_id
-	  FROM c FULL JOIN a USING (queue_id)
-	 WHERE (COALESCE(c.pending, 0), COALESCE(c.claimed, 0), COALESCE(c.running, 0),
-			COALESCE(c.done, 0), COALESCE(c.dead, 0), COALESCE(c.cancelled, 0))
-		   IS DISTINCT FROM
-		   (COALESCE(a.pending, 0), COALESCE(a.claimed, 0), COALESCE(a.running, 0),
-			COALESCE(a.done, 0), COALESCE(a.dead, 0), COALESCE(a.cancelled, 0));
+});
+$primary->safe_psql('tmpl', slurp_file("$FindBin::RealBin/../census_wrong.sql"));
+$primary->safe_psql(
+	'tmpl', q{
 	-- After a recount: 'valid' and right, 'unknown', or 'WRONG'.
 	CREATE VIEW census_verdict AS
 	SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM claimq.census() WHERE queue_id = 0)

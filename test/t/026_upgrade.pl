@@ -464,23 +464,8 @@ is($distinct, $n, "no occurrence fired twice ($n jobs)");
 is($missing, '0', 'none missing, those of the downtime included');
 
 # The census equals the table.
-my $census_wrong_sql = q{
-	WITH c AS (SELECT * FROM claimq.census() WHERE queue_id <> 0),
-		 a AS (SELECT queue_id,
-					  count(*) FILTER (WHERE state = 'pending') AS pending,
-					  count(*) FILTER (WHERE state = 'claimed') AS claimed,
-					  count(*) FILTER (WHERE state = 'running') AS running,
-					  count(*) FILTER (WHERE state = 'done') AS done,
-					  count(*) FILTER (WHERE state = 'dead') AS dead,
-					  count(*) FILTER (WHERE state = 'cancelled') AS cancelled
-				 FROM claimq.job GROUP BY queue_id)
-	SELECT count(*)
-	  FROM c FULL JOIN a USING (queue_id)
-	 WHERE (COALESCE(c.pending, 0), COALESCE(c.claimed, 0), COALESCE(c.running, 0),
-			COALESCE(c.done, 0), COALESCE(c.dead, 0), COALESCE(c.cancelled, 0))
-		   IS DISTINCT FROM
-		   (COALESCE(a.pending, 0), COALESCE(a.claimed, 0), COALESCE(a.running, 0),
-			COALESCE(a.done, 0), COALESCE(a.dead, 0), COALESCE(a.cancelled, 0))};
+dbq($new, slurp_file("$FindBin::RealBin/../census_wrong.sql"));
+my $census_wrong_sql = 'SELECT count(*) FROM census_wrong';
 is(dbq($new, $census_wrong_sql), '0', 'the census equals the job table');
 
 # Held tokens settle their jobs; other tokens do not.

@@ -327,13 +327,18 @@ cq_ready_on_commit(int32 queue_id, TimestampTz run_at)
 	if (!cq_shmem_ready)
 		return;
 	xq = cq_xact_queue(queue_id);
-	if (xq == NULL)
+
+	/*
+	 * Past CQ_XACT_QUEUES queues the commit drops the database's floors,
+	 * once; this queue's is lowered now either way, which is all this
+	 * transaction's own claims need (not a pass over every floor per move,
+	 * under the lock every claim takes).
+	 */
+	if (xq != NULL)
 	{
-		cq_floor_drop_database(MyDatabaseId);
-		return;
+		xq->ready = true;
+		xq->ready_run_at = Min(xq->ready_run_at, run_at);
 	}
-	xq->ready = true;
-	xq->ready_run_at = Min(xq->ready_run_at, run_at);
 	cq_floor_lower(MyDatabaseId, cq_xact_relid, queue_id, run_at);
 }
 

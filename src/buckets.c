@@ -24,7 +24,8 @@
  *
  * When the table is full.  A slot is taken over for another queue only if
  * that loses nothing: no transaction has reserved on it and its bucket is
- * full.  A queue that finds no slot so free takes the slow path: its
+ * full, or is what its queue's row records (the reclaimer writes a bucket
+ * unused for a whole pass to its row, and nothing was taken since).  A queue that finds no slot so free takes the slow path: its
  * claims take turns on the queue's row, as without the preload (limits.c).
  * The two paths never mix for a queue: a claim on the row is noted, per
  * hash of its key, until its transaction ends, and no slot is made for
@@ -74,6 +75,10 @@ typedef struct CqFlowSlot
 	double		tokens;			/* left at "at" */
 	double		outstanding;	/* taken by claims not yet spent */
 	TimestampTz at;
+	uint64		spent;			/* times claims took tokens of it */
+	uint64		seen;			/* spent, at the reclaimer's last look */
+	uint64		recorded_bucket;	/* the bucket that its row's record */
+	uint64		recorded;		/* holds as it was after this many */
 } CqFlowSlot;
 
 typedef struct CqFlowShared
@@ -104,6 +109,13 @@ typedef struct CqFlowHeld
 
 static CqFlowHeld cq_flow_held[CQ_FLOW_HELD];
 static int	cq_flow_nheld = 0;
+
+/* Records of buckets this transaction wrote to their rows (the reclaimer). */
+static CqFlowBucket *cq_flow_records = NULL;
+static int	cq_flow_nrecords = 0;
+static int	cq_flow_records_size = 0;
+
+static void cq_flow_records_commit(void);
 static uint32 cq_flow_rows[CQ_FLOW_HELD];	/* indexes into row_claims */
 static int	cq_flow_nrows = 0;
 
@@ -193,8 +205,13 @@ cq_flow_tokens_at(const CqFlowSlot *slot, TimestampTz now)
  * Whether a slot can be given to another queue without losing anything:
  * no transaction has reserved on it or holds its tokens, and its bucket,
  * if any, is full (a bucket made again from the queue's row is then full
- * too: see limits.c's cq_flow_row_tokens).  The caller holds the lock
- * exclusive.
+ * too: see limits.c's cq_flow_row_tokens) or is what its row's record
+ * says, refilled: nothing was taken from it since the record was written
+ * (so the bucket made again from the row holds no more than this one).
+ * The reclaimer writes that record for a bucket left unused for a whole
+ * pass (limits.c's cq_flow_upkeep), so that slow queues' buckets, which
+ * are full only after a whole period, give their slots back.  The caller
+ * holds the lock exclusive.
  */
 static bool
 cq_flow_evictable(CqFlowSlot *slot, TimestampTz now)
@@ -202,7 +219,9 @@ cq_flow_evictable(CqFlowSlot *slot, TimestampTz now)
 	return slot->reserved == 0 &&
 		(slot->bucket == 0 ||
 		 (slot->outstanding == 0 &&
-		  cq_flow_tokens_at(slot, now) >= (double) slot->rate_limit));
+		  ((slot->recorded_bucket == slot->bucket &&
+			slot->recorded == slot->spent) ||
+		   cq_flow_tokens_at(slot, now) >= (double) slot->rate_limit)));
 }
 
 /*
@@ -263,6 +282,8 @@ cq_flow_slot(const CqFlowKey *key, TimestampTz now)
 	slot->generation = pg_atomic_fetch_add_u64(&cq_flow->next_id, 1);
 	slot->bucket = 0;
 	slot->outstanding = 0;
+	slot->spent = slot->seen = slot->recorded = 0;
+	slot->recorded_bucket = 0;
 	pg_atomic_write_u32(&cq_flow->any_used, 1);
 	return slot;
 }
@@ -360,6 +381,12 @@ cq_flow_xact_event(XactEvent event)
 	for (int i = 0; i < cq_flow_nrows; i++)
 		pg_atomic_fetch_sub_u32(&cq_flow->row_claims[cq_flow_rows[i]], 1);
 	cq_flow_nrows = 0;
+	if (cq_flow_nrecords > 0)
+	{
+		if (event == XACT_EVENT_COMMIT)
+			cq_flow_records_commit();
+		cq_flow_nrecords = 0;
+	}
 }
 
 /* This transaction's entry for a slot, made if missing; or NULL. */
@@ -460,6 +487,9 @@ cq_flow_reserve(const CqQueue *queue, int64 period, int32 max_jobs,
 			slot->tokens = row->tokens;
 			slot->outstanding = 0;
 			slot->at = now;
+			/* Made from the row: what its record says, so far. */
+			slot->recorded_bucket = slot->bucket;
+			slot->recorded = slot->spent;
 		}
 	}
 
@@ -483,6 +513,8 @@ cq_flow_reserve(const CqQueue *queue, int64 period, int32 max_jobs,
 												  slot->period);
 		slot->tokens -= ticket->tokens;
 		slot->outstanding += ticket->tokens;
+		if (ticket->tokens > 0)
+			slot->spent++;
 		held->out_bucket = slot->bucket;
 		held->out_tokens += ticket->tokens;
 		ticket->allowed = ticket->tokens;
@@ -560,13 +592,65 @@ cq_flow_buckets(TimestampTz now, CqFlowBucket **buckets)
 			b[n].queue_id = slot->key.queue_id;
 			b[n].rate_limit = slot->rate_limit;
 			b[n].period.time = slot->period;
-			b[n++].tokens = cq_flow_tokens_at(slot, now);
+			b[n].tokens = cq_flow_tokens_at(slot, now);
+			b[n].idle = slot->reserved == 0 && slot->outstanding == 0 &&
+				slot->spent == slot->seen &&
+				!(slot->recorded_bucket == slot->bucket &&
+				  slot->recorded == slot->spent) &&
+				b[n].tokens < (double) slot->rate_limit;
+			b[n].slot = slot;
+			b[n].generation = slot->generation;
+			b[n].bucket = slot->bucket;
+			b[n++].spent = slot->spent;
+			slot->seen = slot->spent;
 		}
 		SpinLockRelease(&slot->mutex);
 	}
 	LWLockRelease(cq_flow_lock);
 	*buckets = b;
 	return n;
+}
+
+/*
+ * The reclaimer wrote this bucket, which was idle, to its queue's row:
+ * once the transaction commits, the slot may be taken over, unless claims
+ * took tokens of it meanwhile.
+ */
+void
+cq_flow_recorded(const CqFlowBucket *bucket)
+{
+	if (cq_flow_nrecords == cq_flow_records_size)
+	{
+		cq_flow_records_size = Max(16, cq_flow_records_size * 2);
+		cq_flow_records = cq_flow_records == NULL ?
+			MemoryContextAlloc(TopMemoryContext,
+							   cq_flow_records_size * sizeof(CqFlowBucket)) :
+			repalloc(cq_flow_records, cq_flow_records_size * sizeof(CqFlowBucket));
+	}
+	cq_flow_records[cq_flow_nrecords++] = *bucket;
+	cq_ledger_use();
+}
+
+/* At the commit of the transaction that wrote them: the records hold. */
+static void
+cq_flow_records_commit(void)
+{
+	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
+	for (int i = 0; i < cq_flow_nrecords; i++)
+	{
+		CqFlowBucket *r = &cq_flow_records[i];
+		CqFlowSlot *slot = (CqFlowSlot *) r->slot;
+
+		SpinLockAcquire(&slot->mutex);
+		if (slot->generation == r->generation && slot->bucket == r->bucket &&
+			slot->spent == r->spent)
+		{
+			slot->recorded_bucket = r->bucket;
+			slot->recorded = r->spent;
+		}
+		SpinLockRelease(&slot->mutex);
+	}
+	LWLockRelease(cq_flow_lock);
 }
 
 /*

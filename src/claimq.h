@@ -421,6 +421,11 @@ typedef struct CqFlowBucket
 	int32		rate_limit;
 	Interval	period;			/* its time only */
 	double		tokens;
+	bool		idle;			/* unused since the last look, not in its row */
+	void	   *slot;			/* for cq_flow_recorded */
+	uint64		generation;
+	uint64		bucket;
+	uint64		spent;
 } CqFlowBucket;
 
 /* The queue-wide limits' shared memory (buckets.c) */
@@ -437,6 +442,7 @@ extern CqFlowReserve cq_flow_reserve(const CqQueue *queue, int64 period,
 extern bool cq_flow_row_enter(int32 queue_id, bool *too_many);
 extern void cq_flow_give_back(CqFlowTicket *ticket, int32 n);
 extern int	cq_flow_buckets(TimestampTz now, CqFlowBucket **buckets);
+extern void cq_flow_recorded(const CqFlowBucket *bucket);
 
 /*
  * The ledger (ledger.c).  Every change of jobs' states that claimq makes is

@@ -413,23 +413,28 @@ cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket, int32 n)
  * The reclaimer's share of the queue-wide limits, once a pass, in a
  * transaction of its own (before groups.c's): record in their queues' rows
  * the buckets in shared memory for this database whose rows have no
- * record, with the tokens they hold now, only where the row's rate is
- * still the bucket's (an alter_queue that changed the rate since has made
- * the next bucket new and full).  Each pass looks again, so a record whose
- * transaction failed is written by the next.  The caller has connected
- * SPI.
+ * record, and those left unused since the last pass that are not full,
+ * with the tokens they hold now, only where the row's rate is still the
+ * bucket's (an alter_queue that changed the rate since has made the next
+ * bucket new and full).  Each pass looks again, so a record whose
+ * transaction failed is written by the next.  A bucket unused since its
+ * record was written may give its slot to another queue (buckets.c's
+ * cq_flow_evictable), to be made again from the record when its queue is
+ * claimed from next: so a table full of slow queues' buckets (full again
+ * only after a whole rate_period, up to a day) does not keep other limited
+ * queues on their rows for long.  The caller has connected SPI.
  */
 void
 cq_flow_upkeep(void)
 {
 	static SPIPlanPtr mark_plan = NULL;
-	Oid			argtypes[5] = {INT4ARRAYOID, INT4ARRAYOID, INTERVALARRAYOID,
-	FLOAT8ARRAYOID, TIMESTAMPTZOID};
-	Datum		values[5];
+	Oid			argtypes[6] = {INT4ARRAYOID, INT4ARRAYOID, INTERVALARRAYOID,
+	FLOAT8ARRAYOID, TIMESTAMPTZOID, BOOLARRAYOID};
+	Datum		values[6];
 	CqFlowBucket *buckets;
 	TimestampTz now;
 	int			n;
-	Datum	   *d[4];
+	Datum	   *d[5];
 
 	if (!cq_shmem_ready)
 		return;
@@ -438,7 +443,7 @@ cq_flow_upkeep(void)
 	if (n == 0)
 		return;
 
-	for (int k = 0; k < 4; k++)
+	for (int k = 0; k < 5; k++)
 		d[k] = palloc(sizeof(Datum) * n);
 	for (int i = 0; i < n; i++)
 	{
@@ -446,15 +451,18 @@ cq_flow_upkeep(void)
 		d[1][i] = Int32GetDatum(buckets[i].rate_limit);
 		d[2][i] = IntervalPGetDatum(&buckets[i].period);
 		d[3][i] = Float8GetDatum(buckets[i].tokens);
+		d[4][i] = BoolGetDatum(buckets[i].idle);
 	}
 	cq_plan(&mark_plan,
 			"UPDATE claimq.queue q SET rate_tokens = v.tokens, rate_at = $5"
 			"  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
-			"                 pg_catalog.unnest($3), pg_catalog.unnest($4))"
-			"       v(queue_id, rate_limit, period, tokens)"
-			" WHERE q.queue_id = v.queue_id AND q.rate_at IS NULL"
-			"   AND q.rate_limit = v.rate_limit AND q.rate_period = v.period",
-			5, argtypes);
+			"                 pg_catalog.unnest($3), pg_catalog.unnest($4),"
+			"                 pg_catalog.unnest($6))"
+			"       v(queue_id, rate_limit, period, tokens, idle)"
+			" WHERE q.queue_id = v.queue_id AND (q.rate_at IS NULL OR v.idle)"
+			"   AND q.rate_limit = v.rate_limit AND q.rate_period = v.period"
+			" RETURNING q.queue_id",
+			6, argtypes);
 	values[0] = PointerGetDatum(construct_array(d[0], n, INT4OID, sizeof(int32),
 												true, TYPALIGN_INT));
 	values[1] = PointerGetDatum(construct_array(d[1], n, INT4OID, sizeof(int32),
@@ -466,5 +474,18 @@ cq_flow_upkeep(void)
 												sizeof(float8), FLOAT8PASSBYVAL,
 												TYPALIGN_DOUBLE));
 	values[4] = TimestampTzGetDatum(now);
-	cq_execute(mark_plan, values, NULL, SPI_OK_UPDATE);
+	values[5] = PointerGetDatum(construct_array(d[4], n, BOOLOID, sizeof(bool),
+												true, TYPALIGN_CHAR));
+	cq_execute(mark_plan, values, NULL, SPI_OK_UPDATE_RETURNING);
+
+	/* The idle buckets written: their slots may go once this commits. */
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		int32		queue_id = DatumGetInt32(cq_spi_value(r, 1, &isnull));
+
+		for (int i = 0; i < n; i++)
+			if (buckets[i].queue_id == queue_id && buckets[i].idle)
+				cq_flow_recorded(&buckets[i]);
+	}
 }

@@ -183,13 +183,13 @@ CREATE SEQUENCE claimq.token_seq AS bigint MAXVALUE 281474976710655 CACHE 65536;
  * handed out, in both editions; a lifetime's epoch is one above every
  * epoch registered before it.  claimq.lifetime marks the lifetime whose
  * epoch is registered: it is unlogged, so every recovery (a crash-restart
- * or a promotion) empties it, and it records the server's start time, the
- * edition and the database, so that a clean restart, a restored or
- * upgraded cluster, a restore into another database and a move between
- * editions find it out of date.  Neither has a key: the register that a
- * restore or a move copies in beside an install's own makes the install's
- * epoch no longer the highest, or one registered twice, and so out of
- * date too.
+ * or a promotion) empties it, and it records the server's start time and
+ * its own OID, so that a clean restart, a restored or upgraded cluster and
+ * a row that a restore or a move between editions copied into another
+ * install's table find it out of date.  Neither has a key: the register
+ * that a restore or a move copies in beside an install's own makes the
+ * install's epoch no longer the highest, or one registered twice, and so
+ * out of date too.
  */
 CREATE TABLE claimq.epoch (
 	epoch			integer NOT NULL,
@@ -205,8 +205,7 @@ CREATE INDEX epoch_epoch_idx ON claimq.epoch (epoch);
 CREATE UNLOGGED TABLE claimq.lifetime (
 	epoch			integer NOT NULL,
 	started_at		timestamptz NOT NULL,
-	edition			text NOT NULL,
-	database		oid NOT NULL,
+	marker			oid NOT NULL,	/* claimq.lifetime's, when written */
 	registered_by	xid8 NOT NULL
 );
 
@@ -1972,18 +1971,43 @@ COMMENT ON FUNCTION claimq.edition() IS
 
 /*
  * The epoch of this server lifetime's tokens (The token, contract 0.5;
- * src/token.c), registering it on the first look of a lifetime.  durable
- * is true when a transaction that has committed registered it; such a
- * transaction committed with synchronous_commit at least local, so the
- * registration is on disk and no later lifetime can take the same epoch.
- * Otherwise this call has just registered it, in its own transaction,
- * which is then made to commit with synchronous_commit at least local (a
- * setting of the transaction only), or another transaction is registering
- * it right now and this call does not wait for it: epoch is then the one
- * the lifetime gets if that registration commits.  The portable edition
- * hands out no token of an epoch that is not durable; the C edition, which
- * flushes the WAL that logged its tokens' sequence values before they
- * leave the server, may.
+ * src/token.c), if a transaction registered it: the marker counts if it
+ * was written in this lifetime, into this very table, and its epoch is
+ * the highest registered, registered once.  ours: by this transaction,
+ * which has not committed yet.  The rule, for lifetime_epoch() and for
+ * the portable edition's claims, which look here first.
+ */
+CREATE FUNCTION claimq.lifetime_marker(OUT epoch integer, OUT ours boolean)
+RETURNS SETOF record
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT l.epoch, l.registered_by IS NOT DISTINCT FROM
+				pg_catalog.pg_current_xact_id_if_assigned()
+  FROM claimq.lifetime l
+ WHERE l.started_at OPERATOR(pg_catalog.=) pg_catalog.pg_postmaster_start_time()
+   AND l.marker OPERATOR(pg_catalog.=) l.tableoid
+   AND (SELECT pg_catalog.count(*) FROM claimq.epoch e
+		 WHERE e.epoch OPERATOR(pg_catalog.>=) l.epoch) OPERATOR(pg_catalog.=) 1
+ LIMIT 1
+$$;
+
+COMMENT ON FUNCTION claimq.lifetime_marker() IS
+'private: the epoch of this server lifetime''s tokens if it is registered, and whether by this transaction';
+
+/*
+ * The epoch of this server lifetime's tokens, registering it on the first
+ * look of a lifetime.  durable is true when a transaction that has
+ * committed registered it; such a transaction committed with
+ * synchronous_commit at least local, so the registration is on disk and
+ * no later lifetime can take the same epoch.  Otherwise this call has
+ * just registered it, in its own transaction, which is then made to commit
+ * with synchronous_commit at least local (a setting of the transaction
+ * only), or another transaction is registering it right now and this call
+ * does not wait for it: epoch is then the one the lifetime gets if that
+ * registration commits.  The portable edition hands out no token of an
+ * epoch that is not durable; the C edition, which flushes the WAL that
+ * logged its tokens' sequence values before they leave the server, may.
  *
  * Registrations take turns on claimq.lifetime (NOWAIT: a look that finds
  * one under way goes on); under the lock, each statement of READ
@@ -1995,25 +2019,12 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-	started timestamptz := pg_catalog.pg_postmaster_start_time();
-	ed text := claimq.edition();
-	db oid := (SELECT d.oid FROM pg_catalog.pg_database d
-				WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database());
-	by_xact xid8;
+	ours boolean;
 BEGIN
 	FOR pass IN 1..2 LOOP
-		/* The marker counts if its epoch is the highest, registered once. */
-		SELECT l.epoch, l.registered_by INTO epoch, by_xact
-		  FROM claimq.lifetime l
-		 WHERE l.started_at OPERATOR(pg_catalog.=) started
-		   AND l.edition OPERATOR(pg_catalog.=) ed
-		   AND l.database OPERATOR(pg_catalog.=) db
-		   AND (SELECT pg_catalog.count(*) FROM claimq.epoch e
-				 WHERE e.epoch OPERATOR(pg_catalog.>=) l.epoch) OPERATOR(pg_catalog.=) 1
-		 LIMIT 1;
+		SELECT m.epoch, m.ours INTO epoch, ours FROM claimq.lifetime_marker() m;
 		IF FOUND THEN
-			durable := by_xact IS DISTINCT FROM
-					   pg_catalog.pg_current_xact_id_if_assigned();
+			durable := NOT ours;
 			RETURN;
 		END IF;
 		SELECT COALESCE(pg_catalog.max(e.epoch) OPERATOR(pg_catalog.+) 1, 0)
@@ -2034,10 +2045,12 @@ BEGIN
 				  HINT = 'Move the database''s claimq to a fresh install: see docs/operations.md.';
 	END IF;
 	INSERT INTO claimq.epoch (epoch, started_at, edition, registered_at)
-	VALUES (epoch, started, ed, pg_catalog.clock_timestamp());
+	VALUES (epoch, pg_catalog.pg_postmaster_start_time(), claimq.edition(),
+			pg_catalog.clock_timestamp());
 	DELETE FROM claimq.lifetime;
-	INSERT INTO claimq.lifetime (epoch, started_at, edition, database, registered_by)
-	VALUES (epoch, started, ed, db, pg_catalog.pg_current_xact_id());
+	INSERT INTO claimq.lifetime (epoch, started_at, marker, registered_by)
+	VALUES (epoch, pg_catalog.pg_postmaster_start_time(),
+			'claimq.lifetime'::pg_catalog.regclass, pg_catalog.pg_current_xact_id());
 	IF pg_catalog.current_setting('synchronous_commit') OPERATOR(pg_catalog.=) 'off' THEN
 		PERFORM pg_catalog.set_config('synchronous_commit', 'local', true);
 	END IF;

@@ -283,6 +283,9 @@ CREATE INDEX job_after_set_idx ON claimq.job (after_set)
  * enqueue_many of n jobs after m jobs writes n + m rows, not n x m).  A
  * finishing job finds the sets it is in by after_id; the sets' waiting
  * jobs by job_after_set_idx.  A set lives as long as a job that names it.
+ * final_state keeps the state of a listed job that drop_queue removed
+ * after it had finished (NULL while the job exists, or if it was removed
+ * unfinished): its dependents judge it by that state (section 8).
  */
 CREATE SEQUENCE claimq.after_set_seq AS bigint;
 
@@ -290,6 +293,7 @@ CREATE TABLE claimq.job_after (
 	set_id			bigint NOT NULL,
 	position		integer NOT NULL,
 	after_id		bigint NOT NULL,
+	final_state		text,
 	CONSTRAINT job_after_pkey PRIMARY KEY (set_id, position)
 );
 
@@ -702,6 +706,7 @@ DECLARE
 	states text[];
 	counts bigint[];
 	removed bigint[];
+	unfinished bigint[];
 	sets bigint[];
 BEGIN
 	IF force IS NULL THEN
@@ -721,12 +726,25 @@ BEGIN
 		DELETE FROM claimq.job j
 		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
 		   AND (force OR j.state OPERATOR(pg_catalog.<>) ALL ('{claimed,running}'::text[]))
-		RETURNING j.state, j.job_id, j.dependents, j.after_set)
+		RETURNING j.state, j.job_id, j.dependents, j.after_set),
+	/*
+	 * A job that finished before was counted off by its dependents then:
+	 * they judge it by the state it ended in (section 8), never count it
+	 * off again.
+	 */
+	kept AS (
+		UPDATE claimq.job_after e SET final_state = d.state
+		  FROM gone d
+		 WHERE e.after_id OPERATOR(pg_catalog.=) d.job_id AND d.dependents
+		   AND d.state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[]))
 	SELECT pg_catalog.array_agg(g.state), pg_catalog.array_agg(g.n),
 		   (SELECT pg_catalog.array_agg(d.job_id) FROM gone d WHERE d.dependents),
+		   (SELECT pg_catalog.array_agg(d.job_id) FROM gone d
+			 WHERE d.dependents
+			   AND d.state OPERATOR(pg_catalog.<>) ALL ('{done,dead,cancelled}'::text[])),
 		   (SELECT pg_catalog.array_agg(DISTINCT d.after_set) FROM gone d
 			 WHERE d.after_set IS NOT NULL)
-	  INTO states, counts, removed, sets
+	  INTO states, counts, removed, unfinished, sets
 	  FROM (SELECT d.state, pg_catalog.count(*) AS n FROM gone d GROUP BY d.state) g;
 	IF NOT force THEN
 		SELECT pg_catalog.count(*) INTO held FROM claimq.job j
@@ -767,9 +785,12 @@ BEGIN
 	DELETE FROM claimq.queue t WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
 	PERFORM claimq.ledger_end(q.queue_id, NULL, COALESCE(states, '{}'),
 							  COALESCE(counts, '{}'));
-	/* Jobs of other queues waiting on its jobs count them as cancelled. */
-	IF removed IS NOT NULL THEN
-		PERFORM claimq.judge_dependents(removed);
+	/*
+	 * Jobs of other queues waiting on its unfinished jobs count them as
+	 * cancelled.
+	 */
+	IF unfinished IS NOT NULL THEN
+		PERFORM claimq.judge_dependents(unfinished);
 	END IF;
 	IF removed IS NOT NULL OR sets IS NOT NULL THEN
 		PERFORM claimq.forget_after(COALESCE(sets, '{}'), COALESCE(removed, '{}'));
@@ -778,7 +799,7 @@ END
 $$;
 
 COMMENT ON FUNCTION claimq.drop_queue(text,boolean) IS
-'drop a queue and all its jobs; refuses (55006) while jobs are claimed or running, and (2BP01) while jobs of other queues wait on its jobs or schedules feed it, unless force (which drops the schedules too and counts its jobs as cancelled for the jobs waiting on them)';
+'drop a queue and all its jobs; refuses (55006) while jobs are claimed or running, and (2BP01) while jobs of other queues wait on its jobs or schedules feed it, unless force (which drops the schedules too; the jobs waiting on its jobs count the unfinished ones as cancelled and the finished ones by their final state)';
 
 CREATE FUNCTION claimq.pause_queue(queue text)
 RETURNS void
@@ -1292,11 +1313,15 @@ COMMENT ON FUNCTION claimq.sync_groups(integer,text[]) IS
  *	link_after			an enqueue's "after" list: checked, locked, recorded
  *						as a set; the enqueue then inserts its jobs waiting,
  *						or judged at once if every listed job is finished
- *	judge_dependents	jobs finished or removed (complete, fail and
- *						reclaim to dead, cancel, purge_queue, drop_queue):
- *						their waiting dependents count them off, and each
- *						that has none left is judged: pending, or
- *						cancelled (and its own dependents judged in turn)
+ *	judge_dependents	jobs finished, or removed unfinished (complete,
+ *						fail and reclaim to dead, cancel, purge_queue,
+ *						drop_queue): their waiting dependents count them
+ *						off, once, and each that has none left is judged:
+ *						pending, or cancelled (and its own dependents
+ *						judged in turn).  A job that drop_queue removes
+ *						after it finished was counted off then: its
+ *						dependents judge it by its final state, kept in
+ *						claimq.job_after
  *	count_dependents	the waiting jobs count finishes off, and retry_dead's
  *						redriven jobs on again: a redriven job is
  *						unfinished again for the jobs still waiting on it
@@ -1445,8 +1470,9 @@ COMMENT ON FUNCTION claimq.count_dependents(bigint[],integer) IS
 
 /*
  * Judge the jobs waiting on the listed jobs, which have just finished or
- * been removed (a removed job counts as cancelled), and those that their
- * judgement cancels in turn.  See the section's head.
+ * been removed unfinished (a removed job counts as cancelled, or, if it
+ * finished before, as its final_state), and those that their judgement
+ * cancels in turn.  See the section's head.
  */
 CREATE FUNCTION claimq.judge_dependents(job_ids bigint[])
 RETURNS void
@@ -1509,7 +1535,8 @@ BEGIN
 		PERFORM claimq.ledger_begin();
 		WITH verdict AS (
 			SELECT e.set_id,
-				   pg_catalog.bool_and(a.state IS NOT DISTINCT FROM 'done') AS all_done
+				   pg_catalog.bool_and(COALESCE(a.state, e.final_state)
+									   IS NOT DISTINCT FROM 'done') AS all_done
 			  FROM claimq.job_after e
 			  LEFT JOIN claimq.job a ON a.job_id OPERATOR(pg_catalog.=) e.after_id
 			 WHERE e.set_id OPERATOR(pg_catalog.=) ANY (ARRAY(

@@ -6,11 +6,24 @@
 -- @include portable/update--0.7--0.8-begin.sql
 
 /*------------------------------------------------------------------------
- * Workflows: a job that drop_queue removes after it finished counts by its
- * final state, once (sql/claimq.sql, section 8)
+ * Workflows (sql/claimq.sql, section 8): a job that drop_queue removes
+ * after it finished counts by its final state, once; a transaction's
+ * finishes judge their dependents at its commit, all together, in id
+ * order (claimq.job_finish and its deferred trigger)
  *-----------------------------------------------------------------------*/
 
 ALTER TABLE claimq.job_after ADD COLUMN final_state text;
+
+CREATE UNLOGGED TABLE claimq.job_finish (
+	xact			xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
+	job_ids			bigint[] NOT NULL
+);
+
+-- @extension
+SELECT pg_catalog.pg_extension_config_dump('claimq.job_finish', '');
+-- @end
+
+REVOKE ALL ON TABLE claimq.job_finish FROM PUBLIC;
 
 ALTER FUNCTION claimq.drop_queue(text, boolean) RENAME TO drop_queue_0_7;
 
@@ -128,9 +141,36 @@ SELECT claimq.copy_grants('claimq.drop_queue_0_7(text, boolean)'::regprocedure,
 
 DROP FUNCTION claimq.drop_queue_0_7(text, boolean);
 
-ALTER FUNCTION claimq.judge_dependents(bigint[]) RENAME TO judge_dependents_0_7;
+CREATE FUNCTION claimq.cascade_reach(job_ids bigint[])
+RETURNS bigint[]
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT ARRAY(
+		WITH RECURSIVE reach(job_id, cascades) AS (
+			SELECT w.job_id,
+				   w.dependents AND w.after_failed OPERATOR(pg_catalog.=) 'cancel'
+			  FROM claimq.job_after e
+			  JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
+			 WHERE e.after_id OPERATOR(pg_catalog.=) ANY (job_ids)
+			   AND w.state OPERATOR(pg_catalog.=) 'waiting'
+			UNION
+			SELECT w.job_id,
+				   w.dependents AND w.after_failed OPERATOR(pg_catalog.=) 'cancel'
+			  FROM reach r
+			  JOIN claimq.job_after e ON e.after_id OPERATOR(pg_catalog.=) r.job_id
+			  JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
+			 WHERE r.cascades
+			   AND w.state OPERATOR(pg_catalog.=) 'waiting')
+		SELECT DISTINCT r.job_id FROM reach r ORDER BY r.job_id);
+$$;
 
-CREATE FUNCTION claimq.judge_dependents(job_ids bigint[])
+COMMENT ON FUNCTION claimq.cascade_reach(bigint[]) IS
+'private: the waiting jobs that judging the listed jobs'' dependents can reach, through the cancels it may cascade into, in id order';
+
+REVOKE ALL ON FUNCTION claimq.cascade_reach(bigint[]) FROM PUBLIC;
+
+CREATE FUNCTION claimq.judge_finished(job_ids bigint[])
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -138,6 +178,8 @@ AS $$
 DECLARE
 	finished bigint[] := job_ids;
 	ready bigint[];
+	reach bigint[];
+	more bigint[];
 	moves jsonb;
 	m record;
 BEGIN
@@ -147,7 +189,11 @@ BEGIN
 	 * would each hold what the other's next pass needs.  So if a job this
 	 * call counts off may be cancelled (after_failed cancel) and has
 	 * dependents, first lock every waiting job the cascade can reach, in
-	 * id order; the passes then take no lock they do not hold.
+	 * id order, and look again once they are locked: an enqueue after one
+	 * of them that committed before its lock adds a job to reach, and none
+	 * can after it.  Until nothing is added, give the locks back (the
+	 * block's subtransaction rolls back) and take them all again in id
+	 * order: the passes then take no lock they do not hold.
 	 */
 	IF EXISTS (SELECT 1 FROM claimq.job_after e
 				 JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
@@ -155,27 +201,27 @@ BEGIN
 				  AND w.state OPERATOR(pg_catalog.=) 'waiting'
 				  AND w.dependents
 				  AND w.after_failed OPERATOR(pg_catalog.=) 'cancel') THEN
-		PERFORM FROM claimq.job w
-		 WHERE w.job_id OPERATOR(pg_catalog.=) ANY (ARRAY(
-				WITH RECURSIVE reach(job_id, cascades) AS (
-					SELECT w.job_id,
-						   w.dependents AND w.after_failed OPERATOR(pg_catalog.=) 'cancel'
-					  FROM claimq.job_after e
-					  JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
-					 WHERE e.after_id OPERATOR(pg_catalog.=) ANY (job_ids)
-					   AND w.state OPERATOR(pg_catalog.=) 'waiting'
-					UNION
-					SELECT w.job_id,
-						   w.dependents AND w.after_failed OPERATOR(pg_catalog.=) 'cancel'
-					  FROM reach r
-					  JOIN claimq.job_after e ON e.after_id OPERATOR(pg_catalog.=) r.job_id
-					  JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
-					 WHERE r.cascades
-					   AND w.state OPERATOR(pg_catalog.=) 'waiting')
-				SELECT r.job_id FROM reach r))
-		   AND w.state OPERATOR(pg_catalog.=) 'waiting'
-		 ORDER BY w.job_id
-		   FOR UPDATE OF w;
+		reach := claimq.cascade_reach(job_ids);
+		LOOP
+			BEGIN
+				PERFORM FROM claimq.job w
+				 WHERE w.job_id OPERATOR(pg_catalog.=) ANY (reach)
+				   AND w.state OPERATOR(pg_catalog.=) 'waiting'
+				 ORDER BY w.job_id
+				   FOR UPDATE OF w;
+				more := ARRAY(SELECT r.id
+								FROM pg_catalog.unnest(claimq.cascade_reach(job_ids)) AS r(id)
+							  EXCEPT
+							  SELECT l.id FROM pg_catalog.unnest(reach) AS l(id));
+				EXIT WHEN pg_catalog.cardinality(more) OPERATOR(pg_catalog.=) 0;
+				reach := ARRAY(SELECT x.id
+								 FROM pg_catalog.unnest(reach OPERATOR(pg_catalog.||) more) AS x(id)
+								ORDER BY x.id);
+				RAISE EXCEPTION 'more jobs to lock' USING ERRCODE = 'CQ001';
+			EXCEPTION WHEN SQLSTATE 'CQ001' THEN
+				NULL;			/* the locks are given back: take them again */
+			END;
+		END LOOP;
 	END IF;
 
 	WHILE pg_catalog.cardinality(finished) OPERATOR(pg_catalog.>) 0 LOOP
@@ -237,15 +283,31 @@ BEGIN
 		FOR m IN SELECT (x OPERATOR(pg_catalog.->>) 'queue_id')::integer AS queue_id,
 						ARRAY(SELECT pg_catalog.jsonb_array_elements_text(x OPERATOR(pg_catalog.->) 'groups')) AS groups
 				   FROM pg_catalog.jsonb_array_elements(COALESCE(moves, '[]')) AS x
-				  WHERE pg_catalog.jsonb_typeof(x OPERATOR(pg_catalog.->) 'groups') OPERATOR(pg_catalog.=) 'array' LOOP
+				  WHERE pg_catalog.jsonb_typeof(x OPERATOR(pg_catalog.->) 'groups') OPERATOR(pg_catalog.=) 'array'
+				  ORDER BY 1 LOOP
 			PERFORM claimq.sync_groups(m.queue_id, m.groups);
 		END LOOP;
 	END LOOP;
 END
 $$;
 
-COMMENT ON FUNCTION claimq.judge_dependents(bigint[]) IS
+COMMENT ON FUNCTION claimq.judge_finished(bigint[]) IS
 'private: the listed jobs finished or were removed: count them off their waiting dependents, and judge each that has none left (pending, or cancelled, whose own dependents are judged in turn)';
+
+REVOKE ALL ON FUNCTION claimq.judge_finished(bigint[]) FROM PUBLIC;
+
+ALTER FUNCTION claimq.judge_dependents(bigint[]) RENAME TO judge_dependents_0_7;
+
+CREATE FUNCTION claimq.judge_dependents(job_ids bigint[])
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+	INSERT INTO claimq.job_finish (job_ids) VALUES (job_ids);
+$$;
+
+COMMENT ON FUNCTION claimq.judge_dependents(bigint[]) IS
+'private: the listed jobs finished or were removed: their waiting dependents are judged at the transaction''s commit';
 
 REVOKE ALL ON FUNCTION claimq.judge_dependents(bigint[]) FROM PUBLIC;
 
@@ -254,6 +316,39 @@ SELECT claimq.copy_grants('claimq.judge_dependents_0_7(bigint[])'::regprocedure,
 						  'pg_catalog.pg_proc');
 
 DROP FUNCTION claimq.judge_dependents_0_7(bigint[]);
+
+CREATE FUNCTION claimq.judge_finishes()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	finished bigint[];
+BEGIN
+	WITH noted AS (
+		DELETE FROM claimq.job_finish f
+		 WHERE f.xact OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id()
+		RETURNING f.job_ids)
+	SELECT pg_catalog.array_agg(DISTINCT u.id ORDER BY u.id) INTO finished
+	  FROM noted n CROSS JOIN LATERAL pg_catalog.unnest(n.job_ids) AS u(id);
+	IF finished IS NOT NULL THEN
+		PERFORM claimq.judge_finished(finished);
+	END IF;
+	RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.judge_finishes() IS
+'private: at the commit, judge the dependents of every job the transaction finished or removed, in id order';
+
+REVOKE ALL ON FUNCTION claimq.judge_finishes() FROM PUBLIC;
+
+CREATE CONSTRAINT TRIGGER job_finish_judge
+	AFTER INSERT ON claimq.job_finish
+	DEFERRABLE INITIALLY DEFERRED
+	FOR EACH ROW EXECUTE FUNCTION claimq.judge_finishes();
+
+ALTER TABLE claimq.job_finish ENABLE ALWAYS TRIGGER job_finish_judge;
 
 /* (end of Workflows) */
 

@@ -300,6 +300,17 @@ CREATE TABLE claimq.job_after (
 CREATE INDEX job_after_after_idx ON claimq.job_after (after_id);
 
 /*
+ * Workflows: the finishes of transactions in progress, whose dependents
+ * each transaction's commit judges (section 8).  A row lives only inside
+ * the transaction that wrote it (xact), which deletes it at its commit;
+ * unlogged, since no row outlives its transaction.
+ */
+CREATE UNLOGGED TABLE claimq.job_finish (
+	xact			xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
+	job_ids			bigint[] NOT NULL
+);
+
+/*
  * Dedup key claims: a key is held by its row until expires_at passes or
  * its winner deletes it.  The reclaimer sweeps expired rows; until then a
  * new claim takes an expired row over.
@@ -374,6 +385,7 @@ SELECT pg_catalog.pg_extension_config_dump('claimq.token_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.schedule', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.job_group', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.job_after', '');
+SELECT pg_catalog.pg_extension_config_dump('claimq.job_finish', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.after_set_seq', '');
 -- @end
 
@@ -1315,13 +1327,16 @@ COMMENT ON FUNCTION claimq.sync_groups(integer,text[]) IS
  *						or judged at once if every listed job is finished
  *	judge_dependents	jobs finished, or removed unfinished (complete,
  *						fail and reclaim to dead, cancel, purge_queue,
- *						drop_queue): their waiting dependents count them
- *						off, once, and each that has none left is judged:
- *						pending, or cancelled (and its own dependents
- *						judged in turn).  A job that drop_queue removes
- *						after it finished was counted off then: its
- *						dependents judge it by its final state, kept in
- *						claimq.job_after
+ *						drop_queue): noted in claimq.job_finish, for the
+ *						transaction's commit
+ *	judge_finishes		at the commit (a deferred constraint trigger), every
+ *						finish the transaction noted, judged at once by
+ *	judge_finished		their waiting dependents count them off, once, and
+ *						each that has none left is judged: pending, or
+ *						cancelled (and its own dependents judged in turn).
+ *						A job that drop_queue removes after it finished was
+ *						counted off then: its dependents judge it by its
+ *						final state, kept in claimq.job_after
  *	count_dependents	the waiting jobs count finishes off, and retry_dead's
  *						redriven jobs on again: a redriven job is
  *						unfinished again for the jobs still waiting on it
@@ -1340,15 +1355,24 @@ COMMENT ON FUNCTION claimq.sync_groups(integer,text[]) IS
  * under its row lock, so two jobs finishing at once in two transactions
  * take turns on it and exactly one of them sees the count reach zero; the
  * judgement that follows reads the listed jobs' states with a new
- * snapshot, in which the other's finish has committed.  Each pass locks
- * the waiting jobs it counts in id order, a call that may cascade locks
- * all the waiting jobs it can reach in id order before its first pass, and
- * a settle call locks only jobs that are claimed or running (never
- * waiting) before: so settle calls do not deadlock over the jobs they
- * share as dependents (test/specs/workflow-cascade-order.spec).  One hole
- * is left: a job enqueued after a waiting job between that lock and the
- * pass that reaches it is locked out of order, and a deadlock there is
- * detected (40P01) and rolls one of the calls back.
+ * snapshot, in which the other's finish has committed.
+ *
+ * Deadlocks.  A settle call locks only jobs that are claimed or running
+ * (never waiting), and leaves its finishes' dependents to its
+ * transaction's commit, which judges all of the transaction's finishes
+ * together: so a transaction never holds a waiting job while it makes
+ * another settle call (test/specs/workflow-crossing-settles.spec).  At
+ * the commit each pass locks the waiting jobs it counts in id order; if
+ * the judgement may cascade, every waiting job it can reach is locked
+ * first, in id order, and looked for again once they are all locked (an
+ * enqueue after one of them that committed before its lock adds a job to
+ * reach); if there is one more, the locks are given back (a
+ * subtransaction rolls back) and all of them are taken again in id order.
+ * Each commit then waits only for a job above all it holds, and two never
+ * deadlock (test/specs/workflow-cascade-order.spec).  Inside the
+ * transaction, after_count and the dependents' states lag until its
+ * commit (SET CONSTRAINTS claimq.job_finish_judge IMMEDIATE judges the
+ * finishes so far at once).
  */
 
 /*
@@ -1469,12 +1493,60 @@ COMMENT ON FUNCTION claimq.count_dependents(bigint[],integer) IS
 'private: the jobs waiting on the listed jobs count them off (delta -1) or on again (delta 1), under their row locks; returns those with none left to wait for';
 
 /*
- * Judge the jobs waiting on the listed jobs, which have just finished or
- * been removed unfinished (a removed job counts as cancelled, or, if it
+ * The waiting jobs that judging the listed jobs' dependents can reach: the
+ * jobs waiting on them, and, through each of those that a cancel would
+ * finish and that has dependents, the jobs waiting on it, and so on.
+ */
+CREATE FUNCTION claimq.cascade_reach(job_ids bigint[])
+RETURNS bigint[]
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT ARRAY(
+		WITH RECURSIVE reach(job_id, cascades) AS (
+			SELECT w.job_id,
+				   w.dependents AND w.after_failed OPERATOR(pg_catalog.=) 'cancel'
+			  FROM claimq.job_after e
+			  JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
+			 WHERE e.after_id OPERATOR(pg_catalog.=) ANY (job_ids)
+			   AND w.state OPERATOR(pg_catalog.=) 'waiting'
+			UNION
+			SELECT w.job_id,
+				   w.dependents AND w.after_failed OPERATOR(pg_catalog.=) 'cancel'
+			  FROM reach r
+			  JOIN claimq.job_after e ON e.after_id OPERATOR(pg_catalog.=) r.job_id
+			  JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
+			 WHERE r.cascades
+			   AND w.state OPERATOR(pg_catalog.=) 'waiting')
+		SELECT DISTINCT r.job_id FROM reach r ORDER BY r.job_id);
+$$;
+
+COMMENT ON FUNCTION claimq.cascade_reach(bigint[]) IS
+'private: the waiting jobs that judging the listed jobs'' dependents can reach, through the cancels it may cascade into, in id order';
+
+/*
+ * The listed jobs have finished, or been removed unfinished: their waiting
+ * dependents are judged at the commit of the transaction, together with
+ * its other finishes (judge_finishes).  See the section's head.
+ */
+CREATE FUNCTION claimq.judge_dependents(job_ids bigint[])
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+	INSERT INTO claimq.job_finish (job_ids) VALUES (job_ids);
+$$;
+
+COMMENT ON FUNCTION claimq.judge_dependents(bigint[]) IS
+'private: the listed jobs finished or were removed: their waiting dependents are judged at the transaction''s commit';
+
+/*
+ * Judge the jobs waiting on the listed jobs, which have finished or been
+ * removed unfinished (a removed job counts as cancelled, or, if it
  * finished before, as its final_state), and those that their judgement
  * cancels in turn.  See the section's head.
  */
-CREATE FUNCTION claimq.judge_dependents(job_ids bigint[])
+CREATE FUNCTION claimq.judge_finished(job_ids bigint[])
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -1482,6 +1554,8 @@ AS $$
 DECLARE
 	finished bigint[] := job_ids;
 	ready bigint[];
+	reach bigint[];
+	more bigint[];
 	moves jsonb;
 	m record;
 BEGIN
@@ -1491,7 +1565,11 @@ BEGIN
 	 * would each hold what the other's next pass needs.  So if a job this
 	 * call counts off may be cancelled (after_failed cancel) and has
 	 * dependents, first lock every waiting job the cascade can reach, in
-	 * id order; the passes then take no lock they do not hold.
+	 * id order, and look again once they are locked: an enqueue after one
+	 * of them that committed before its lock adds a job to reach, and none
+	 * can after it.  Until nothing is added, give the locks back (the
+	 * block's subtransaction rolls back) and take them all again in id
+	 * order: the passes then take no lock they do not hold.
 	 */
 	IF EXISTS (SELECT 1 FROM claimq.job_after e
 				 JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
@@ -1499,27 +1577,27 @@ BEGIN
 				  AND w.state OPERATOR(pg_catalog.=) 'waiting'
 				  AND w.dependents
 				  AND w.after_failed OPERATOR(pg_catalog.=) 'cancel') THEN
-		PERFORM FROM claimq.job w
-		 WHERE w.job_id OPERATOR(pg_catalog.=) ANY (ARRAY(
-				WITH RECURSIVE reach(job_id, cascades) AS (
-					SELECT w.job_id,
-						   w.dependents AND w.after_failed OPERATOR(pg_catalog.=) 'cancel'
-					  FROM claimq.job_after e
-					  JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
-					 WHERE e.after_id OPERATOR(pg_catalog.=) ANY (job_ids)
-					   AND w.state OPERATOR(pg_catalog.=) 'waiting'
-					UNION
-					SELECT w.job_id,
-						   w.dependents AND w.after_failed OPERATOR(pg_catalog.=) 'cancel'
-					  FROM reach r
-					  JOIN claimq.job_after e ON e.after_id OPERATOR(pg_catalog.=) r.job_id
-					  JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
-					 WHERE r.cascades
-					   AND w.state OPERATOR(pg_catalog.=) 'waiting')
-				SELECT r.job_id FROM reach r))
-		   AND w.state OPERATOR(pg_catalog.=) 'waiting'
-		 ORDER BY w.job_id
-		   FOR UPDATE OF w;
+		reach := claimq.cascade_reach(job_ids);
+		LOOP
+			BEGIN
+				PERFORM FROM claimq.job w
+				 WHERE w.job_id OPERATOR(pg_catalog.=) ANY (reach)
+				   AND w.state OPERATOR(pg_catalog.=) 'waiting'
+				 ORDER BY w.job_id
+				   FOR UPDATE OF w;
+				more := ARRAY(SELECT r.id
+								FROM pg_catalog.unnest(claimq.cascade_reach(job_ids)) AS r(id)
+							  EXCEPT
+							  SELECT l.id FROM pg_catalog.unnest(reach) AS l(id));
+				EXIT WHEN pg_catalog.cardinality(more) OPERATOR(pg_catalog.=) 0;
+				reach := ARRAY(SELECT x.id
+								 FROM pg_catalog.unnest(reach OPERATOR(pg_catalog.||) more) AS x(id)
+								ORDER BY x.id);
+				RAISE EXCEPTION 'more jobs to lock' USING ERRCODE = 'CQ001';
+			EXCEPTION WHEN SQLSTATE 'CQ001' THEN
+				NULL;			/* the locks are given back: take them again */
+			END;
+		END LOOP;
 	END IF;
 
 	WHILE pg_catalog.cardinality(finished) OPERATOR(pg_catalog.>) 0 LOOP
@@ -1581,15 +1659,54 @@ BEGIN
 		FOR m IN SELECT (x OPERATOR(pg_catalog.->>) 'queue_id')::integer AS queue_id,
 						ARRAY(SELECT pg_catalog.jsonb_array_elements_text(x OPERATOR(pg_catalog.->) 'groups')) AS groups
 				   FROM pg_catalog.jsonb_array_elements(COALESCE(moves, '[]')) AS x
-				  WHERE pg_catalog.jsonb_typeof(x OPERATOR(pg_catalog.->) 'groups') OPERATOR(pg_catalog.=) 'array' LOOP
+				  WHERE pg_catalog.jsonb_typeof(x OPERATOR(pg_catalog.->) 'groups') OPERATOR(pg_catalog.=) 'array'
+				  ORDER BY 1 LOOP
 			PERFORM claimq.sync_groups(m.queue_id, m.groups);
 		END LOOP;
 	END LOOP;
 END
 $$;
 
-COMMENT ON FUNCTION claimq.judge_dependents(bigint[]) IS
+COMMENT ON FUNCTION claimq.judge_finished(bigint[]) IS
 'private: the listed jobs finished or were removed: count them off their waiting dependents, and judge each that has none left (pending, or cancelled, whose own dependents are judged in turn)';
+
+/*
+ * At the commit of a transaction that noted finishes (judge_dependents):
+ * judge all of them at once, in id order.  The first of the trigger's
+ * events does it; the others find nothing left.  It fires under
+ * session_replication_role = replica too (ENABLE ALWAYS), and runs as
+ * claimq's owner, whoever commits.
+ */
+CREATE FUNCTION claimq.judge_finishes()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	finished bigint[];
+BEGIN
+	WITH noted AS (
+		DELETE FROM claimq.job_finish f
+		 WHERE f.xact OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id()
+		RETURNING f.job_ids)
+	SELECT pg_catalog.array_agg(DISTINCT u.id ORDER BY u.id) INTO finished
+	  FROM noted n CROSS JOIN LATERAL pg_catalog.unnest(n.job_ids) AS u(id);
+	IF finished IS NOT NULL THEN
+		PERFORM claimq.judge_finished(finished);
+	END IF;
+	RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.judge_finishes() IS
+'private: at the commit, judge the dependents of every job the transaction finished or removed, in id order';
+
+CREATE CONSTRAINT TRIGGER job_finish_judge
+	AFTER INSERT ON claimq.job_finish
+	DEFERRABLE INITIALLY DEFERRED
+	FOR EACH ROW EXECUTE FUNCTION claimq.judge_finishes();
+
+ALTER TABLE claimq.job_finish ENABLE ALWAYS TRIGGER job_finish_judge;
 
 /*
  * Jobs were deleted: the sets that no job names any more go, those named

@@ -8,7 +8,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(94);
+SELECT plan(95);
 
 -- A job's state, as status() reports it (NULL: no such job).
 CREATE FUNCTION pg_temp.st(id bigint) RETURNS text LANGUAGE sql AS $$
@@ -84,6 +84,12 @@ SELECT ok(claimq.complete(:ta_job_id, :ta_token + 1) IS FALSE, 'a complete with 
 SELECT results_eq(format($$SELECT state, after_count FROM claimq.jobs WHERE job_id = %s$$, :c),
 	$$VALUES ('waiting'::text, 2)$$, 'and unblocks nothing');
 SELECT ok(claimq.complete(:ta_job_id, :ta_token, '{"r": 1}'), 'complete the first listed job');
+SELECT results_eq(format($$SELECT state, after_count FROM claimq.jobs WHERE job_id = %s$$, :c),
+	$$VALUES ('waiting'::text, 2)$$, 'its transaction judges its dependents at its commit: until then after_count lags');
+-- The finishes so far are judged now, and from here on each call's at its
+-- end, as SET CONSTRAINTS ... IMMEDIATE makes them (at the commit
+-- otherwise): this test is one transaction.
+SET CONSTRAINTS claimq.job_finish_judge IMMEDIATE;
 SELECT results_eq(format($$SELECT state, after_count FROM claimq.jobs WHERE job_id = %s$$, :c),
 	$$VALUES ('waiting'::text, 1)$$, 'the dependent counts it off and still waits');
 SELECT results_eq(format($$SELECT state, result FROM claimq.status(ARRAY[%s])$$, :a),

@@ -16,8 +16,11 @@ ALTER TABLE claimq.job_after ADD COLUMN final_state text;
 
 CREATE UNLOGGED TABLE claimq.job_finish (
 	xact			xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
-	job_ids			bigint[] NOT NULL
+	job_ids			bigint[] NOT NULL,
+	first			boolean NOT NULL
 );
+
+CREATE INDEX job_finish_xact_idx ON claimq.job_finish (xact);
 
 -- @extension
 SELECT pg_catalog.pg_extension_config_dump('claimq.job_finish', '');
@@ -303,7 +306,10 @@ RETURNS void
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 AS $$
-	INSERT INTO claimq.job_finish (job_ids) VALUES (job_ids);
+	INSERT INTO claimq.job_finish (job_ids, first)
+	VALUES (job_ids,
+			NOT EXISTS (SELECT 1 FROM claimq.job_finish f
+						 WHERE f.xact OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id()));
 $$;
 
 COMMENT ON FUNCTION claimq.judge_dependents(bigint[]) IS
@@ -346,7 +352,7 @@ REVOKE ALL ON FUNCTION claimq.judge_finishes() FROM PUBLIC;
 CREATE CONSTRAINT TRIGGER job_finish_judge
 	AFTER INSERT ON claimq.job_finish
 	DEFERRABLE INITIALLY DEFERRED
-	FOR EACH ROW EXECUTE FUNCTION claimq.judge_finishes();
+	FOR EACH ROW WHEN (NEW.first) EXECUTE FUNCTION claimq.judge_finishes();
 
 ALTER TABLE claimq.job_finish ENABLE ALWAYS TRIGGER job_finish_judge;
 

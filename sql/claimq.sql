@@ -301,14 +301,19 @@ CREATE INDEX job_after_after_idx ON claimq.job_after (after_id);
 
 /*
  * Workflows: the finishes of transactions in progress, whose dependents
- * each transaction's commit judges (section 8).  A row lives only inside
- * the transaction that wrote it (xact), which deletes it at its commit;
- * unlogged, since no row outlives its transaction.
+ * each transaction's commit judges (section 8), one row per call.  A row
+ * lives only inside the transaction that wrote it (xact), which deletes it
+ * at its commit; unlogged, since no row outlives its transaction.  The
+ * first row of a transaction (first) is the one whose trigger judges them
+ * all.
  */
 CREATE UNLOGGED TABLE claimq.job_finish (
 	xact			xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
-	job_ids			bigint[] NOT NULL
+	job_ids			bigint[] NOT NULL,
+	first			boolean NOT NULL
 );
+
+CREATE INDEX job_finish_xact_idx ON claimq.job_finish (xact);
 
 /*
  * Dedup key claims: a key is held by its row until expires_at passes or
@@ -1534,7 +1539,10 @@ RETURNS void
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 AS $$
-	INSERT INTO claimq.job_finish (job_ids) VALUES (job_ids);
+	INSERT INTO claimq.job_finish (job_ids, first)
+	VALUES (job_ids,
+			NOT EXISTS (SELECT 1 FROM claimq.job_finish f
+						 WHERE f.xact OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id()));
 $$;
 
 COMMENT ON FUNCTION claimq.judge_dependents(bigint[]) IS
@@ -1672,10 +1680,11 @@ COMMENT ON FUNCTION claimq.judge_finished(bigint[]) IS
 
 /*
  * At the commit of a transaction that noted finishes (judge_dependents):
- * judge all of them at once, in id order.  The first of the trigger's
- * events does it; the others find nothing left.  It fires under
- * session_replication_role = replica too (ENABLE ALWAYS), and runs as
- * claimq's owner, whoever commits.
+ * judge all of them at once, in id order.  Only the transaction's first
+ * row queues the trigger (so a transaction of many calls queues one
+ * event); once SET CONSTRAINTS ... IMMEDIATE has fired it, the next row is
+ * a first again.  It fires under session_replication_role = replica too
+ * (ENABLE ALWAYS), and runs as claimq's owner, whoever commits.
  */
 CREATE FUNCTION claimq.judge_finishes()
 RETURNS trigger
@@ -1704,7 +1713,7 @@ COMMENT ON FUNCTION claimq.judge_finishes() IS
 CREATE CONSTRAINT TRIGGER job_finish_judge
 	AFTER INSERT ON claimq.job_finish
 	DEFERRABLE INITIALLY DEFERRED
-	FOR EACH ROW EXECUTE FUNCTION claimq.judge_finishes();
+	FOR EACH ROW WHEN (NEW.first) EXECUTE FUNCTION claimq.judge_finishes();
 
 ALTER TABLE claimq.job_finish ENABLE ALWAYS TRIGGER job_finish_judge;
 

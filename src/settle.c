@@ -160,7 +160,8 @@ static CqSettleOp cq_start_op = {
 	" RETURNING i.ord, j.queue_id, j.expires_at,"
 	"           h.state AS from_state, 'running' AS to_state",
 	CQ_ARGS_LEASE,
-	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, CQ_STARTED, NULL, NULL, false
+	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, CQ_STARTED, NULL, NULL,
+	false
 };
 
 static CqSettleOp cq_extend_op = {
@@ -172,7 +173,8 @@ static CqSettleOp cq_extend_op = {
 	" WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	" RETURNING i.ord, j.queue_id, j.expires_at",
 	CQ_ARGS_LEASE,
-	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, -1, NULL, NULL, false
+	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, -1, NULL, NULL,
+	false
 };
 
 /*
@@ -305,7 +307,8 @@ static CqSettleOp cq_release_op = {
 	" RETURNING i.ord, j.queue_id, j.run_at AS ready_at, j.group_key,"
 	"           'claimed' AS from_state, 'pending' AS to_state",
 	CQ_ARGS_NONE,
-	0, {InvalidOid}, 2, true, SPI_OK_UPDATE_RETURNING, CQ_RELEASED, NULL, NULL, false
+	0, {InvalidOid}, 2, true, SPI_OK_UPDATE_RETURNING, CQ_RELEASED, NULL, NULL,
+	false
 };
 
 /*
@@ -323,7 +326,8 @@ static CqSettleOp cq_snooze_op = {
 	" RETURNING i.ord, j.queue_id, j.run_at AS ready_at, j.group_key,"
 	"           " CQ_HELD_STATE_SQL " AS from_state, 'pending' AS to_state",
 	CQ_ARGS_DELAY,
-	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, CQ_SNOOZED, NULL, NULL, false
+	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, CQ_SNOOZED, NULL, NULL,
+	false
 };
 
 typedef struct CqJobEntry
@@ -486,7 +490,8 @@ cq_settle_statement(CqSettleOp *op, Datum *values, const char *nulls)
  * The statement returns the numbers of the pairs it settled; an op with a
  * fallback runs it too, for the pairs it left (see cq_complete_op), and
  * the last of them that runs again does so once more (see
- * cq_complete_all_op).  A pair repeated in the input is settled once and reported ok each time.
+ * cq_complete_all_op).  A pair repeated in the input is settled once and
+ * reported ok each time.
  * For every other pair one more statement reads the job as it is now: no
  * row is "missing", a job cancelled while the pair's token held it is
  * "cancelled", a running job under the pair's token is "started" (for
@@ -516,6 +521,7 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 	if (op->fallback && cq_seen_kept)
 		op = op->fallback;
 	Assert(op->fallback == NULL || (op->ncols == 2 && op->fallback->ncols == 2));
+	Assert(!op->again || op->ncols == 2);
 	for (int i = 0; i < op->nextra; i++)
 	{
 		values[3 + i] = extra[i];

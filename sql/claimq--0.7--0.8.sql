@@ -144,35 +144,6 @@ SELECT claimq.copy_grants('claimq.drop_queue_0_7(text, boolean)'::regprocedure,
 
 DROP FUNCTION claimq.drop_queue_0_7(text, boolean);
 
-CREATE FUNCTION claimq.cascade_reach(job_ids bigint[])
-RETURNS bigint[]
-LANGUAGE sql
-SET search_path = pg_catalog, pg_temp
-AS $$
-	SELECT ARRAY(
-		WITH RECURSIVE reach(job_id, cascades) AS (
-			SELECT w.job_id,
-				   w.dependents AND w.after_failed OPERATOR(pg_catalog.=) 'cancel'
-			  FROM claimq.job_after e
-			  JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
-			 WHERE e.after_id OPERATOR(pg_catalog.=) ANY (job_ids)
-			   AND w.state OPERATOR(pg_catalog.=) 'waiting'
-			UNION
-			SELECT w.job_id,
-				   w.dependents AND w.after_failed OPERATOR(pg_catalog.=) 'cancel'
-			  FROM reach r
-			  JOIN claimq.job_after e ON e.after_id OPERATOR(pg_catalog.=) r.job_id
-			  JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
-			 WHERE r.cascades
-			   AND w.state OPERATOR(pg_catalog.=) 'waiting')
-		SELECT DISTINCT r.job_id FROM reach r ORDER BY r.job_id);
-$$;
-
-COMMENT ON FUNCTION claimq.cascade_reach(bigint[]) IS
-'private: the waiting jobs that judging the listed jobs'' dependents can reach, through the cancels it may cascade into, in id order';
-
-REVOKE ALL ON FUNCTION claimq.cascade_reach(bigint[]) FROM PUBLIC;
-
 CREATE FUNCTION claimq.judge_finished(job_ids bigint[])
 RETURNS void
 LANGUAGE plpgsql
@@ -181,8 +152,6 @@ AS $$
 DECLARE
 	finished bigint[] := job_ids;
 	ready bigint[];
-	reach bigint[];
-	more bigint[];
 	moves jsonb;
 	m record;
 BEGIN
@@ -192,11 +161,9 @@ BEGIN
 	 * would each hold what the other's next pass needs.  So if a job this
 	 * call counts off may be cancelled (after_failed cancel) and has
 	 * dependents, first lock every waiting job the cascade can reach, in
-	 * id order, and look again once they are locked: an enqueue after one
-	 * of them that committed before its lock adds a job to reach, and none
-	 * can after it.  Until nothing is added, give the locks back (the
-	 * block's subtransaction rolls back) and take them all again in id
-	 * order: the passes then take no lock they do not hold.
+	 * id order; the passes then take no lock they do not hold, but for a
+	 * job that an enqueue after one of them committed between the look
+	 * and its lock (see the section's head).
 	 */
 	IF EXISTS (SELECT 1 FROM claimq.job_after e
 				 JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
@@ -204,27 +171,27 @@ BEGIN
 				  AND w.state OPERATOR(pg_catalog.=) 'waiting'
 				  AND w.dependents
 				  AND w.after_failed OPERATOR(pg_catalog.=) 'cancel') THEN
-		reach := claimq.cascade_reach(job_ids);
-		LOOP
-			BEGIN
-				PERFORM FROM claimq.job w
-				 WHERE w.job_id OPERATOR(pg_catalog.=) ANY (reach)
-				   AND w.state OPERATOR(pg_catalog.=) 'waiting'
-				 ORDER BY w.job_id
-				   FOR UPDATE OF w;
-				more := ARRAY(SELECT r.id
-								FROM pg_catalog.unnest(claimq.cascade_reach(job_ids)) AS r(id)
-							  EXCEPT
-							  SELECT l.id FROM pg_catalog.unnest(reach) AS l(id));
-				EXIT WHEN pg_catalog.cardinality(more) OPERATOR(pg_catalog.=) 0;
-				reach := ARRAY(SELECT x.id
-								 FROM pg_catalog.unnest(reach OPERATOR(pg_catalog.||) more) AS x(id)
-								ORDER BY x.id);
-				RAISE EXCEPTION 'more jobs to lock' USING ERRCODE = 'CQ001';
-			EXCEPTION WHEN SQLSTATE 'CQ001' THEN
-				NULL;			/* the locks are given back: take them again */
-			END;
-		END LOOP;
+		PERFORM FROM claimq.job w
+		 WHERE w.job_id OPERATOR(pg_catalog.=) ANY (ARRAY(
+				WITH RECURSIVE reach(job_id, cascades) AS (
+					SELECT w.job_id,
+						   w.dependents AND w.after_failed OPERATOR(pg_catalog.=) 'cancel'
+					  FROM claimq.job_after e
+					  JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
+					 WHERE e.after_id OPERATOR(pg_catalog.=) ANY (job_ids)
+					   AND w.state OPERATOR(pg_catalog.=) 'waiting'
+					UNION
+					SELECT w.job_id,
+						   w.dependents AND w.after_failed OPERATOR(pg_catalog.=) 'cancel'
+					  FROM reach r
+					  JOIN claimq.job_after e ON e.after_id OPERATOR(pg_catalog.=) r.job_id
+					  JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
+					 WHERE r.cascades
+					   AND w.state OPERATOR(pg_catalog.=) 'waiting')
+				SELECT r.job_id FROM reach r))
+		   AND w.state OPERATOR(pg_catalog.=) 'waiting'
+		 ORDER BY w.job_id
+		   FOR UPDATE OF w;
 	END IF;
 
 	WHILE pg_catalog.cardinality(finished) OPERATOR(pg_catalog.>) 0 LOOP

@@ -1,4 +1,4 @@
-/* claimq--0.7--0.8.sql: tokens that never repeat (the register of token epochs) */
+/* claimq--0.7--0.8.sql: tokens that never repeat (the register of token epochs); workflows that never run a job early, never refuse a holder, never deadlock between settles */
 
 -- @extension
 \echo Use "ALTER EXTENSION claimq UPDATE TO '0.8'" to load this file. \quit
@@ -169,5 +169,325 @@ BEGIN
 	END IF;
 END
 $update$;
+
+/*------------------------------------------------------------------------
+ * 2. Workflows (sql/claimq.sql, section 8): a job that drop_queue removes
+ * after it finished counts by its final state, once; a transaction's
+ * finishes judge their dependents at its commit, all together, in id
+ * order (claimq.job_finish and its deferred trigger)
+ *-----------------------------------------------------------------------*/
+
+ALTER TABLE claimq.job_after ADD COLUMN final_state text;
+
+CREATE UNLOGGED TABLE claimq.job_finish (
+	xact			xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
+	job_ids			bigint[] NOT NULL,
+	first			boolean NOT NULL
+);
+
+CREATE INDEX job_finish_xact_idx ON claimq.job_finish (xact);
+
+-- @extension
+SELECT pg_catalog.pg_extension_config_dump('claimq.job_finish', '');
+-- @end
+
+REVOKE ALL ON TABLE claimq.job_finish FROM PUBLIC;
+
+ALTER FUNCTION claimq.drop_queue(text, boolean) RENAME TO drop_queue_0_7;
+
+CREATE FUNCTION claimq.drop_queue(queue text, force boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue;
+	held bigint;
+	states text[];
+	counts bigint[];
+	removed bigint[];
+	unfinished bigint[];
+	sets bigint[];
+BEGIN
+	IF force IS NULL THEN
+		RAISE EXCEPTION 'argument "force" must not be null'
+			USING ERRCODE = '22004';
+	END IF;
+	PERFORM claimq.check_queue_name(queue);
+	PERFORM claimq.lock_producers(queue);
+	q := claimq.lock_queue(queue);
+	/*
+	 * Without force, delete only jobs nobody holds.  A claim in progress
+	 * makes the DELETE wait for it and then skip the job it claimed; the
+	 * count that follows, with a fresh snapshot, finds every held job.
+	 */
+	PERFORM claimq.ledger_begin();
+	WITH gone AS (
+		DELETE FROM claimq.job j
+		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+		   AND (force OR j.state OPERATOR(pg_catalog.<>) ALL ('{claimed,running}'::text[]))
+		RETURNING j.state, j.job_id, j.dependents, j.after_set),
+	/*
+	 * A job that finished before was counted off by its dependents then:
+	 * they judge it by the state it ended in (section 8), never count it
+	 * off again.
+	 */
+	kept AS (
+		UPDATE claimq.job_after e SET final_state = d.state
+		  FROM gone d
+		 WHERE e.after_id OPERATOR(pg_catalog.=) d.job_id AND d.dependents
+		   AND d.state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[]))
+	SELECT pg_catalog.array_agg(g.state), pg_catalog.array_agg(g.n),
+		   (SELECT pg_catalog.array_agg(d.job_id) FROM gone d WHERE d.dependents),
+		   (SELECT pg_catalog.array_agg(d.job_id) FROM gone d
+			 WHERE d.dependents
+			   AND d.state OPERATOR(pg_catalog.<>) ALL ('{done,dead,cancelled}'::text[])),
+		   (SELECT pg_catalog.array_agg(DISTINCT d.after_set) FROM gone d
+			 WHERE d.after_set IS NOT NULL)
+	  INTO states, counts, removed, unfinished, sets
+	  FROM (SELECT d.state, pg_catalog.count(*) AS n FROM gone d GROUP BY d.state) g;
+	IF NOT force THEN
+		SELECT pg_catalog.count(*) INTO held FROM claimq.job j
+		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+		IF held OPERATOR(pg_catalog.>) 0 THEN
+			RAISE EXCEPTION 'cannot drop queue "%" while it has claimed or running jobs', queue
+				USING ERRCODE = '55006',
+					  DETAIL = pg_catalog.format('%s jobs are claimed or running.', held),
+					  HINT = 'Wait for them to settle, or pass force => true.';
+		END IF;
+		/*
+		 * Jobs of other queues waiting on its jobs.  An enqueue after one of
+		 * them that the DELETE waited for has committed: this statement's
+		 * snapshot sees it.
+		 */
+		SELECT pg_catalog.count(DISTINCT w.job_id) INTO held
+		  FROM claimq.job_after e
+		  JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
+		 WHERE e.after_id OPERATOR(pg_catalog.=) ANY (removed)
+		   AND w.state OPERATOR(pg_catalog.=) 'waiting'
+		   AND w.queue_id OPERATOR(pg_catalog.<>) q.queue_id;
+		IF held OPERATOR(pg_catalog.>) 0 THEN
+			RAISE EXCEPTION 'cannot drop queue "%" while jobs of other queues wait on its jobs', queue
+				USING ERRCODE = '2BP01',
+					  DETAIL = pg_catalog.format('%s jobs of other queues wait on jobs of this queue.', held),
+					  HINT = 'Cancel them or let them be judged first, or pass force => true.';
+		END IF;
+		SELECT pg_catalog.count(*) INTO held FROM claimq.schedule s
+		 WHERE s.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+		IF held OPERATOR(pg_catalog.>) 0 THEN
+			RAISE EXCEPTION 'cannot drop queue "%" while schedules feed it', queue
+				USING ERRCODE = '2BP01',
+					  DETAIL = pg_catalog.format('%s schedules enqueue into it.', held),
+					  HINT = 'Drop them first, or pass force => true.';
+		END IF;
+	END IF;
+	DELETE FROM claimq.schedule s WHERE s.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+	DELETE FROM claimq.queue t WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+	PERFORM claimq.ledger_end(q.queue_id, NULL, COALESCE(states, '{}'),
+							  COALESCE(counts, '{}'));
+	/*
+	 * Jobs of other queues waiting on its unfinished jobs count them as
+	 * cancelled.
+	 */
+	IF unfinished IS NOT NULL THEN
+		PERFORM claimq.judge_dependents(unfinished);
+	END IF;
+	IF removed IS NOT NULL OR sets IS NOT NULL THEN
+		PERFORM claimq.forget_after(COALESCE(sets, '{}'), COALESCE(removed, '{}'));
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.drop_queue(text,boolean) IS
+'drop a queue and all its jobs; refuses (55006) while jobs are claimed or running, and (2BP01) while jobs of other queues wait on its jobs or schedules feed it, unless force (which drops the schedules too; the jobs waiting on its jobs count the unfinished ones as cancelled and the finished ones by their final state)';
+
+REVOKE ALL ON FUNCTION claimq.drop_queue(text, boolean) FROM PUBLIC;
+
+SELECT claimq.copy_grants('claimq.drop_queue_0_7(text, boolean)'::regprocedure,
+						  'claimq.drop_queue(text, boolean)'::regprocedure,
+						  'pg_catalog.pg_proc');
+
+DROP FUNCTION claimq.drop_queue_0_7(text, boolean);
+
+CREATE FUNCTION claimq.judge_finished(job_ids bigint[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	finished bigint[] := job_ids;
+	ready bigint[];
+	moves jsonb;
+	m record;
+BEGIN
+	/*
+	 * Each pass below locks the jobs it counts off in id order, but a
+	 * cascade's second pass comes after its first: two cascades that cross
+	 * would each hold what the other's next pass needs.  So if a job this
+	 * call counts off may be cancelled (after_failed cancel) and has
+	 * dependents, first lock every waiting job the cascade can reach, in
+	 * id order; the passes then take no lock they do not hold, but for a
+	 * job that an enqueue after one of them committed between the look
+	 * and its lock (see the section's head).
+	 */
+	IF EXISTS (SELECT 1 FROM claimq.job_after e
+				 JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
+				WHERE e.after_id OPERATOR(pg_catalog.=) ANY (job_ids)
+				  AND w.state OPERATOR(pg_catalog.=) 'waiting'
+				  AND w.dependents
+				  AND w.after_failed OPERATOR(pg_catalog.=) 'cancel') THEN
+		PERFORM FROM claimq.job w
+		 WHERE w.job_id OPERATOR(pg_catalog.=) ANY (ARRAY(
+				WITH RECURSIVE reach(job_id, cascades) AS (
+					SELECT w.job_id,
+						   w.dependents AND w.after_failed OPERATOR(pg_catalog.=) 'cancel'
+					  FROM claimq.job_after e
+					  JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
+					 WHERE e.after_id OPERATOR(pg_catalog.=) ANY (job_ids)
+					   AND w.state OPERATOR(pg_catalog.=) 'waiting'
+					UNION
+					SELECT w.job_id,
+						   w.dependents AND w.after_failed OPERATOR(pg_catalog.=) 'cancel'
+					  FROM reach r
+					  JOIN claimq.job_after e ON e.after_id OPERATOR(pg_catalog.=) r.job_id
+					  JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
+					 WHERE r.cascades
+					   AND w.state OPERATOR(pg_catalog.=) 'waiting')
+				SELECT r.job_id FROM reach r))
+		   AND w.state OPERATOR(pg_catalog.=) 'waiting'
+		 ORDER BY w.job_id
+		   FOR UPDATE OF w;
+	END IF;
+
+	WHILE pg_catalog.cardinality(finished) OPERATOR(pg_catalog.>) 0 LOOP
+		/* Count the finished jobs off, under each waiting job's lock. */
+		ready := claimq.count_dependents(finished, -1);
+		EXIT WHEN ready IS NULL;
+
+		/*
+		 * Judge those with none left, by the states of their sets' jobs now
+		 * (a new snapshot: it sees what the count waited for): pending if
+		 * every one ended done or after_failed is run, else cancelled.
+		 */
+		PERFORM claimq.ledger_begin();
+		WITH verdict AS (
+			SELECT e.set_id,
+				   pg_catalog.bool_and(COALESCE(a.state, e.final_state)
+									   IS NOT DISTINCT FROM 'done') AS all_done
+			  FROM claimq.job_after e
+			  LEFT JOIN claimq.job a ON a.job_id OPERATOR(pg_catalog.=) e.after_id
+			 WHERE e.set_id OPERATOR(pg_catalog.=) ANY (ARRAY(
+					SELECT DISTINCT w.after_set FROM claimq.job w
+					 WHERE w.job_id OPERATOR(pg_catalog.=) ANY (ready)))
+			 GROUP BY e.set_id),
+		judged AS (
+			UPDATE claimq.job j
+			   SET state = CASE WHEN v.all_done OR j.after_failed OPERATOR(pg_catalog.=) 'run'
+							THEN 'pending' ELSE 'cancelled' END,
+				   run_at = CASE WHEN v.all_done OR j.after_failed OPERATOR(pg_catalog.=) 'run'
+							THEN GREATEST(j.run_at, pg_catalog.clock_timestamp())
+							ELSE j.run_at END,
+				   finished_at = CASE WHEN v.all_done OR j.after_failed OPERATOR(pg_catalog.=) 'run'
+								 THEN NULL ELSE pg_catalog.clock_timestamp() END,
+				   held = (v.all_done OR j.after_failed OPERATOR(pg_catalog.=) 'run')
+						  AND j.group_key IS NOT NULL
+						  AND (q.group_limit IS NOT NULL OR q.group_fifo)
+			  FROM verdict v, claimq.queue q
+			 WHERE j.job_id OPERATOR(pg_catalog.=) ANY (ready)
+			   AND j.after_set OPERATOR(pg_catalog.=) v.set_id
+			   AND j.state OPERATOR(pg_catalog.=) 'waiting'
+			   AND q.queue_id OPERATOR(pg_catalog.=) j.queue_id
+			RETURNING j.job_id, j.queue_id, j.state, j.group_key, j.held,
+					  j.dependents)
+		SELECT (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+							'queue_id', g.queue_id, 'to_state', g.state,
+							'from_states', '{waiting}'::text[], 'counts', ARRAY[g.n],
+							'groups', g.groups))
+				  FROM (SELECT x.queue_id, x.state, pg_catalog.count(*) AS n,
+							   pg_catalog.array_agg(DISTINCT x.group_key)
+								 FILTER (WHERE x.held) AS groups
+						  FROM judged x GROUP BY x.queue_id, x.state) g),
+			   (SELECT pg_catalog.array_agg(x.job_id) FROM judged x
+				 WHERE x.state OPERATOR(pg_catalog.=) 'cancelled' AND x.dependents)
+		  INTO moves, finished;
+
+		/* Tell the ledger, one move per queue and state. */
+		PERFORM claimq.ledger_end_moves(moves);
+
+		/* Jobs made pending in limited groups go in held, then are synced. */
+		FOR m IN SELECT (x OPERATOR(pg_catalog.->>) 'queue_id')::integer AS queue_id,
+						ARRAY(SELECT pg_catalog.jsonb_array_elements_text(x OPERATOR(pg_catalog.->) 'groups')) AS groups
+				   FROM pg_catalog.jsonb_array_elements(COALESCE(moves, '[]')) AS x
+				  WHERE pg_catalog.jsonb_typeof(x OPERATOR(pg_catalog.->) 'groups') OPERATOR(pg_catalog.=) 'array'
+				  ORDER BY 1 LOOP
+			PERFORM claimq.sync_groups(m.queue_id, m.groups);
+		END LOOP;
+	END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.judge_finished(bigint[]) IS
+'private: the listed jobs finished or were removed: count them off their waiting dependents, and judge each that has none left (pending, or cancelled, whose own dependents are judged in turn)';
+
+REVOKE ALL ON FUNCTION claimq.judge_finished(bigint[]) FROM PUBLIC;
+
+ALTER FUNCTION claimq.judge_dependents(bigint[]) RENAME TO judge_dependents_0_7;
+
+CREATE FUNCTION claimq.judge_dependents(job_ids bigint[])
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+	INSERT INTO claimq.job_finish (job_ids, first)
+	VALUES (job_ids,
+			NOT EXISTS (SELECT 1 FROM claimq.job_finish f
+						 WHERE f.xact OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id()));
+$$;
+
+COMMENT ON FUNCTION claimq.judge_dependents(bigint[]) IS
+'private: the listed jobs finished or were removed: their waiting dependents are judged at the transaction''s commit';
+
+REVOKE ALL ON FUNCTION claimq.judge_dependents(bigint[]) FROM PUBLIC;
+
+SELECT claimq.copy_grants('claimq.judge_dependents_0_7(bigint[])'::regprocedure,
+						  'claimq.judge_dependents(bigint[])'::regprocedure,
+						  'pg_catalog.pg_proc');
+
+DROP FUNCTION claimq.judge_dependents_0_7(bigint[]);
+
+CREATE FUNCTION claimq.judge_finishes()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	finished bigint[];
+BEGIN
+	WITH noted AS (
+		DELETE FROM claimq.job_finish f
+		 WHERE f.xact OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id()
+		RETURNING f.job_ids)
+	SELECT pg_catalog.array_agg(DISTINCT u.id ORDER BY u.id) INTO finished
+	  FROM noted n CROSS JOIN LATERAL pg_catalog.unnest(n.job_ids) AS u(id);
+	IF finished IS NOT NULL THEN
+		PERFORM claimq.judge_finished(finished);
+	END IF;
+	RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.judge_finishes() IS
+'private: at the commit, judge the dependents of every job the transaction finished or removed, in id order';
+
+REVOKE ALL ON FUNCTION claimq.judge_finishes() FROM PUBLIC;
+
+CREATE CONSTRAINT TRIGGER job_finish_judge
+	AFTER INSERT ON claimq.job_finish
+	DEFERRABLE INITIALLY DEFERRED
+	FOR EACH ROW WHEN (NEW.first) EXECUTE FUNCTION claimq.judge_finishes();
+
+ALTER TABLE claimq.job_finish ENABLE ALWAYS TRIGGER job_finish_judge;
+
+/* (end of Workflows) */
 
 -- @include portable/update--0.7--0.8.sql

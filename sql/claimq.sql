@@ -316,6 +316,9 @@ CREATE INDEX job_after_set_idx ON claimq.job (after_set)
  * enqueue_many of n jobs after m jobs writes n + m rows, not n x m).  A
  * finishing job finds the sets it is in by after_id; the sets' waiting
  * jobs by job_after_set_idx.  A set lives as long as a job that names it.
+ * final_state keeps the state of a listed job that drop_queue removed
+ * after it had finished (NULL while the job exists, or if it was removed
+ * unfinished): its dependents judge it by that state (section 8).
  */
 CREATE SEQUENCE claimq.after_set_seq AS bigint;
 
@@ -323,10 +326,27 @@ CREATE TABLE claimq.job_after (
 	set_id			bigint NOT NULL,
 	position		integer NOT NULL,
 	after_id		bigint NOT NULL,
+	final_state		text,
 	CONSTRAINT job_after_pkey PRIMARY KEY (set_id, position)
 );
 
 CREATE INDEX job_after_after_idx ON claimq.job_after (after_id);
+
+/*
+ * Workflows: the finishes of transactions in progress, whose dependents
+ * each transaction's commit judges (section 8), one row per call.  A row
+ * lives only inside the transaction that wrote it (xact), which deletes it
+ * at its commit; unlogged, since no row outlives its transaction.  The
+ * first row of a transaction (first) is the one whose trigger judges them
+ * all.
+ */
+CREATE UNLOGGED TABLE claimq.job_finish (
+	xact			xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
+	job_ids			bigint[] NOT NULL,
+	first			boolean NOT NULL
+);
+
+CREATE INDEX job_finish_xact_idx ON claimq.job_finish (xact);
 
 /*
  * Dedup key claims: a key is held by its row until expires_at passes or
@@ -406,6 +426,7 @@ SELECT pg_catalog.pg_extension_config_dump('claimq.token_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.schedule', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.job_group', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.job_after', '');
+SELECT pg_catalog.pg_extension_config_dump('claimq.job_finish', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.after_set_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.epoch', '');
 -- @end
@@ -739,6 +760,7 @@ DECLARE
 	states text[];
 	counts bigint[];
 	removed bigint[];
+	unfinished bigint[];
 	sets bigint[];
 BEGIN
 	IF force IS NULL THEN
@@ -758,12 +780,25 @@ BEGIN
 		DELETE FROM claimq.job j
 		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
 		   AND (force OR j.state OPERATOR(pg_catalog.<>) ALL ('{claimed,running}'::text[]))
-		RETURNING j.state, j.job_id, j.dependents, j.after_set)
+		RETURNING j.state, j.job_id, j.dependents, j.after_set),
+	/*
+	 * A job that finished before was counted off by its dependents then:
+	 * they judge it by the state it ended in (section 8), never count it
+	 * off again.
+	 */
+	kept AS (
+		UPDATE claimq.job_after e SET final_state = d.state
+		  FROM gone d
+		 WHERE e.after_id OPERATOR(pg_catalog.=) d.job_id AND d.dependents
+		   AND d.state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[]))
 	SELECT pg_catalog.array_agg(g.state), pg_catalog.array_agg(g.n),
 		   (SELECT pg_catalog.array_agg(d.job_id) FROM gone d WHERE d.dependents),
+		   (SELECT pg_catalog.array_agg(d.job_id) FROM gone d
+			 WHERE d.dependents
+			   AND d.state OPERATOR(pg_catalog.<>) ALL ('{done,dead,cancelled}'::text[])),
 		   (SELECT pg_catalog.array_agg(DISTINCT d.after_set) FROM gone d
 			 WHERE d.after_set IS NOT NULL)
-	  INTO states, counts, removed, sets
+	  INTO states, counts, removed, unfinished, sets
 	  FROM (SELECT d.state, pg_catalog.count(*) AS n FROM gone d GROUP BY d.state) g;
 	IF NOT force THEN
 		SELECT pg_catalog.count(*) INTO held FROM claimq.job j
@@ -804,9 +839,12 @@ BEGIN
 	DELETE FROM claimq.queue t WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
 	PERFORM claimq.ledger_end(q.queue_id, NULL, COALESCE(states, '{}'),
 							  COALESCE(counts, '{}'));
-	/* Jobs of other queues waiting on its jobs count them as cancelled. */
-	IF removed IS NOT NULL THEN
-		PERFORM claimq.judge_dependents(removed);
+	/*
+	 * Jobs of other queues waiting on its unfinished jobs count them as
+	 * cancelled.
+	 */
+	IF unfinished IS NOT NULL THEN
+		PERFORM claimq.judge_dependents(unfinished);
 	END IF;
 	IF removed IS NOT NULL OR sets IS NOT NULL THEN
 		PERFORM claimq.forget_after(COALESCE(sets, '{}'), COALESCE(removed, '{}'));
@@ -815,7 +853,7 @@ END
 $$;
 
 COMMENT ON FUNCTION claimq.drop_queue(text,boolean) IS
-'drop a queue and all its jobs; refuses (55006) while jobs are claimed or running, and (2BP01) while jobs of other queues wait on its jobs or schedules feed it, unless force (which drops the schedules too and counts its jobs as cancelled for the jobs waiting on them)';
+'drop a queue and all its jobs; refuses (55006) while jobs are claimed or running, and (2BP01) while jobs of other queues wait on its jobs or schedules feed it, unless force (which drops the schedules too; the jobs waiting on its jobs count the unfinished ones as cancelled and the finished ones by their final state)';
 
 CREATE FUNCTION claimq.pause_queue(queue text)
 RETURNS void
@@ -1329,11 +1367,18 @@ COMMENT ON FUNCTION claimq.sync_groups(integer,text[]) IS
  *	link_after			an enqueue's "after" list: checked, locked, recorded
  *						as a set; the enqueue then inserts its jobs waiting,
  *						or judged at once if every listed job is finished
- *	judge_dependents	jobs finished or removed (complete, fail and
- *						reclaim to dead, cancel, purge_queue, drop_queue):
- *						their waiting dependents count them off, and each
- *						that has none left is judged: pending, or
- *						cancelled (and its own dependents judged in turn)
+ *	judge_dependents	jobs finished, or removed unfinished (complete,
+ *						fail and reclaim to dead, cancel, purge_queue,
+ *						drop_queue): noted in claimq.job_finish, for the
+ *						transaction's commit
+ *	judge_finishes		at the commit (a deferred constraint trigger), every
+ *						finish the transaction noted, judged at once by
+ *	judge_finished		their waiting dependents count them off, once, and
+ *						each that has none left is judged: pending, or
+ *						cancelled (and its own dependents judged in turn).
+ *						A job that drop_queue removes after it finished was
+ *						counted off then: its dependents judge it by its
+ *						final state, kept in claimq.job_after
  *	count_dependents	the waiting jobs count finishes off, and retry_dead's
  *						redriven jobs on again: a redriven job is
  *						unfinished again for the jobs still waiting on it
@@ -1352,15 +1397,26 @@ COMMENT ON FUNCTION claimq.sync_groups(integer,text[]) IS
  * under its row lock, so two jobs finishing at once in two transactions
  * take turns on it and exactly one of them sees the count reach zero; the
  * judgement that follows reads the listed jobs' states with a new
- * snapshot, in which the other's finish has committed.  Each pass locks
- * the waiting jobs it counts in id order, a call that may cascade locks
- * all the waiting jobs it can reach in id order before its first pass, and
- * a settle call locks only jobs that are claimed or running (never
- * waiting) before: so settle calls do not deadlock over the jobs they
- * share as dependents (test/specs/workflow-cascade-order.spec).  One hole
- * is left: a job enqueued after a waiting job between that lock and the
- * pass that reaches it is locked out of order, and a deadlock there is
- * detected (40P01) and rolls one of the calls back.
+ * snapshot, in which the other's finish has committed.
+ *
+ * Deadlocks.  A settle call locks only jobs that are claimed or running
+ * (never waiting), and leaves its finishes' dependents to its
+ * transaction's commit, which judges all of the transaction's finishes
+ * together: so a transaction never holds a waiting job while it makes
+ * another settle call (test/specs/workflow-crossing-settles.spec).  At
+ * the commit each pass locks the waiting jobs it counts in id order; if
+ * the judgement may cascade, every waiting job it can reach is locked
+ * first, in id order (test/specs/workflow-cascade-order.spec).  One hole
+ * is left: a job enqueued after a waiting job between the look at what a
+ * cascade can reach and the lock of that job is locked when the cascade
+ * reaches it; if its id is below one locked already and another commit
+ * holds it while waiting for that one, the deadlock is detected (40P01)
+ * and rolls one of the two back.  Closing it would take giving the locks
+ * back and taking them again in order, which only a subtransaction's
+ * rollback can do, and PostgreSQL does not allow that during a commit.
+ * Inside the transaction, after_count and the dependents' states lag
+ * until its commit (SET CONSTRAINTS claimq.job_finish_judge IMMEDIATE
+ * judges the finishes so far at once).
  */
 
 /*
@@ -1481,11 +1537,31 @@ COMMENT ON FUNCTION claimq.count_dependents(bigint[],integer) IS
 'private: the jobs waiting on the listed jobs count them off (delta -1) or on again (delta 1), under their row locks; returns those with none left to wait for';
 
 /*
- * Judge the jobs waiting on the listed jobs, which have just finished or
- * been removed (a removed job counts as cancelled), and those that their
- * judgement cancels in turn.  See the section's head.
+ * The listed jobs have finished, or been removed unfinished: their waiting
+ * dependents are judged at the commit of the transaction, together with
+ * its other finishes (judge_finishes).  See the section's head.
  */
 CREATE FUNCTION claimq.judge_dependents(job_ids bigint[])
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+	INSERT INTO claimq.job_finish (job_ids, first)
+	VALUES (job_ids,
+			NOT EXISTS (SELECT 1 FROM claimq.job_finish f
+						 WHERE f.xact OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id()));
+$$;
+
+COMMENT ON FUNCTION claimq.judge_dependents(bigint[]) IS
+'private: the listed jobs finished or were removed: their waiting dependents are judged at the transaction''s commit';
+
+/*
+ * Judge the jobs waiting on the listed jobs, which have finished or been
+ * removed unfinished (a removed job counts as cancelled, or, if it
+ * finished before, as its final_state), and those that their judgement
+ * cancels in turn.  See the section's head.
+ */
+CREATE FUNCTION claimq.judge_finished(job_ids bigint[])
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -1502,7 +1578,9 @@ BEGIN
 	 * would each hold what the other's next pass needs.  So if a job this
 	 * call counts off may be cancelled (after_failed cancel) and has
 	 * dependents, first lock every waiting job the cascade can reach, in
-	 * id order; the passes then take no lock they do not hold.
+	 * id order; the passes then take no lock they do not hold, but for a
+	 * job that an enqueue after one of them committed between the look
+	 * and its lock (see the section's head).
 	 */
 	IF EXISTS (SELECT 1 FROM claimq.job_after e
 				 JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
@@ -1546,7 +1624,8 @@ BEGIN
 		PERFORM claimq.ledger_begin();
 		WITH verdict AS (
 			SELECT e.set_id,
-				   pg_catalog.bool_and(a.state IS NOT DISTINCT FROM 'done') AS all_done
+				   pg_catalog.bool_and(COALESCE(a.state, e.final_state)
+									   IS NOT DISTINCT FROM 'done') AS all_done
 			  FROM claimq.job_after e
 			  LEFT JOIN claimq.job a ON a.job_id OPERATOR(pg_catalog.=) e.after_id
 			 WHERE e.set_id OPERATOR(pg_catalog.=) ANY (ARRAY(
@@ -1591,15 +1670,55 @@ BEGIN
 		FOR m IN SELECT (x OPERATOR(pg_catalog.->>) 'queue_id')::integer AS queue_id,
 						ARRAY(SELECT pg_catalog.jsonb_array_elements_text(x OPERATOR(pg_catalog.->) 'groups')) AS groups
 				   FROM pg_catalog.jsonb_array_elements(COALESCE(moves, '[]')) AS x
-				  WHERE pg_catalog.jsonb_typeof(x OPERATOR(pg_catalog.->) 'groups') OPERATOR(pg_catalog.=) 'array' LOOP
+				  WHERE pg_catalog.jsonb_typeof(x OPERATOR(pg_catalog.->) 'groups') OPERATOR(pg_catalog.=) 'array'
+				  ORDER BY 1 LOOP
 			PERFORM claimq.sync_groups(m.queue_id, m.groups);
 		END LOOP;
 	END LOOP;
 END
 $$;
 
-COMMENT ON FUNCTION claimq.judge_dependents(bigint[]) IS
+COMMENT ON FUNCTION claimq.judge_finished(bigint[]) IS
 'private: the listed jobs finished or were removed: count them off their waiting dependents, and judge each that has none left (pending, or cancelled, whose own dependents are judged in turn)';
+
+/*
+ * At the commit of a transaction that noted finishes (judge_dependents):
+ * judge all of them at once, in id order.  Only the transaction's first
+ * row queues the trigger (so a transaction of many calls queues one
+ * event); once SET CONSTRAINTS ... IMMEDIATE has fired it, the next row is
+ * a first again.  It fires under session_replication_role = replica too
+ * (ENABLE ALWAYS), and runs as claimq's owner, whoever commits.
+ */
+CREATE FUNCTION claimq.judge_finishes()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	finished bigint[];
+BEGIN
+	WITH noted AS (
+		DELETE FROM claimq.job_finish f
+		 WHERE f.xact OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id()
+		RETURNING f.job_ids)
+	SELECT pg_catalog.array_agg(DISTINCT u.id ORDER BY u.id) INTO finished
+	  FROM noted n CROSS JOIN LATERAL pg_catalog.unnest(n.job_ids) AS u(id);
+	IF finished IS NOT NULL THEN
+		PERFORM claimq.judge_finished(finished);
+	END IF;
+	RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.judge_finishes() IS
+'private: at the commit, judge the dependents of every job the transaction finished or removed, in id order';
+
+CREATE CONSTRAINT TRIGGER job_finish_judge
+	AFTER INSERT ON claimq.job_finish
+	DEFERRABLE INITIALLY DEFERRED
+	FOR EACH ROW WHEN (NEW.first) EXECUTE FUNCTION claimq.judge_finishes();
+
+ALTER TABLE claimq.job_finish ENABLE ALWAYS TRIGGER job_finish_judge;
 
 /*
  * Jobs were deleted: the sets that no job names any more go, those named

@@ -129,6 +129,9 @@ typedef struct CqSettleOp
 	SPIPlanPtr	plan;
 	struct CqSettleOp *fallback;	/* run for the pairs left unsettled; its
 									 * ncols is 2, as op's */
+	bool		again;			/* run once more, with a new snapshot, for the
+								 * pairs left unsettled (see
+								 * cq_complete_all_op) */
 } CqSettleOp;
 
 /*
@@ -157,7 +160,8 @@ static CqSettleOp cq_start_op = {
 	" RETURNING i.ord, j.queue_id, j.expires_at,"
 	"           h.state AS from_state, 'running' AS to_state",
 	CQ_ARGS_LEASE,
-	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, CQ_STARTED, NULL, NULL
+	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, CQ_STARTED, NULL, NULL,
+	false
 };
 
 static CqSettleOp cq_extend_op = {
@@ -169,7 +173,8 @@ static CqSettleOp cq_extend_op = {
 	" WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	" RETURNING i.ord, j.queue_id, j.expires_at",
 	CQ_ARGS_LEASE,
-	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, -1, NULL, NULL
+	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, -1, NULL, NULL,
+	false
 };
 
 /*
@@ -187,6 +192,16 @@ static CqSettleOp cq_extend_op = {
  * statement of three branches costs a claim-and-complete transaction of
  * one job 14% more instructions than the lone DELETE, most of it in
  * building the executor's state of the branches not taken.)
+ *
+ * Which branch takes a job is decided on the statement's snapshot, and an
+ * enqueue "after" the job may commit dependents = true into it while the
+ * statement waits for its lock: the deleting branch then re-checks the
+ * new version and leaves it, and the keeping branch, which did not pick
+ * it in the snapshot, never looks at it.  So the statement runs once more
+ * for the pairs it left (again), with a new snapshot, in which the job
+ * has dependents for good (nothing takes them away): the holder's complete
+ * succeeds (test/specs/workflow-complete-waits.spec).  A pair that is
+ * really stale costs that second statement.
  */
 static CqSettleOp cq_complete_all_op = {
 	CQ_INPUT_RESULTS_SQL
@@ -226,7 +241,8 @@ static CqSettleOp cq_complete_all_op = {
 	" SELECT * FROM del UNION ALL SELECT * FROM del_some"
 	" UNION ALL SELECT * FROM kept",
 	CQ_ARGS_RESULTS,
-	1, {JSONBARRAYOID}, 2, false, SPI_OK_SELECT, CQ_COMPLETED, NULL, NULL
+	1, {JSONBARRAYOID}, 2, false, SPI_OK_SELECT, CQ_COMPLETED, NULL, NULL,
+	true
 };
 
 static CqSettleOp cq_complete_op = {
@@ -242,7 +258,7 @@ static CqSettleOp cq_complete_op = {
 	"           j.after_set AS forget",
 	CQ_ARGS_RESULTS,
 	1, {JSONBARRAYOID}, 2, false, SPI_OK_DELETE_RETURNING, CQ_COMPLETED, NULL,
-	&cq_complete_all_op
+	&cq_complete_all_op, false
 };
 
 /* Whether this backend has seen a completed job kept (see above). */
@@ -277,7 +293,7 @@ static CqSettleOp cq_fail_op = {
 	"                THEN j.job_id END AS judge",
 	CQ_ARGS_FAIL,
 	3, {TEXTOID, INTERVALOID, BOOLOID}, 4, false, SPI_OK_UPDATE_RETURNING,
-	CQ_FAILED, NULL, NULL
+	CQ_FAILED, NULL, NULL, false
 };
 
 /* Release touches claimed jobs only; a running one reports "started". */
@@ -291,7 +307,8 @@ static CqSettleOp cq_release_op = {
 	" RETURNING i.ord, j.queue_id, j.run_at AS ready_at, j.group_key,"
 	"           'claimed' AS from_state, 'pending' AS to_state",
 	CQ_ARGS_NONE,
-	0, {InvalidOid}, 2, true, SPI_OK_UPDATE_RETURNING, CQ_RELEASED, NULL, NULL
+	0, {InvalidOid}, 2, true, SPI_OK_UPDATE_RETURNING, CQ_RELEASED, NULL, NULL,
+	false
 };
 
 /*
@@ -309,7 +326,8 @@ static CqSettleOp cq_snooze_op = {
 	" RETURNING i.ord, j.queue_id, j.run_at AS ready_at, j.group_key,"
 	"           " CQ_HELD_STATE_SQL " AS from_state, 'pending' AS to_state",
 	CQ_ARGS_DELAY,
-	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, CQ_SNOOZED, NULL, NULL
+	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, CQ_SNOOZED, NULL, NULL,
+	false
 };
 
 typedef struct CqJobEntry
@@ -470,8 +488,10 @@ cq_settle_statement(CqSettleOp *op, Datum *values, const char *nulls)
  * were settled ("ok").  The caller has connected SPI.
  *
  * The statement returns the numbers of the pairs it settled; an op with a
- * fallback runs it too, for the pairs it left (see cq_complete_op).  A
- * pair repeated in the input is settled once and reported ok each time.
+ * fallback runs it too, for the pairs it left (see cq_complete_op), and
+ * the last of them that runs again does so once more (see
+ * cq_complete_all_op).  A pair repeated in the input is settled once and
+ * reported ok each time.
  * For every other pair one more statement reads the job as it is now: no
  * row is "missing", a job cancelled while the pair's token held it is
  * "cancelled", a running job under the pair's token is "started" (for
@@ -486,7 +506,10 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 	Datum		values[6];
 	char		nulls[6] = "      ";
 	SPITupleTable *settled;
-	SPITupleTable *more = NULL;
+	SPITupleTable *more[2] = {NULL, NULL};
+	CqSettleOp *next[2];
+	CqSettleOp *last;
+	int			nnext = 0;
 	uint64		nsettled;
 	int		   *rowof = palloc(n * sizeof(int));
 	int			nunsettled = 0;
@@ -498,6 +521,7 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 	if (op->fallback && cq_seen_kept)
 		op = op->fallback;
 	Assert(op->fallback == NULL || (op->ncols == 2 && op->fallback->ncols == 2));
+	Assert(!op->again || op->ncols == 2);
 	for (int i = 0; i < op->nextra; i++)
 	{
 		values[3 + i] = extra[i];
@@ -514,15 +538,22 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 	nsettled = SPI_processed;
 	SPI_tuptable = NULL;		/* keep it across the statements below */
 	cq_settle_rows(op, settled, nsettled, rowof, &call, now, &finishes);
-	if (op->fallback && nsettled < (uint64) n)
+
+	/* The statements that follow for the pairs left, if any are. */
+	if (op->fallback)
+		next[nnext++] = op->fallback;
+	last = nnext > 0 ? next[nnext - 1] : op;
+	if (last->again)
+		next[nnext++] = last;
+	for (int k = 0; k < nnext && nsettled < (uint64) n; k++)
 	{
 		uint64		nmore;
 
-		cq_settle_statement(op->fallback, values, nulls);
-		more = SPI_tuptable;
+		cq_settle_statement(next[k], values, nulls);
+		more[k] = SPI_tuptable;
 		nmore = SPI_processed;
 		SPI_tuptable = NULL;
-		cq_settle_rows(op->fallback, more, nmore, rowof, &call, now,
+		cq_settle_rows(next[k], more[k], nmore, rowof, &call, now,
 					   &finishes);
 		if (nmore > 0)
 			cq_seen_kept = true;
@@ -606,8 +637,9 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 	cq_ledger_close(&call);
 	cq_finishes_settle(&finishes, false);
 	SPI_freetuptable(settled);
-	if (more)
-		SPI_freetuptable(more);
+	for (int k = 0; k < 2; k++)
+		if (more[k])
+			SPI_freetuptable(more[k]);
 	return nsettled;
 }
 

@@ -8,17 +8,21 @@
  *								here first)
  *		waiting -> pending | cancelled
  *								when the last of the jobs it runs after
- *								finishes, in the transaction of that finish
+ *								finishes, at the commit of the transaction
+ *								of that finish
  *
  * The rules live in one place, section 8 of sql/claimq.sql, which both
  * editions share: this file is how the C paths call it.  A path that
  * finishes jobs (settle.c's complete and fail, cancel.c, reclaim.c) or
  * deletes them (settle.c's complete, prune.c) notes, from the same
  * statement's rows, the jobs that have dependents and the sets of jobs to
- * run after that the deleted jobs named; cq_finishes_settle() then judges
- * the dependents and forgets the sets in the same call.  A job without
- * dependents and without "after" notes nothing, so a call that finishes
- * only such jobs runs no statement here.
+ * run after that the deleted jobs named; cq_finishes_settle() then hands
+ * the jobs to claimq.judge_dependents, which has their dependents judged
+ * at the transaction's commit (with every other finish of it, in id
+ * order: a deferred trigger, the same in both editions), and forgets the
+ * sets in the same call.  A job without dependents and without "after"
+ * notes nothing, so a call that finishes only such jobs runs no statement
+ * here.
  *
  *-------------------------------------------------------------------------
  */
@@ -143,8 +147,8 @@ cq_deleted_set(CqFinishes *finishes, int64 set_id)
 }
 
 /*
- * Judge the dependents of the jobs noted (claimq.judge_dependents), and
- * forget the sets that no job names any more (claimq.forget_after): those
+ * Have the dependents of the jobs noted judged at the commit
+ * (claimq.judge_dependents), and forget the sets that no job names any more (claimq.forget_after): those
  * noted, and, if the jobs noted were deleted, those that named them.  Runs
  * nothing when nothing was noted.  The caller has connected SPI.
  */

@@ -56,3 +56,50 @@ SELECT claimq.copy_grants('claimq.version_0_7()'::regprocedure,
 						  'pg_catalog.pg_proc');
 
 DROP FUNCTION claimq.version_0_7();
+
+/*------------------------------------------------------------------------
+ * Workflows: a holder's complete that waited for an enqueue after its job
+ * succeeds on every path (src/settle.c, cq_complete_all_op)
+ *-----------------------------------------------------------------------*/
+
+ALTER FUNCTION claimq.complete(bigint[], bigint[], jsonb[]) RENAME TO complete_0_7;
+
+CREATE FUNCTION claimq.complete(job_ids bigint[], tokens bigint[],
+								results jsonb[] DEFAULT NULL)
+RETURNS TABLE(job_id bigint, outcome text)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_complete';
+
+COMMENT ON FUNCTION claimq.complete(bigint[],bigint[],jsonb[]) IS
+'finish claimed or running jobs: deleted, or kept as done (with its result) on a keep_done queue';
+
+REVOKE ALL ON FUNCTION claimq.complete(bigint[], bigint[], jsonb[]) FROM PUBLIC;
+
+SELECT claimq.copy_grants('claimq.complete_0_7(bigint[], bigint[], jsonb[])'::regprocedure,
+						  'claimq.complete(bigint[], bigint[], jsonb[])'::regprocedure,
+						  'pg_catalog.pg_proc');
+
+DROP FUNCTION claimq.complete_0_7(bigint[], bigint[], jsonb[]);
+
+ALTER FUNCTION claimq.complete(bigint, bigint, jsonb) RENAME TO complete_0_7;
+
+CREATE FUNCTION claimq.complete(job_id bigint, token bigint,
+								result jsonb DEFAULT NULL)
+RETURNS boolean
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_complete_one';
+
+COMMENT ON FUNCTION claimq.complete(bigint,bigint,jsonb) IS
+'complete one job; true if the token still held it';
+
+REVOKE ALL ON FUNCTION claimq.complete(bigint, bigint, jsonb) FROM PUBLIC;
+
+SELECT claimq.copy_grants('claimq.complete_0_7(bigint, bigint, jsonb)'::regprocedure,
+						  'claimq.complete(bigint, bigint, jsonb)'::regprocedure,
+						  'pg_catalog.pg_proc');
+
+DROP FUNCTION claimq.complete_0_7(bigint, bigint, jsonb);
+
+/* (end of Workflows) */

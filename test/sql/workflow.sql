@@ -8,7 +8,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(90);
+SELECT plan(95);
 
 -- A job's state, as status() reports it (NULL: no such job).
 CREATE FUNCTION pg_temp.st(id bigint) RETURNS text LANGUAGE sql AS $$
@@ -84,6 +84,12 @@ SELECT ok(claimq.complete(:ta_job_id, :ta_token + 1) IS FALSE, 'a complete with 
 SELECT results_eq(format($$SELECT state, after_count FROM claimq.jobs WHERE job_id = %s$$, :c),
 	$$VALUES ('waiting'::text, 2)$$, 'and unblocks nothing');
 SELECT ok(claimq.complete(:ta_job_id, :ta_token, '{"r": 1}'), 'complete the first listed job');
+SELECT results_eq(format($$SELECT state, after_count FROM claimq.jobs WHERE job_id = %s$$, :c),
+	$$VALUES ('waiting'::text, 2)$$, 'its transaction judges its dependents at its commit: until then after_count lags');
+-- The finishes so far are judged now, and from here on each call's at its
+-- end, as SET CONSTRAINTS ... IMMEDIATE makes them (at the commit
+-- otherwise): this test is one transaction.
+SET CONSTRAINTS claimq.job_finish_judge IMMEDIATE;
 SELECT results_eq(format($$SELECT state, after_count FROM claimq.jobs WHERE job_id = %s$$, :c),
 	$$VALUES ('waiting'::text, 1)$$, 'the dependent counts it off and still waits');
 SELECT results_eq(format($$SELECT state, result FROM claimq.status(ARRAY[%s])$$, :a),
@@ -264,6 +270,63 @@ SELECT throws_ok($$SELECT claimq.drop_queue('wf_drop')$$, '55006', NULL,
 	'55006 takes precedence');
 SELECT lives_ok($$SELECT claimq.drop_queue('wf_drop', force => true)$$, 'with force it drops');
 SELECT is(pg_temp.st(:vd), 'cancelled', 'and the job of another queue waiting on it is cancelled');
+
+-- drop_queue(..., force => true) of a queue whose job finished before:
+-- that job was counted off when it finished, and now counts by its final
+-- state (contract 0.5), never a second time.  W runs after A1 (in the
+-- queue dropped) and A2; A1 finishes (done or dead), its queue is dropped,
+-- then A2 completes.  Each step: W's state, its after_count, and how many
+-- jobs of W's queue a claim takes.
+CREATE FUNCTION pg_temp.drop_finished(rule text, a1_end text)
+RETURNS TABLE(step text, state text, after_count integer, claimed bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+	qa text := format('wf_drop_%s_%s', rule, a1_end);
+	a1 bigint;
+	a2 bigint;
+	w bigint;
+	t record;
+BEGIN
+	PERFORM claimq.create_queue(qa);
+	PERFORM claimq.create_queue(qa || '_a2');
+	PERFORM claimq.create_queue(qa || '_w');
+	a1 := claimq.enqueue(qa, '{}');
+	a2 := claimq.enqueue(qa || '_a2', '{}');
+	w := claimq.enqueue(qa || '_w', '{}', after => ARRAY[a1, a2], after_failed => rule);
+	SELECT c.job_id, c.token INTO t FROM claimq.claim(qa) c;
+	IF a1_end = 'done' THEN
+		PERFORM claimq.complete(t.job_id, t.token);
+	ELSE
+		PERFORM claimq.fail(t.job_id, t.token, permanent => true);
+	END IF;
+	RETURN QUERY SELECT 'finished', j.state, j.after_count, NULL::bigint
+				   FROM claimq.jobs j WHERE j.job_id = w;
+	PERFORM claimq.drop_queue(qa, force => true);
+	RETURN QUERY SELECT 'dropped', j.state, j.after_count,
+						(SELECT count(*) FROM claimq.claim(qa || '_w', 10))
+				   FROM claimq.jobs j WHERE j.job_id = w;
+	SELECT c.job_id, c.token INTO t FROM claimq.claim(qa || '_a2') c;
+	PERFORM claimq.complete(t.job_id, t.token);
+	RETURN QUERY SELECT 'a2 done', j.state, j.after_count, NULL::bigint
+				   FROM claimq.jobs j WHERE j.job_id = w;
+END
+$$;
+SELECT results_eq($$SELECT * FROM pg_temp.drop_finished('cancel', 'done')$$,
+	$$VALUES ('finished', 'waiting', 1, NULL::bigint), ('dropped', 'waiting', 1, 0),
+			 ('a2 done', 'pending', 0, NULL)$$,
+	'drop_queue with force: a job done before counts as done, once (after_failed cancel)');
+SELECT results_eq($$SELECT * FROM pg_temp.drop_finished('run', 'done')$$,
+	$$VALUES ('finished', 'waiting', 1, NULL::bigint), ('dropped', 'waiting', 1, 0),
+			 ('a2 done', 'pending', 0, NULL)$$,
+	'drop_queue with force: a job done before counts as done, once (after_failed run)');
+SELECT results_eq($$SELECT * FROM pg_temp.drop_finished('cancel', 'dead')$$,
+	$$VALUES ('finished', 'waiting', 1, NULL::bigint), ('dropped', 'waiting', 1, 0),
+			 ('a2 done', 'cancelled', 0, NULL)$$,
+	'drop_queue with force: a job dead before counts as dead, once (after_failed cancel)');
+SELECT results_eq($$SELECT * FROM pg_temp.drop_finished('run', 'dead')$$,
+	$$VALUES ('finished', 'waiting', 1, NULL::bigint), ('dropped', 'waiting', 1, 0),
+			 ('a2 done', 'pending', 0, NULL)$$,
+	'drop_queue with force: a job dead before counts as dead, once (after_failed run)');
 
 --
 -- retry_dead: a redriven job is unfinished again for jobs still waiting.

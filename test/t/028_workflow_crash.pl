@@ -1,7 +1,7 @@
 # A crash in the middle of a large fan-in: a thousand jobs, one job after
 # all of them, and the server crash-restarts while a transaction that
-# completes five hundred of them (and has counted them off the waiting job)
-# is open.  After the restart the waiting job counts only the finishes
+# completes five hundred of them (and has counted them off the waiting job,
+# as its commit would) is open.  After the restart the waiting job counts only the finishes
 # that committed, the claims of the rest are still good, and finishing
 # them makes the waiting job pending exactly once.
 use strict;
@@ -58,6 +58,11 @@ my $holder_pid = $holder->query_safe('SELECT pg_backend_pid()');
 $holder->query_safe('BEGIN');
 is($holder->query_safe(complete_sql(@claimed[ 300 .. 799 ])),
 	'500', 'five hundred complete in an open transaction');
+is($holder->query_safe(
+		"SELECT after_count FROM claimq.jobs WHERE job_id = $child"),
+	'700', 'which judges their dependent at its commit: after_count lags');
+# Judged now, as at the commit: the transaction holds the waiting job.
+$holder->query_safe('SET CONSTRAINTS claimq.job_finish_judge IMMEDIATE');
 is($holder->query_safe(
 		"SELECT after_count FROM claimq.jobs WHERE job_id = $child"),
 	'200', 'which has counted them off the waiting job');

@@ -806,7 +806,9 @@ BEGIN
 		IF held OPERATOR(pg_catalog.>) 0 THEN
 			RAISE EXCEPTION 'cannot drop queue "%" while it has claimed or running jobs', queue
 				USING ERRCODE = '55006',
-					  DETAIL = pg_catalog.format('%s jobs are claimed or running.', held),
+					  DETAIL = CASE WHEN held OPERATOR(pg_catalog.=) 1
+							   THEN '1 job is claimed or running.'
+							   ELSE pg_catalog.format('%s jobs are claimed or running.', held) END,
 					  HINT = 'Wait for them to settle, or pass force => true.';
 		END IF;
 		/*
@@ -823,7 +825,9 @@ BEGIN
 		IF held OPERATOR(pg_catalog.>) 0 THEN
 			RAISE EXCEPTION 'cannot drop queue "%" while jobs of other queues wait on its jobs', queue
 				USING ERRCODE = '2BP01',
-					  DETAIL = pg_catalog.format('%s jobs of other queues wait on jobs of this queue.', held),
+					  DETAIL = CASE WHEN held OPERATOR(pg_catalog.=) 1
+							   THEN '1 job of another queue waits on jobs of this queue.'
+							   ELSE pg_catalog.format('%s jobs of other queues wait on jobs of this queue.', held) END,
 					  HINT = 'Cancel them or let them be judged first, or pass force => true.';
 		END IF;
 		SELECT pg_catalog.count(*) INTO held FROM claimq.schedule s
@@ -831,7 +835,9 @@ BEGIN
 		IF held OPERATOR(pg_catalog.>) 0 THEN
 			RAISE EXCEPTION 'cannot drop queue "%" while schedules feed it', queue
 				USING ERRCODE = '2BP01',
-					  DETAIL = pg_catalog.format('%s schedules enqueue into it.', held),
+					  DETAIL = CASE WHEN held OPERATOR(pg_catalog.=) 1
+							   THEN '1 schedule enqueues into it.'
+							   ELSE pg_catalog.format('%s schedules enqueue into it.', held) END,
 					  HINT = 'Drop them first, or pass force => true.';
 		END IF;
 	END IF;
@@ -2092,23 +2098,27 @@ COMMENT ON FUNCTION claimq.edition() IS
  * The epoch of this server lifetime's tokens (The token, contract 0.5;
  * src/token.c), if a transaction registered it: the marker counts if it
  * was written in this lifetime, into this very table, and its epoch is
- * the highest registered, registered once.  ours: by this transaction,
- * which has not committed yet.  The rule, for lifetime_epoch() and for
+ * the highest registered, registered once (epoch NULL: none counts).
+ * ours: by this transaction, which has not committed yet.  The rule, for lifetime_epoch() and for
  * the portable edition's claims, which look here first.
  */
 CREATE FUNCTION claimq.lifetime_marker(OUT epoch integer, OUT ours boolean)
-RETURNS SETOF record
-LANGUAGE sql STABLE
+RETURNS record
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-SELECT l.epoch, l.registered_by IS NOT DISTINCT FROM
-				pg_catalog.pg_current_xact_id_if_assigned()
-  FROM claimq.lifetime l
- WHERE l.started_at OPERATOR(pg_catalog.=) pg_catalog.pg_postmaster_start_time()
-   AND l.marker OPERATOR(pg_catalog.=) l.tableoid
-   AND (SELECT pg_catalog.count(*) FROM claimq.epoch e
-		 WHERE e.epoch OPERATOR(pg_catalog.>=) l.epoch) OPERATOR(pg_catalog.=) 1
- LIMIT 1
+BEGIN
+	/* PL/pgSQL, which keeps the statement's plan; an SQL function would plan it on every call. */
+	SELECT l.epoch, l.registered_by IS NOT DISTINCT FROM
+					pg_catalog.pg_current_xact_id_if_assigned()
+	  INTO epoch, ours
+	  FROM claimq.lifetime l
+	 WHERE l.started_at OPERATOR(pg_catalog.=) pg_catalog.pg_postmaster_start_time()
+	   AND l.marker OPERATOR(pg_catalog.=) l.tableoid
+	   AND (SELECT pg_catalog.count(*) FROM claimq.epoch e
+			 WHERE e.epoch OPERATOR(pg_catalog.>=) l.epoch) OPERATOR(pg_catalog.=) 1
+	 LIMIT 1;
+END
 $$;
 
 COMMENT ON FUNCTION claimq.lifetime_marker() IS
@@ -2142,7 +2152,7 @@ DECLARE
 BEGIN
 	FOR pass IN 1..2 LOOP
 		SELECT m.epoch, m.ours INTO epoch, ours FROM claimq.lifetime_marker() m;
-		IF FOUND THEN
+		IF epoch IS NOT NULL THEN
 			durable := NOT ours;
 			RETURN;
 		END IF;

@@ -7,7 +7,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(181);
+SELECT plan(182);
 
 -- The settings of a queue, as stored.
 CREATE FUNCTION pg_temp.settings(q text)
@@ -271,6 +271,20 @@ SELECT throws_ok($$SELECT claimq.drop_queue('adm_purge')$$, '55006', NULL,
 SELECT ok(claimq.release(:p1, :pt1), 'release the claimed job');
 SELECT throws_ok($$SELECT claimq.drop_queue('adm_purge')$$, '55006', NULL,
 	'drop_queue refuses a queue with a running job (55006)');
+CREATE FUNCTION pg_temp.error_detail(sql text) RETURNS text
+LANGUAGE plpgsql AS $f$
+DECLARE
+	detail text;
+BEGIN
+	EXECUTE sql;
+	RETURN NULL;
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL;
+	RETURN detail;
+END
+$f$;
+SELECT is(pg_temp.error_detail($$SELECT claimq.drop_queue('adm_purge')$$),
+	'1 job is claimed or running.', 'its detail counts the one job in the singular');
 SELECT throws_ok($$SELECT claimq.drop_queue('adm_purge', force => false)$$, '55006',
 	NULL, 'drop_queue with force => false refuses too');
 SELECT is((SELECT count(*) FROM claimq.jobs WHERE queue = 'adm_purge'), 4::bigint,

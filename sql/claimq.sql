@@ -1999,6 +1999,10 @@ DECLARE
 	redriven_after bigint[];
 BEGIN
 	PERFORM claimq.check_queue_name(queue);
+	IF EXISTS (SELECT FROM pg_catalog.unnest(job_ids) u(id) WHERE u.id IS NULL) THEN
+		RAISE EXCEPTION 'job_ids must not contain null elements'
+			USING ERRCODE = '22004';
+	END IF;
 	/* No enqueue may add a live key while this looks for live keys. */
 	PERFORM claimq.lock_producers(queue);
 	q := claimq.lock_queue(queue);

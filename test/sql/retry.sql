@@ -7,7 +7,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(81);
+SELECT plan(83);
 
 -- Claim the one ready job of queue q and fail it: returns the fail row
 -- and the wall clock just before and after the call.
@@ -245,6 +245,12 @@ SELECT is(claimq.retry_dead('rty_dead', ARRAY[-1]::bigint[]), 0::bigint,
 SELECT is(claimq.retry_dead('rty_dead', ARRAY(SELECT job_id FROM claimq.jobs WHERE queue = 'rty_one')),
 	0::bigint, 'retry_dead does not touch another queue''s dead jobs');
 SELECT is(claimq.retry_dead('rty_dead', '{}'), 0::bigint, 'retry_dead of no ids: 0');
+SELECT throws_ok(format($$SELECT claimq.retry_dead('rty_dead', ARRAY[NULL, %s]::bigint[])$$,
+		(SELECT min(job_id) FROM claimq.jobs WHERE queue = 'rty_dead' AND state = 'dead')),
+	'22004', 'job_ids must not contain null elements',
+	'retry_dead refuses NULL among job_ids (22004)');
+SELECT is((SELECT count(*) FROM claimq.jobs WHERE queue = 'rty_dead' AND state = 'dead'),
+	4::bigint, 'and redrives nothing, not even the id beside the NULL');
 SELECT clock_timestamp() AS t0 \gset
 SELECT is(claimq.retry_dead('rty_dead', ARRAY(SELECT job_id FROM claimq.jobs
 												WHERE queue = 'rty_dead' AND payload = '{"p": 1}')),

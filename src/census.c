@@ -835,8 +835,8 @@ cq_census_recount(void)
 	UnregisterSnapshot(snapshot);
 
 	/*
-	 * n per queue, beside c0: the queues that have entries now and those
-	 * with jobs in the snapshot.
+	 * n per queue, beside c0: the queues that have entries now and those with
+	 * jobs in the snapshot.
 	 */
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
@@ -859,9 +859,9 @@ cq_census_recount(void)
 	/*
 	 * Under the exclusive lock: add n - c0 to each count, unless another
 	 * recount or anything that made the census unknown came first.  The
-	 * queues that had entries first (which needs no room, and brings those
-	 * of queues without jobs to zero, which makes room), then the others;
-	 * every queue is set right that can be, even when one finds no room.
+	 * queues that had entries first (which needs no room, and brings those of
+	 * queues without jobs to zero, which makes room), then the others; every
+	 * queue is set right that can be, even when one finds no room.
 	 */
 	cq_lwlock_gated(cq_census_lock, cq_census_gate, LW_EXCLUSIVE);
 	key.queue_id = 0;

@@ -521,12 +521,11 @@ cq_pass_step(CqPassStep step)
 
 	/*
 	 * The pass's commits do not wait for a synchronous standby: a reclaim
-	 * lost in a failover is done again by the new primary's reclaimer, and
-	 * an occurrence fired in a commit the standby never got fires again
-	 * there, as Schedules says; waiting would stop every database's
-	 * reclaims and schedules while a standby is away.  They are flushed
-	 * locally all the same (which also keeps a registration of a token
-	 * epoch synchronous).
+	 * lost in a failover is done again by the new primary's reclaimer, and an
+	 * occurrence fired in a commit the standby never got fires again there,
+	 * as Schedules says; waiting would stop every database's reclaims and
+	 * schedules while a standby is away.  They are flushed locally all the
+	 * same (which also keeps a registration of a token epoch synchronous).
 	 */
 	(void) set_config_option("synchronous_commit", "local",
 							 PGC_SUSET, PGC_S_SESSION,

@@ -25,8 +25,9 @@
  * When the table is full.  A slot is taken over for another queue only if
  * that loses nothing: no transaction has reserved on it and its bucket is
  * full, or is what its queue's row records (the reclaimer writes a bucket
- * unused for a whole pass to its row, and nothing was taken since).  A queue that finds no slot so free takes the slow path: its
- * claims take turns on the queue's row, as without the preload (limits.c).
+ * unused for a whole pass to its row, and nothing was taken since).  A
+ * queue that finds no slot so free takes the slow path: its claims take
+ * turns on the queue's row, as without the preload (limits.c).
  * The two paths never mix for a queue: a claim on the row is noted, per
  * hash of its key, until its transaction ends, and no slot is made for
  * the queue while one is; and a slot with reservations is never taken
@@ -109,6 +110,8 @@ typedef struct CqFlowHeld
 
 static CqFlowHeld cq_flow_held[CQ_FLOW_HELD];
 static int	cq_flow_nheld = 0;
+static uint32 cq_flow_rows[CQ_FLOW_HELD];	/* indexes into row_claims */
+static int	cq_flow_nrows = 0;
 
 /* Records of buckets this transaction wrote to their rows (the reclaimer). */
 static CqFlowBucket *cq_flow_records = NULL;
@@ -116,8 +119,6 @@ static int	cq_flow_nrecords = 0;
 static int	cq_flow_records_size = 0;
 
 static void cq_flow_records_commit(void);
-static uint32 cq_flow_rows[CQ_FLOW_HELD];	/* indexes into row_claims */
-static int	cq_flow_nrows = 0;
 
 static Size
 cq_flow_shared_size(void)
@@ -202,6 +203,18 @@ cq_flow_tokens_at(const CqFlowSlot *slot, TimestampTz now)
 }
 
 /*
+ * Whether the queue's row records the slot's bucket as it is: the record
+ * was written of this bucket, and no claim took tokens of it since.  The
+ * caller holds the slot's spinlock, or the lock exclusive.
+ */
+static bool
+cq_flow_in_row(const CqFlowSlot *slot)
+{
+	return slot->recorded_bucket == slot->bucket &&
+		slot->recorded == slot->spent;
+}
+
+/*
  * Whether a slot can be given to another queue without losing anything:
  * no transaction has reserved on it or holds its tokens, and its bucket,
  * if any, is full (a bucket made again from the queue's row is then full
@@ -219,8 +232,7 @@ cq_flow_evictable(CqFlowSlot *slot, TimestampTz now)
 	return slot->reserved == 0 &&
 		(slot->bucket == 0 ||
 		 (slot->outstanding == 0 &&
-		  ((slot->recorded_bucket == slot->bucket &&
-			slot->recorded == slot->spent) ||
+		  (cq_flow_in_row(slot) ||
 		   cq_flow_tokens_at(slot, now) >= (double) slot->rate_limit)));
 }
 
@@ -594,9 +606,7 @@ cq_flow_buckets(TimestampTz now, CqFlowBucket **buckets)
 			b[n].period.time = slot->period;
 			b[n].tokens = cq_flow_tokens_at(slot, now);
 			b[n].idle = slot->reserved == 0 && slot->outstanding == 0 &&
-				slot->spent == slot->seen &&
-				!(slot->recorded_bucket == slot->bucket &&
-				  slot->recorded == slot->spent) &&
+				slot->spent == slot->seen && !cq_flow_in_row(slot) &&
 				b[n].tokens < (double) slot->rate_limit;
 			b[n].slot = slot;
 			b[n].generation = slot->generation;

@@ -633,6 +633,25 @@ cq_census_commits_pending(Snapshot snapshot)
 	return false;
 }
 
+/* Remove every entry of the listed databases, under the lock exclusive. */
+static void
+cq_census_remove_databases(const Oid *dboids, int ndbs)
+{
+	HASH_SEQ_STATUS status;
+	CqCensusEntry *entry;
+
+	cq_lwlock_gated(cq_census_lock, cq_census_gate, LW_EXCLUSIVE);
+	hash_seq_init(&status, cq_census);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		for (int i = 0; i < ndbs; i++)
+			if (entry->key.dboid == dboids[i])
+			{
+				(void) hash_search(cq_census, &entry->key, HASH_REMOVE, NULL);
+				break;
+			}
+	LWLockRelease(cq_census_lock);
+}
+
 /*
  * Free the entries of databases that no longer exist.  Inside a
  * transaction (it reads pg_database), without the lock.
@@ -656,20 +675,8 @@ cq_census_free_dropped(void)
 	LWLockRelease(cq_census_lock);
 
 	ndropped = cq_dropped_databases(dboids, ndbs);
-
 	if (ndropped > 0)
-	{
-		cq_lwlock_gated(cq_census_lock, cq_census_gate, LW_EXCLUSIVE);
-		hash_seq_init(&status, cq_census);
-		while ((entry = hash_seq_search(&status)) != NULL)
-			for (int i = 0; i < ndropped; i++)
-				if (entry->key.dboid == dboids[i])
-				{
-					(void) hash_search(cq_census, &entry->key, HASH_REMOVE, NULL);
-					break;
-				}
-		LWLockRelease(cq_census_lock);
-	}
+		cq_census_remove_databases(dboids, ndropped);
 	pfree(dboids);
 }
 
@@ -680,17 +687,8 @@ cq_census_free_dropped(void)
 void
 cq_census_free_database(void)
 {
-	HASH_SEQ_STATUS status;
-	CqCensusEntry *entry;
-
-	if (!cq_shmem_ready)
-		return;
-	cq_lwlock_gated(cq_census_lock, cq_census_gate, LW_EXCLUSIVE);
-	hash_seq_init(&status, cq_census);
-	while ((entry = hash_seq_search(&status)) != NULL)
-		if (entry->key.dboid == MyDatabaseId)
-			(void) hash_search(cq_census, &entry->key, HASH_REMOVE, NULL);
-	LWLockRelease(cq_census_lock);
+	if (cq_shmem_ready)
+		cq_census_remove_databases(&MyDatabaseId, 1);
 }
 
 /*

@@ -457,11 +457,11 @@ cq_flow_upkeep(void)
 			"UPDATE claimq.queue q SET rate_tokens = v.tokens, rate_at = $5"
 			"  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
 			"                 pg_catalog.unnest($3), pg_catalog.unnest($4),"
-			"                 pg_catalog.unnest($6))"
-			"       v(queue_id, rate_limit, period, tokens, idle)"
+			"                 pg_catalog.unnest($6)) WITH ORDINALITY"
+			"       v(queue_id, rate_limit, period, tokens, idle, i)"
 			" WHERE q.queue_id = v.queue_id AND (q.rate_at IS NULL OR v.idle)"
 			"   AND q.rate_limit = v.rate_limit AND q.rate_period = v.period"
-			" RETURNING q.queue_id",
+			" RETURNING v.i",
 			6, argtypes);
 	values[0] = PointerGetDatum(construct_array(d[0], n, INT4OID, sizeof(int32),
 												true, TYPALIGN_INT));
@@ -482,10 +482,9 @@ cq_flow_upkeep(void)
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		bool		isnull;
-		int32		queue_id = DatumGetInt32(cq_spi_value(r, 1, &isnull));
+		CqFlowBucket *b = &buckets[DatumGetInt64(cq_spi_value(r, 1, &isnull)) - 1];
 
-		for (int i = 0; i < n; i++)
-			if (buckets[i].queue_id == queue_id && buckets[i].idle)
-				cq_flow_recorded(&buckets[i]);
+		if (b->idle)
+			cq_flow_recorded(b);
 	}
 }

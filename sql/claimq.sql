@@ -2100,47 +2100,22 @@ COMMENT ON FUNCTION claimq.edition() IS
 
 /*
  * The epoch of this server lifetime's tokens (The token, contract 0.5;
- * src/token.c), if a transaction registered it: the marker counts if it
- * was written in this lifetime, into this very table, and its epoch is
- * the highest registered, registered once (epoch NULL: none counts).
- * ours: by this transaction, which has not committed yet.  The rule, for lifetime_epoch() and for
- * the portable edition's claims, which look here first.
- */
-CREATE FUNCTION claimq.lifetime_marker(OUT epoch integer, OUT ours boolean)
-RETURNS record
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-	/* PL/pgSQL, which keeps the statement's plan; an SQL function would plan it on every call. */
-	SELECT l.epoch, l.registered_by IS NOT DISTINCT FROM
-					pg_catalog.pg_current_xact_id_if_assigned()
-	  INTO epoch, ours
-	  FROM claimq.lifetime l
-	 WHERE l.started_at OPERATOR(pg_catalog.=) pg_catalog.pg_postmaster_start_time()
-	   AND l.marker OPERATOR(pg_catalog.=) l.tableoid
-	   AND (SELECT pg_catalog.count(*) FROM claimq.epoch e
-			 WHERE e.epoch OPERATOR(pg_catalog.>=) l.epoch) OPERATOR(pg_catalog.=) 1
-	 LIMIT 1;
-END
-$$;
-
-COMMENT ON FUNCTION claimq.lifetime_marker() IS
-'private: the epoch of this server lifetime''s tokens if it is registered, and whether by this transaction';
-
-/*
- * The epoch of this server lifetime's tokens, registering it on the first
- * look of a lifetime.  durable is true when a transaction that has
- * committed registered it; such a transaction committed with
- * synchronous_commit at least local, so the registration is on disk and
- * no later lifetime can take the same epoch.  Otherwise this call has
- * just registered it, in its own transaction, which is then made to commit
- * with synchronous_commit at least local (a setting of the transaction
- * only), or another transaction is registering it right now and this call
- * does not wait for it: epoch is then the one the lifetime gets if that
- * registration commits.  The portable edition hands out no token of an
- * epoch that is not durable; the C edition, which flushes the WAL that
- * logged its tokens' sequence values before they leave the server, may.
+ * src/token.c), registering it on the first look of a lifetime: the
+ * marker counts if it was written in this lifetime, into this very table,
+ * and its epoch is the highest registered, registered once.  durable is
+ * true when a transaction that has committed registered it; such a
+ * transaction committed with synchronous_commit at least local, so the
+ * registration is on disk and no later lifetime can take the same epoch.
+ * Otherwise this call has just registered it, in its own transaction,
+ * which is then made to commit with synchronous_commit at least local (a
+ * setting of the transaction only), or another transaction is registering
+ * it right now and this call does not wait for it: epoch is then the one
+ * the lifetime gets if that registration commits.  The portable edition
+ * hands out no token of an epoch that is not durable; the C edition, which
+ * flushes the WAL that logged its tokens' sequence values before they
+ * leave the server, may.  The portable edition's claims call it every
+ * time: PL/pgSQL keeps the look's plan, where an SQL function would plan
+ * it on every call.
  *
  * Registrations take turns on claimq.lifetime (NOWAIT: a look that finds
  * one under way goes on); under the lock, each statement of READ
@@ -2155,8 +2130,16 @@ DECLARE
 	ours boolean;
 BEGIN
 	FOR pass IN 1..2 LOOP
-		SELECT m.epoch, m.ours INTO epoch, ours FROM claimq.lifetime_marker() m;
-		IF epoch IS NOT NULL THEN
+		SELECT l.epoch, l.registered_by IS NOT DISTINCT FROM
+						pg_catalog.pg_current_xact_id_if_assigned()
+		  INTO epoch, ours
+		  FROM claimq.lifetime l
+		 WHERE l.started_at OPERATOR(pg_catalog.=) pg_catalog.pg_postmaster_start_time()
+		   AND l.marker OPERATOR(pg_catalog.=) l.tableoid
+		   AND (SELECT pg_catalog.count(*) FROM claimq.epoch e
+				 WHERE e.epoch OPERATOR(pg_catalog.>=) l.epoch) OPERATOR(pg_catalog.=) 1
+		 LIMIT 1;
+		IF FOUND THEN
 			durable := NOT ours;
 			RETURN;
 		END IF;

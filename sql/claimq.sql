@@ -2317,6 +2317,30 @@ AS 'MODULE_PATHNAME', 'claimq_census_recount';
 COMMENT ON FUNCTION claimq.census_recount() IS
 'private: count the jobs per queue and state again, as the reclaimer does after a start; true if the counts are valid';
 
+/*
+ * Flow control's shared memory, for metrics(): which limited queues take
+ * turns on their rows for want of a slot, and the server's slots held and
+ * free (administer duty only; buckets.c).
+ */
+CREATE FUNCTION claimq.flow_row_paths(queue_ids integer[],
+									  OUT queue_id integer, OUT row_path boolean)
+RETURNS SETOF record
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_flow_row_paths';
+
+COMMENT ON FUNCTION claimq.flow_row_paths(integer[]) IS
+'private: whether each of these limited queues takes turns on its row, for want of a flow slot (every one without the preload)';
+
+CREATE FUNCTION claimq.flow_slots(OUT held integer, OUT free integer)
+RETURNS SETOF record
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_flow_slots';
+
+COMMENT ON FUNCTION claimq.flow_slots() IS
+'private: the server''s flow slots held (by a queue, not to be taken over) and free; no row without the preload, nor for a caller without the administer duty';
+
 CREATE VIEW claimq.queue_stats AS
 SELECT q.name AS queue,
 	   q.paused,
@@ -2547,6 +2571,13 @@ DECLARE
 					   FROM claimq.counters() c WHERE c.queue IS NOT NULL);
 	lats jsonb := (SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(l) ORDER BY l.queue), '[]')
 					 FROM claimq.queue_latency() l);
+	paths jsonb := (SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('queue', q.name, 'row_path', p.row_path::integer)
+															 ORDER BY q.name), '[]')
+					  FROM claimq.flow_row_paths(ARRAY(SELECT t.queue_id FROM claimq.queue t
+														WHERE t.max_in_flight OPERATOR(pg_catalog.>) 0
+														   OR t.rate_limit OPERATOR(pg_catalog.>) 0)) p
+					  JOIN claimq.queue q ON q.queue_id OPERATOR(pg_catalog.=) p.queue_id);
+	slots record;
 -- @end
 	family constant text := E'# HELP %1$s %2$s\n# TYPE %1$s %3$s\n';
 	out text;
@@ -2622,6 +2653,28 @@ BEGIN
 						'' ORDER BY e.n)
 					  FROM pg_catalog.jsonb_array_elements(lats) WITH ORDINALITY AS e(x, n)), '');
 	END LOOP;
+	-- Flow control (DESIGN.md, Flow control): the limited queues on the row
+	-- path, and the server's slots for the administer duty only.
+	out := out OPERATOR(pg_catalog.||)
+		pg_catalog.format(family, 'claimq_flow_row_path',
+						  '1 while the queue''s claims take turns on its row for want of a flow slot (claimq.flow_slots), per queue with max_in_flight or rate_limit.',
+						  'gauge')
+		OPERATOR(pg_catalog.||)
+		COALESCE((SELECT pg_catalog.string_agg(
+					pg_catalog.format(E'claimq_flow_row_path{queue="%s"} %s\n',
+									  e.x OPERATOR(pg_catalog.->>) 'queue', e.x OPERATOR(pg_catalog.->>) 'row_path'),
+					'' ORDER BY e.n)
+				  FROM pg_catalog.jsonb_array_elements(paths) WITH ORDINALITY AS e(x, n)), '');
+	SELECT * INTO slots FROM claimq.flow_slots();
+	IF FOUND THEN
+		out := out OPERATOR(pg_catalog.||)
+			pg_catalog.format(family, 'claimq_flow_slots',
+							  'The server''s flow slots: held by a limited queue, or free (empty, or holding a bucket that can be given to another queue).',
+							  'gauge')
+			OPERATOR(pg_catalog.||)
+			pg_catalog.format(E'claimq_flow_slots{state="held"} %s\nclaimq_flow_slots{state="free"} %s\n',
+							  slots.held, slots.free);
+	END IF;
 -- @end
 	RETURN out;
 END

@@ -43,6 +43,8 @@
 
 #include "access/xact.h"
 #include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "parser/parse_func.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
@@ -119,6 +121,9 @@ static int	cq_flow_nrecords = 0;
 static int	cq_flow_records_size = 0;
 
 static void cq_flow_records_commit(void);
+
+PG_FUNCTION_INFO_V1(claimq_flow_row_paths);
+PG_FUNCTION_INFO_V1(claimq_flow_slots);
 
 static Size
 cq_flow_shared_size(void)
@@ -224,7 +229,7 @@ cq_flow_in_row(const CqFlowSlot *slot)
  * The reclaimer writes that record for a bucket left unused for a whole
  * pass (limits.c's cq_flow_upkeep), so that slow queues' buckets, which
  * are full only after a whole period, give their slots back.  The caller
- * holds the lock exclusive.
+ * holds the lock exclusive, or the slot's spinlock.
  */
 static bool
 cq_flow_evictable(CqFlowSlot *slot, TimestampTz now)
@@ -722,4 +727,111 @@ cq_flow_free_dropped(void)
 		LWLockRelease(cq_flow_lock);
 	}
 	pfree(dboids);
+}
+
+/*
+ * How many slots are held: in use by a queue and not to be taken over now
+ * (cq_flow_evictable).  The rest are free for a queue that has none.
+ */
+static int
+cq_flow_held_count(TimestampTz now)
+{
+	HASH_SEQ_STATUS status;
+	CqFlowSlot *slot;
+	int			held = 0;
+
+	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
+	hash_seq_init(&status, cq_flow_table);
+	while ((slot = hash_seq_search(&status)) != NULL)
+	{
+		SpinLockAcquire(&slot->mutex);
+		if (!cq_flow_evictable(slot, now))
+			held++;
+		SpinLockRelease(&slot->mutex);
+	}
+	LWLockRelease(cq_flow_lock);
+	return held;
+}
+
+/*
+ * flow_row_paths(queue_ids int[]) returns table(queue_id int, row_path
+ * bool), for metrics(): whether each of these limited queues of the
+ * current database is on the row path, its claims taking turns on its row:
+ * it has no slot, and a claim on its row is in progress or no slot is free
+ * for it.  Every one is, without the preload.
+ */
+Datum
+claimq_flow_row_paths(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ArrayType  *array = cq_array_arg(fcinfo, 0, "queue_ids", false);
+	Datum	   *ids;
+	int			nids;
+	int			free = -1;
+
+	InitMaterializedSRF(fcinfo, 0);
+	deconstruct_array(array, INT4OID, sizeof(int32), true, TYPALIGN_INT,
+					  &ids, NULL, &nids);
+	for (int i = 0; i < nids; i++)
+	{
+		Datum		values[2];
+		bool		nulls[2] = {0};
+		bool		row_path = true;
+
+		if (cq_shmem_ready)
+		{
+			CqFlowKey	key = cq_flow_key(DatumGetInt32(ids[i]));
+			uint32		hash = get_hash_value(cq_flow_table, &key);
+			bool		found;
+
+			cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
+			found = hash_search_with_hash_value(cq_flow_table, &key, hash,
+												HASH_FIND, NULL) != NULL;
+			LWLockRelease(cq_flow_lock);
+			row_path = !found &&
+				pg_atomic_read_u32(&cq_flow->row_claims[hash % cq_flow->nrows]) > 0;
+			if (!found && !row_path)
+			{
+				if (free < 0)
+					free = cq_flow_slots - cq_flow_held_count(GetCurrentTimestamp());
+				row_path = free == 0;
+			}
+		}
+		values[0] = ids[i];
+		values[1] = BoolGetDatum(row_path);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/*
+ * flow_slots() returns table(held int, free int), for metrics(): the
+ * server's slots held and free (cq_flow_held_count).  No row without the
+ * preload, nor for a caller without the administer duty (EXECUTE on
+ * claimq.maintain()), judged by the role that called metrics(), which is
+ * a security definer.
+ */
+Datum
+claimq_flow_slots(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Oid			maintain;
+	Datum		values[2];
+	bool		nulls[2] = {0};
+	int			held;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (!cq_shmem_ready)
+		return (Datum) 0;
+	maintain = LookupFuncName(list_make2(makeString("claimq"),
+										 makeString("maintain")),
+							  0, NULL, true);
+	if (!OidIsValid(maintain) ||
+		CQ_PROC_ACLCHECK(maintain, GetOuterUserId()) != ACLCHECK_OK)
+		return (Datum) 0;
+	held = cq_flow_held_count(GetCurrentTimestamp());
+	values[0] = Int32GetDatum(held);
+	values[1] = Int32GetDatum(cq_flow_slots - held);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	return (Datum) 0;
 }

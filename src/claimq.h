@@ -62,11 +62,13 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_proc.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "pgtime.h"
 #include "storage/lwlock.h"
+#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/timestamp.h"
 
@@ -87,6 +89,15 @@
 #else
 #include "storage/backendid.h"
 #define CQ_MY_BACKEND_INDEX		((int) MyBackendId - 1)
+#endif
+
+/* Whether a role may execute a function. */
+#if PG_VERSION_NUM >= 160000
+#define CQ_PROC_ACLCHECK(proc, role) \
+	object_aclcheck(ProcedureRelationId, (proc), (role), ACL_EXECUTE)
+#else
+#define CQ_PROC_ACLCHECK(proc, role) \
+	pg_proc_aclcheck((proc), (role), ACL_EXECUTE)
 #endif
 
 /* The extension version (claimq.control) whose schema this library uses. */

@@ -7,7 +7,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(31);
+SELECT plan(35);
 
 SELECT claimq.create_queue('ob');
 SELECT claimq.reset_counters();
@@ -57,7 +57,7 @@ SELECT ok((SELECT text ~ E'(^|\\n)# HELP claimq_jobs [^\\n]+\\n# TYPE claimq_job
 	'every family has HELP and TYPE: claimq_jobs');
 SELECT CASE WHEN claimq.edition() = 'c'
 	THEN is((SELECT count(*) FROM regexp_matches((SELECT text FROM m), '# TYPE ([a-z_]+) ', 'g')),
-		15::bigint, 'fifteen families: jobs, two ages, ten counters, two summaries')
+		17::bigint, 'seventeen families: jobs, two ages, ten counters, two summaries, the flow row path and slots')
 	-- The portable edition leaves the counters' and summaries' families out.
 	ELSE is((SELECT count(*) FROM regexp_matches((SELECT text FROM m), '# TYPE ([a-z_]+) ', 'g')),
 		3::bigint, 'three families: jobs, two ages (no counters or summaries in the portable edition)') END;
@@ -76,6 +76,21 @@ SELECT CASE WHEN claimq.edition() = 'c' THEN ok((SELECT text ~ E'claimq_wait_sec
 SELECT CASE WHEN claimq.edition() = 'c' THEN ok((SELECT text ~ E'claimq_run_seconds_count\\{queue="ob"\\} 10\\n' FROM m), 'the run summary''s count')
 	ELSE skip('C edition only: latency histograms are kept in shared memory') END;
 SELECT ok((SELECT text !~ E'[^\\n]\\Z' FROM m), 'the text ends with a newline');
+
+-- Flow control: a limited queue that holds a flow slot is not on the row
+-- path; the server's slots are for the administer duty only (below).
+SELECT claimq.create_queue('oblim', max_in_flight => 5);
+SELECT claimq.enqueue('oblim', '{}') > 0;
+SELECT count(*) FROM claimq.claim('oblim');
+SELECT CASE WHEN claimq.edition() = 'c'
+	THEN ok(position(E'\nclaimq_flow_row_path{queue="oblim"} 0\n' IN claimq.metrics()) > 0,
+		'a limited queue holding a flow slot is not on the row path')
+	ELSE ok(position('claimq_flow' IN claimq.metrics()) = 0,
+		'the portable edition leaves flow control''s families out') END;
+SELECT CASE WHEN claimq.edition() = 'c'
+	THEN ok(claimq.metrics() ~ E'\nclaimq_flow_slots\\{state="held"\\} [1-9][0-9]*\nclaimq_flow_slots\\{state="free"\\} [0-9]+\n',
+		'the server''s flow slots, the one this transaction reserved held')
+	ELSE skip('C edition only: flow slots are kept in shared memory') END;
 
 -- The release and the edition.
 -- (The portable edition has no control file: pg_tle's extension has the
@@ -101,6 +116,12 @@ SELECT lives_ok('SELECT * FROM claimq.schedules', 'observe reads schedules');
 SELECT lives_ok('SELECT * FROM claimq.group_stats', 'observe reads group_stats');
 SELECT lives_ok('SELECT * FROM claimq.reclaimer_status', 'observe reads reclaimer_status');
 SELECT lives_ok('SELECT claimq.metrics()', 'observe calls metrics()');
+SELECT CASE WHEN claimq.edition() = 'c'
+	THEN ok(position(E'\nclaimq_flow_row_path{queue="oblim"} 0\n' IN claimq.metrics()) > 0,
+		'observe sees the row path')
+	ELSE skip('C edition only: flow slots are kept in shared memory') END;
+SELECT ok(position('claimq_flow_slots' IN claimq.metrics()) = 0,
+	'observe does not see the server''s flow slots');
 SELECT throws_ok('SELECT * FROM claimq.jobs', '42501', NULL, 'observe cannot read jobs');
 SELECT throws_ok($$SELECT * FROM claimq.claim('ob')$$, '42501', NULL, 'observe cannot claim');
 SELECT throws_ok($$SELECT claimq.enqueue('ob', '{}')$$, '42501', NULL, 'observe cannot enqueue');

@@ -5,7 +5,8 @@
 # three reclaimer passes (which write a bucket unused for a whole pass to
 # its queue's row), a queue with max_in_flight gets a slot: a claim of it
 # in an open transaction does not make a second claim wait on the queue's
-# row.
+# row.  metrics() shows the slots held, then free, and which queues take
+# turns on their rows meanwhile.
 use strict;
 use warnings;
 
@@ -26,9 +27,17 @@ $node->safe_psql('postgres', q{
 		LATERAL (SELECT claimq.enqueue_many('slow' || i, array_fill('{}'::jsonb, ARRAY[2]))) e;
 	SELECT claimq.create_queue('x', max_in_flight => 5);
 	SELECT claimq.enqueue_many('x', array_fill('{}'::jsonb, ARRAY[4]));});
-is( $node->safe_psql('postgres', q{
-		SELECT count(*) FROM generate_series(1, 40) i, claimq.claim('slow' || i, 2)}),
-	'40', 'each slow queue hands out one job of two: its bucket is empty');
+# metrics() in the claims' transaction, which holds every slot.
+my $m = $node->safe_psql('postgres', q{
+	WITH c AS (SELECT count(*) AS n FROM generate_series(1, 40) i, claimq.claim('slow' || i, 2))
+	SELECT n || E'\n' || claimq.metrics() FROM c});
+like($m, qr/\A40\n/, 'each slow queue hands out one job of two: its bucket is empty');
+like($m, qr/^claimq_flow_slots\{state="held"\} 16\nclaimq_flow_slots\{state="free"\} 0$/m,
+	'metrics(): every flow slot held');
+like($m, qr/^claimq_flow_row_path\{queue="x"\} 1$/m,
+	'metrics(): x, which has no slot, is on the row path');
+is(scalar(() = $m =~ /^claimq_flow_row_path\{queue="slow\d+"\} 1$/mg), 24,
+	'metrics(): so are the 24 slow queues that found no slot');
 
 # Three reclaimer passes after the claims: the first may have looked
 # before them, the second sees the buckets unused since, the third
@@ -40,6 +49,11 @@ for my $pass (1 .. 3)
 		"SELECT last_run > '$t' FROM claimq.reclaimer_status", 't', 30,
 		"reclaimer pass $pass after the claims");
 }
+
+$m = $node->safe_psql('postgres', 'SELECT claimq.metrics()');
+like($m, qr/^claimq_flow_slots\{state="held"\} 0\nclaimq_flow_slots\{state="free"\} 16$/m,
+	'metrics(): after the passes every slot is free');
+like($m, qr/^claimq_flow_row_path\{queue="x"\} 0$/m, 'and x is not on the row path');
 
 my $a = $node->background_psql('postgres', on_error_stop => 1);
 $a->query_safe('BEGIN');

@@ -1,4 +1,4 @@
-/* claimq--0.7--0.8.sql: tokens that never repeat (the register of token epochs); workflows that never run a job early, never refuse a holder, never deadlock between settles; metrics() shows flow control's row path and slots */
+/* claimq--0.7--0.8.sql: tokens that never repeat (the register of token epochs); workflows that never run a job early, never refuse a holder, never deadlock between settles; metrics() shows flow control's row path and slots; drop_queue without a pass over the job table */
 
 -- @extension
 \echo Use "ALTER EXTENSION claimq UPDATE TO '0.8'" to load this file. \quit
@@ -206,12 +206,19 @@ BEGIN
 	 * Without force, delete only jobs nobody holds.  A claim in progress
 	 * makes the DELETE wait for it and then skip the job it claimed; the
 	 * count that follows, with a fresh snapshot, finds every held job.
+	 * Each arm of the condition matches an index led by queue_id, so that
+	 * the queue's jobs are found without a pass over the whole table;
+	 * together they cover every state (claimed and running jobs have a
+	 * lease: job_lease_check).
 	 */
 	PERFORM claimq.ledger_begin();
 	WITH gone AS (
 		DELETE FROM claimq.job j
 		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
-		   AND (force OR j.state OPERATOR(pg_catalog.<>) ALL ('{claimed,running}'::text[]))
+		   AND ((j.state OPERATOR(pg_catalog.=) 'pending' AND NOT j.held)
+				OR j.state OPERATOR(pg_catalog.=) 'waiting' OR j.held
+				OR (force AND j.expires_at IS NOT NULL)
+				OR j.state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[]))
 		RETURNING j.state, j.job_id, j.dependents, j.after_set),
 	/*
 	 * A job that finished before was counted off by its dependents then:
@@ -234,7 +241,8 @@ BEGIN
 	  FROM (SELECT d.state, pg_catalog.count(*) AS n FROM gone d GROUP BY d.state) g;
 	IF NOT force THEN
 		SELECT pg_catalog.count(*) INTO held FROM claimq.job j
-		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+		   AND j.expires_at IS NOT NULL;
 		IF held OPERATOR(pg_catalog.>) 0 THEN
 			RAISE EXCEPTION 'cannot drop queue "%" while it has claimed or running jobs', queue
 				USING ERRCODE = '55006',
@@ -715,5 +723,13 @@ $$;
 COMMENT ON FUNCTION claimq.metrics() IS
 'the current database''s queue figures in the Prometheus text exposition format';
 -- @end
+
+/*------------------------------------------------------------------------
+ * 5. drop_queue finds a queue's jobs through indexes (section 2 replaced
+ * it): an index of the jobs kept back (waiting or held) by queue
+ *-----------------------------------------------------------------------*/
+
+CREATE INDEX job_kept_back_idx ON claimq.job (queue_id)
+	WHERE state OPERATOR(pg_catalog.=) 'waiting' OR held;
 
 -- @include portable/update--0.7--0.8.sql

@@ -311,6 +311,14 @@ CREATE INDEX job_after_set_idx ON claimq.job (after_set)
 	WHERE after_set IS NOT NULL;
 
 /*
+ * A queue's jobs kept back other than by time: waiting for other jobs, or
+ * held by their group's limit.  With the indexes above, every job of a
+ * queue is found through an index led by its queue (drop_queue).
+ */
+CREATE INDEX job_kept_back_idx ON claimq.job (queue_id)
+	WHERE state OPERATOR(pg_catalog.=) 'waiting' OR held;
+
+/*
  * Workflows: the jobs an enqueue names in "after", once each, in order of
  * first appearance, as one set that every job of the call shares (so an
  * enqueue_many of n jobs after m jobs writes n + m rows, not n x m).  A
@@ -774,12 +782,19 @@ BEGIN
 	 * Without force, delete only jobs nobody holds.  A claim in progress
 	 * makes the DELETE wait for it and then skip the job it claimed; the
 	 * count that follows, with a fresh snapshot, finds every held job.
+	 * Each arm of the condition matches an index led by queue_id, so that
+	 * the queue's jobs are found without a pass over the whole table;
+	 * together they cover every state (claimed and running jobs have a
+	 * lease: job_lease_check).
 	 */
 	PERFORM claimq.ledger_begin();
 	WITH gone AS (
 		DELETE FROM claimq.job j
 		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
-		   AND (force OR j.state OPERATOR(pg_catalog.<>) ALL ('{claimed,running}'::text[]))
+		   AND ((j.state OPERATOR(pg_catalog.=) 'pending' AND NOT j.held)
+				OR j.state OPERATOR(pg_catalog.=) 'waiting' OR j.held
+				OR (force AND j.expires_at IS NOT NULL)
+				OR j.state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[]))
 		RETURNING j.state, j.job_id, j.dependents, j.after_set),
 	/*
 	 * A job that finished before was counted off by its dependents then:
@@ -802,7 +817,8 @@ BEGIN
 	  FROM (SELECT d.state, pg_catalog.count(*) AS n FROM gone d GROUP BY d.state) g;
 	IF NOT force THEN
 		SELECT pg_catalog.count(*) INTO held FROM claimq.job j
-		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+		   AND j.expires_at IS NOT NULL;
 		IF held OPERATOR(pg_catalog.>) 0 THEN
 			RAISE EXCEPTION 'cannot drop queue "%" while it has claimed or running jobs', queue
 				USING ERRCODE = '55006',

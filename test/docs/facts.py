@@ -43,6 +43,10 @@ with its default (boot_val, compared in the setting's unit: "1s" is 1000
 for a setting in ms); README.md's "## Shared memory" table states the
 defaults of the sizing settings, which must be the same.
 
+The job table's shape.  A statement in docs/*.md of the form
+"`claimq.job` has N indexes and M checks" (N and M as words or digits)
+must agree with the catalogue: its indexes, and its CHECK constraints.
+
 Words a user should not see: "contract", "issue", "targets" (as words, in
 any case) must not occur in README.md, docs/*.md or the catalogue comments
 of claimq's objects.  Each occurrence is a failure of its own.
@@ -609,6 +613,30 @@ SELECT pg_describe_object(d.classoid, d.objoid, d.objsubid), replace(d.descripti
                    "or targets" % len(rows))
 
 
+NUMBERS = {w: n for n, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve".split())}
+SHAPE = re.compile(r"`claimq\.job` has\s+(\w+)\s+indexes\s+and\s+(\w+)\s+checks")
+
+
+def shape_checks(tap):
+    try:
+        rows = psql("""
+SELECT (SELECT count(*) FROM pg_index WHERE indrelid = 'claimq.job'::regclass),
+       (SELECT count(*) FROM pg_constraint
+         WHERE conrelid = 'claimq.job'::regclass AND contype = 'c')""")
+    except RuntimeError as e:
+        tap.result(False, "the job table's indexes and checks can be counted", [str(e)])
+        return
+    indexes, checks = int(rows[0][0]), int(rows[0][1])
+    for path in markdown_docs():
+        text = read(path)
+        for m in SHAPE.finditer(" ".join(text.split())):
+            said = [NUMBERS.get(w.lower(), int(w) if w.isdigit() else -1) for w in m.groups()]
+            tap.result(said == [indexes, checks],
+                       "%s: claimq.job has %s indexes and %s checks" % (path, m.group(1), m.group(2)),
+                       ["the catalogue: %d indexes, %d checks" % (indexes, checks)])
+
+
 def main():
     tap = Tap()
     release_checks(tap)
@@ -625,6 +653,7 @@ def main():
     try:
         duty_checks(tap)
         settings_checks(tap)
+        shape_checks(tap)
         word_checks(tap)
     finally:
         subprocess.run([PSQL, "-X", "-q", "-d", "postgres", "-c", "DROP DATABASE IF EXISTS %s" % DB],

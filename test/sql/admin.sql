@@ -7,7 +7,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(182);
+SELECT plan(189);
 
 -- The settings of a queue, as stored.
 CREATE FUNCTION pg_temp.settings(q text)
@@ -319,6 +319,53 @@ SELECT throws_ok($$SELECT claimq.drop_queue('bad name')$$, '22023', NULL,
 	'drop_queue with a bad queue name raises 22023');
 SELECT throws_ok($$SELECT claimq.drop_queue(NULL)$$, '22004', NULL,
 	'drop_queue with a NULL queue raises 22004');
+
+-- drop_queue finds a queue's jobs of every state through indexes, not by
+-- a pass over the whole job table (20,000 jobs of another queue here).
+SELECT claimq.create_queue('adm_every', keep_done => '1 day', group_limit => 1);
+SELECT claimq.enqueue('adm_every', '{}', priority => 10) AS e_claimed \gset
+SELECT claimq.enqueue('adm_every', '{}', priority => 9) AS e_running \gset
+SELECT claimq.enqueue('adm_every', '{}', priority => 8) AS e_done \gset
+SELECT claimq.enqueue('adm_every', '{}', priority => 7, max_attempts => 1) AS e_dead \gset
+SELECT claimq.enqueue('adm_every', '{}', priority => 6) AS e_cancelled \gset
+SELECT claimq.enqueue('adm_every', '{}', group_key => 'g') AS e_free \gset
+SELECT claimq.enqueue('adm_every', '{}', group_key => 'g') AS e_held \gset
+SELECT claimq.enqueue('adm_every', '{}', after => ARRAY[:e_free]::bigint[]) AS e_waiting \gset
+SELECT job_id = :e_claimed FROM claimq.claim('adm_every');
+SELECT job_id = :e_running FROM claimq.claim('adm_every', start => true);
+SELECT claimq.complete(job_id, token) FROM claimq.claim('adm_every');
+SELECT claimq.fail(job_id, token, 'no') FROM claimq.claim('adm_every');
+SELECT count(*) FROM claimq.cancel(ARRAY[:e_cancelled]::bigint[]);
+SELECT is((SELECT string_agg(state || CASE WHEN held THEN ' held' ELSE '' END, ', ' ORDER BY job_id)
+			 FROM claimq.job WHERE job_id BETWEEN :e_claimed AND :e_waiting),
+	'claimed, running, done, dead, cancelled, pending, pending held, waiting',
+	'a queue with a job in every state');
+SELECT claimq.create_queue('adm_big');
+SELECT count(*) FROM claimq.enqueue_many('adm_big', array_fill('{}'::jsonb, ARRAY[20000]));
+ANALYZE claimq.job;
+SELECT seq_scan AS seq_before FROM pg_stat_xact_user_tables
+ WHERE relid = 'claimq.job'::regclass \gset
+SELECT lives_ok($$SELECT claimq.drop_queue('adm_every', force => true)$$,
+	'drop_queue with force => true drops it');
+SELECT is((SELECT count(*) FROM claimq.job WHERE job_id BETWEEN :e_claimed AND :e_waiting),
+	0::bigint, 'every one of its jobs is gone');
+SELECT is((SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relid = 'claimq.job'::regclass),
+	:seq_before::bigint, 'and drop_queue read no job table from end to end');
+SELECT claimq.create_queue('adm_rest', keep_done => '1 day');
+SELECT claimq.enqueue('adm_rest', '{}') AS r_done \gset
+SELECT claimq.complete(job_id, token) FROM claimq.claim('adm_rest');
+SELECT claimq.enqueue('adm_rest', '{}', after => ARRAY[:r_done]::bigint[]) > 0;
+SELECT claimq.enqueue('adm_rest', '{}', run_at => now() + interval '1 hour') AS r_waiting_parent \gset
+SELECT claimq.enqueue('adm_rest', '{}', after => ARRAY[:r_waiting_parent]::bigint[]) > 0;
+SELECT seq_scan AS seq_before FROM pg_stat_xact_user_tables
+ WHERE relid = 'claimq.job'::regclass \gset
+SELECT lives_ok($$SELECT claimq.drop_queue('adm_rest')$$,
+	'drop_queue drops a queue of pending, done and waiting jobs');
+SELECT is((SELECT count(*) FROM claimq.job WHERE job_id >= :r_done), 0::bigint,
+	'every one of its jobs is gone');
+SELECT is((SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relid = 'claimq.job'::regclass),
+	:seq_before::bigint, 'and this drop_queue read no job table from end to end either');
+SELECT claimq.drop_queue('adm_big');
 SELECT throws_ok($$SELECT claimq.drop_queue('adm_default', force => NULL)$$, '22004',
 	NULL, 'drop_queue with force => NULL raises 22004');
 SELECT is((SELECT count(*) FROM claimq.queue WHERE name = 'adm_default'), 1::bigint,

@@ -422,7 +422,9 @@ cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket, int32 n)
  * cq_flow_evictable), to be made again from the record when its queue is
  * claimed from next: so a table full of slow queues' buckets (full again
  * only after a whole rate_period, up to a day) does not keep other limited
- * queues on their rows for long.  The caller has connected SPI.
+ * queues on their rows for long.  A row that another transaction holds
+ * (an alter_queue not yet committed) is skipped, not waited for: the next
+ * pass writes it.  The caller has connected SPI.
  */
 void
 cq_flow_upkeep(void)
@@ -454,14 +456,19 @@ cq_flow_upkeep(void)
 		d[4][i] = BoolGetDatum(buckets[i].idle);
 	}
 	cq_plan(&mark_plan,
-			"UPDATE claimq.queue q SET rate_tokens = v.tokens, rate_at = $5"
-			"  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
-			"                 pg_catalog.unnest($3), pg_catalog.unnest($4),"
-			"                 pg_catalog.unnest($6)) WITH ORDINALITY"
-			"       v(queue_id, rate_limit, period, tokens, idle, i)"
-			" WHERE q.queue_id = v.queue_id AND (q.rate_at IS NULL OR v.idle)"
-			"   AND q.rate_limit = v.rate_limit AND q.rate_period = v.period"
-			" RETURNING v.i",
+			"WITH v AS ("
+			"  SELECT * FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
+			"                           pg_catalog.unnest($3), pg_catalog.unnest($4),"
+			"                           pg_catalog.unnest($6)) WITH ORDINALITY"
+			"         v(queue_id, rate_limit, period, tokens, idle, i)),"
+			" free AS ("
+			"  SELECT q.queue_id, v.tokens, v.i FROM claimq.queue q, v"
+			"   WHERE q.queue_id = v.queue_id AND (q.rate_at IS NULL OR v.idle)"
+			"     AND q.rate_limit = v.rate_limit AND q.rate_period = v.period"
+			"     FOR UPDATE OF q SKIP LOCKED)"
+			"UPDATE claimq.queue q SET rate_tokens = f.tokens, rate_at = $5"
+			"  FROM free f WHERE q.queue_id = f.queue_id"
+			" RETURNING f.i",
 			6, argtypes);
 	values[0] = PointerGetDatum(construct_array(d[0], n, INT4OID, sizeof(int32),
 												true, TYPALIGN_INT));

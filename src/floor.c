@@ -30,7 +30,9 @@
  *	  fail with a retry) lowers the floor to their earliest run_at once its
  *	  commit is visible; one that claimed jobs lowers it to the earliest
  *	  of them when it, or the subtransaction that claimed them, aborts
- *	  (wakeup.c keeps the list and calls here).
+ *	  (ledger.c keeps the list and calls here, once per queue; a
+ *	  transaction that made jobs of more queues ready than its list holds
+ *	  drops the database's floors once, at its end).
  *
  * So a job skipped as locked by a claim that then rolls back, or committed
  * by a transaction the claim could not see yet, lowers the floor again
@@ -39,8 +41,7 @@
  * caught by the age limit: a floor older than CQ_FLOOR_MAX_AGE_MS since a
  * claim last started at the head of the index is not used, so the next
  * claim starts at the head again and sets it anew.  Such cases: a
- * superuser's UPDATE; ROLLBACK PREPARED; retry_dead (plain SQL); a
- * drop_queue or purge_queue that deleted pending jobs and then failed
+ * superuser's UPDATE; ROLLBACK PREPARED; a drop_queue or purge_queue that deleted pending jobs and then failed
  * (claims skipped the rows it had locked); and a claim whose snapshot saw a
  * job pending that another claim then took and released, both committing
  * before this claim locked it: the lock lands on the released version,

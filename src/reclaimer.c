@@ -4,8 +4,10 @@
  *		The background reclaimer: a launcher, and one worker per database
  *		named in claimq.databases, which every claimq.reclaim_interval
  *		reclaims expired claims (reclaim.c), fires due schedules
- *		(schedule.c), prunes finished jobs past their retention (prune.c)
- *		and sweeps expired key claims (keys.c).
+ *		(schedule.c), prunes finished jobs past their retention (prune.c),
+ *		sweeps expired key claims (keys.c), keeps flow control (limits.c's
+ *		bucket records, groups.c's groups left behind) and recounts the
+ *		census when it is unknown (census.c).
  *
  * The launcher is a static background worker, registered when claimq is
  * in shared_preload_libraries.  It starts only once recovery is over, so
@@ -19,16 +21,20 @@
  *
  * A worker runs one pass at start (a crash may have left claims behind)
  * and then one per interval.  A pass is a few short transactions, each
- * with its own snapshot: chunks of claimq.reclaim_batch expired claims,
- * chunks of up to 1,000 jobs of due schedules, then one that prunes
- * finished jobs and sweeps expired key claims.  Queue SQL runs as the
- * extension's owner inside a
+ * with its own snapshot (cq_pass): chunks of claimq.reclaim_batch expired
+ * claims (the first registers the server lifetime's token epoch, token.c),
+ * chunks of up to 1,000 jobs of due schedules, one that prunes finished
+ * jobs and sweeps expired key claims, one for flow control and one for
+ * the census.  Queue SQL runs as the extension's owner inside a
  * security-restricted operation with search_path pinned, never as the
- * bootstrap superuser with whatever search_path the server was given.
- * When the extension is not installed in the database, a pass does
- * nothing.  A failing pass is logged once (again only if the error
- * changes), recorded in reclaimer_status, and retried after a growing
- * pause, up to CQ_MAX_BACKOFF_MS.
+ * bootstrap superuser with whatever search_path the server was given;
+ * each step gives up on a lock after 200 ms (it gives way to DDL) and
+ * commits with synchronous_commit = local, so that a synchronous standby
+ * that is away does not stop it (docs/operations.md).  When the extension
+ * is not installed in the database, a pass does nothing but give back
+ * the census entries the database held.  A failing pass is logged once
+ * (again only if the error changes), recorded in reclaimer_status, and
+ * retried after a growing pause, up to CQ_MAX_BACKOFF_MS.
  *
  * A worker stays connected to its database between passes, which would
  * make DROP DATABASE fail ("being accessed by other users"): so at least

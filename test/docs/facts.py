@@ -5,7 +5,12 @@ The release.  Its version has one source: default_version in
 claimq.control.  Everything else that names it must name the same:
 
   - META.json: "version" and provides.claimq.version; provides.claimq.file
-    must be the current schema's source, sql/claimq.sql;
+    must be the current schema's source, sql/claimq.sql; the PostgreSQL
+    majors it was tested on (x_tested_postgresql) must be the ones
+    src/claimq.h builds for, its description must name them ("on
+    PostgreSQL 15 and 18 only"), and its runtime requirement must be a
+    bare minimum, the lowest of them (PGXN's ranges cannot leave out the
+    majors between two);
   - debian/changelog: the version of its top entry;
     (these two, and the Debian package below, in three parts: 0.7.0 for
     a release 0.7, as PGXN and Debian want)
@@ -237,6 +242,21 @@ def release_checks(tap):
         elif not os.path.isfile(f):
             problems.append("%s: provides.claimq.file %s does not exist" % (where("file", f, provides), f))
         tap.expect("META.json names release %s and the schema's source" % release, problems)
+        majors = sorted(int(a) // 10000 for a, b in re.findall(
+            r"PG_VERSION_NUM >= (\d+) && PG_VERSION_NUM < (\d+)", read("src/claimq.h")))
+        words = " and ".join(str(m) for m in majors)
+        problems = []
+        if meta.get("x_tested_postgresql") != [str(m) for m in majors]:
+            problems.append("%s: x_tested_postgresql is %r, src/claimq.h builds for %s"
+                            % (where("x_tested_postgresql", ""), meta.get("x_tested_postgresql"), words))
+        if ("on PostgreSQL %s only" % words) not in meta.get("description", ""):
+            problems.append("META.json: the description does not say \"on PostgreSQL %s only\"" % words)
+        need = meta.get("prereqs", {}).get("runtime", {}).get("requires", {}).get("PostgreSQL")
+        if majors and need != "%d.0.0" % majors[0]:
+            problems.append("META.json: prereqs.runtime.requires.PostgreSQL is %r, not the bare "
+                            "minimum %d.0.0" % (need, majors[0]))
+        tap.expect("META.json states the PostgreSQL majors src/claimq.h builds for (%s)" % words,
+                   problems)
 
     # debian/changelog
     text = read("debian/changelog")

@@ -21,14 +21,20 @@
  *
  * A worker runs one pass at start (a crash may have left claims behind)
  * and then one per interval.  A pass is a few short transactions, each
- * with its own snapshot (cq_pass): chunks of claimq.reclaim_batch expired
- * claims (the first registers the server lifetime's token epoch, token.c),
- * chunks of up to 1,000 jobs of due schedules, one that prunes finished
- * jobs and sweeps expired key claims, one for flow control and one for
- * the census.  Queue SQL runs as the extension's owner inside a
- * security-restricted operation with search_path pinned, never as the
- * bootstrap superuser with whatever search_path the server was given;
- * each step gives up on a lock after 200 ms (it gives way to DDL) and
+ * with its own snapshot, one per step of cq_steps, in order:
+ *
+ *	reclaim		chunks of claimq.reclaim_batch expired claims (the first
+ *				registers the server lifetime's token epoch, token.c)
+ *	fire		chunks of up to 1,000 jobs of due schedules
+ *	prune		finished jobs past their retention
+ *	sweep		expired key claims
+ *	flow		rate buckets recorded in their queues' rows, groups left
+ *				behind synced
+ *	census		the census recounted, if it is unknown
+ *
+ * Queue SQL runs as the extension's owner inside a security-restricted
+ * operation with search_path pinned, never as the bootstrap superuser
+ * with whatever search_path the server was given; each step gives up on a lock after 200 ms (it gives way to DDL) and
  * commits with synchronous_commit = local, so that a synchronous standby
  * that is away does not stop it (docs/operations.md).  When the extension
  * is not installed in the database, a pass does nothing but give back
@@ -46,8 +52,8 @@
  * exist left in shared memory (the census's, the counters' and the
  * queue-wide limits' entries), whether or not it serves them.
  *
- * maintain() does the same four steps once, in its caller's transaction,
- * for a scheduler to call where the reclaimer does not run.
+ * maintain() does the first four steps once, in its caller's
+ * transaction, for a scheduler to call where the reclaimer does not run.
  *
  * Shared state: one status slot per served database, under claimq's
  * LWLock.  The launcher assigns slots; each worker writes only its own.
@@ -353,7 +359,7 @@ cq_launcher_sync(void)
 		{
 			if (!cq_launcher_slots[slotno].warned)
 				ereport(LOG,
-						(errmsg("claimq launcher: database \"%s\" does not exist", name),
+						(errmsg("database \"%s\" named in claimq.databases does not exist", name),
 						 errdetail("It is named in claimq.databases; it will be served once it exists.")));
 			cq_launcher_slots[slotno].warned = true;
 			cq_slot_set_error(slotno, "database does not exist");
@@ -497,24 +503,87 @@ cq_extension_owner(void)
 	return owner;
 }
 
-typedef enum CqPassStep
-{
-	CQ_STEP_RECLAIM,
-	CQ_STEP_PRUNE,
-	CQ_STEP_FIRE,
-	CQ_STEP_FLOW,
-	CQ_STEP_CENSUS
-} CqPassStep;
-
 /* Jobs a pass's call of fire_schedules enqueues at most (its default). */
 #define CQ_FIRE_BATCH	1000
 
 /*
- * One transaction of a pass.  Returns the number of jobs the step changed,
- * or -1 if the extension is not installed here.
+ * The steps of a pass, in order, each in a transaction of its own (see
+ * the file header).  A step returns how many jobs or keys it handled and
+ * sets *more when it stopped at its batch, to be run again in a new
+ * transaction, up to CQ_MAX_CHUNKS times.
+ */
+typedef int64 (*CqStepFn) (bool *more);
+
+typedef struct CqStep
+{
+	const char *activity;		/* what pg_stat_activity shows meanwhile */
+	CqStepFn	run;
+} CqStep;
+
+static int64
+cq_step_reclaim(bool *more)
+{
+	int64		n;
+
+	/* Registers a new lifetime's epoch before clients look for it. */
+	(void) cq_token_epoch();
+	n = (int64) cq_reclaim_expired(0, cq_reclaim_batch, NULL, NULL);
+	*more = n >= cq_reclaim_batch;
+	return n;
+}
+
+static int64
+cq_step_fire(bool *more)
+{
+	int64		n = (int64) cq_fire_schedules(CQ_FIRE_BATCH);
+
+	*more = n >= CQ_FIRE_BATCH;
+	return n;
+}
+
+static int64
+cq_step_prune(bool *more)
+{
+	return (int64) cq_prune_finished(cq_reclaim_batch);
+}
+
+static int64
+cq_step_sweep(bool *more)
+{
+	return (int64) cq_sweep_keys(cq_reclaim_batch);
+}
+
+static int64
+cq_step_flow(bool *more)
+{
+	cq_flow_upkeep();
+	return (int64) cq_groups_upkeep();
+}
+
+static int64
+cq_step_census(bool *more)
+{
+	return cq_census_recount() ? 1 : 0;
+}
+
+/* The first step's count is the pass's: the claims it reclaimed. */
+static const CqStep cq_steps[] = {
+	{"claimq: reclaiming expired claims", cq_step_reclaim},
+	{"claimq: firing schedules", cq_step_fire},
+	{"claimq: pruning finished jobs", cq_step_prune},
+	{"claimq: sweeping expired key claims", cq_step_sweep},
+	{"claimq: keeping flow control", cq_step_flow},
+	{"claimq: counting jobs per queue and state", cq_step_census},
+};
+
+/*
+ * One transaction of a pass: the step, run as the extension's owner with
+ * search_path pinned.  Returns what the step returned, or -1 if the
+ * extension is not installed here (the first step then gives back what
+ * the census kept of this database).
  */
 static int64
-cq_pass_step(CqPassStep step)
+cq_pass_step(const CqStep *step, bool *more)
 {
 	Oid			owner;
 	Oid			save_userid;
@@ -522,6 +591,7 @@ cq_pass_step(CqPassStep step)
 	int			save_nestlevel;
 	int64		result = -1;
 
+	*more = false;
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 
@@ -537,16 +607,7 @@ cq_pass_step(CqPassStep step)
 							 PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
 	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING,
-						   step == CQ_STEP_RECLAIM ?
-						   "claimq: reclaiming expired claims" :
-						   step == CQ_STEP_FIRE ?
-						   "claimq: firing schedules" :
-						   step == CQ_STEP_FLOW ?
-						   "claimq: keeping flow control" :
-						   step == CQ_STEP_CENSUS ?
-						   "claimq: counting jobs per queue and state" :
-						   "claimq: pruning finished jobs and expired keys");
+	pgstat_report_activity(STATE_RUNNING, step->activity);
 
 	owner = cq_extension_owner();
 	if (RecoveryInProgress())
@@ -555,7 +616,7 @@ cq_pass_step(CqPassStep step)
 	else if (!OidIsValid(owner))
 	{
 		/* Dropped, or never here: what the census kept of it goes. */
-		if (step == CQ_STEP_RECLAIM)
+		if (step == &cq_steps[0])
 			cq_census_free_database();
 	}
 	else
@@ -582,25 +643,7 @@ cq_pass_step(CqPassStep step)
 								 GUC_ACTION_SAVE, true, 0, false);
 
 		SPI_connect();
-		if (step == CQ_STEP_RECLAIM)
-		{
-			/* Registers a new lifetime's epoch before clients look for it. */
-			(void) cq_token_epoch();
-			result = (int64) cq_reclaim_expired(0, cq_reclaim_batch,
-												NULL, NULL);
-		}
-		else if (step == CQ_STEP_FIRE)
-			result = (int64) cq_fire_schedules(CQ_FIRE_BATCH);
-		else if (step == CQ_STEP_FLOW)
-		{
-			cq_flow_upkeep();
-			result = (int64) cq_groups_upkeep();
-		}
-		else if (step == CQ_STEP_CENSUS)
-			result = cq_census_recount() ? 1 : 0;
-		else
-			result = (int64) (cq_prune_finished(cq_reclaim_batch) +
-							  cq_sweep_keys(cq_reclaim_batch));
+		result = step->run(more);
 		SPI_finish();
 
 		AtEOXact_GUC(true, save_nestlevel);
@@ -615,31 +658,141 @@ cq_pass_step(CqPassStep step)
 }
 
 /*
- * A whole pass.  Returns the number of claims reclaimed, or -1 if the
- * extension is not installed.
+ * A whole pass: every step, each again while it has more.  Returns the
+ * number of claims reclaimed, or -1 if the extension is not installed.
  */
 static int64
 cq_pass(void)
 {
-	int64		total = 0;
+	int64		reclaimed = 0;
 
-	for (int chunk = 0; chunk < CQ_MAX_CHUNKS; chunk++)
+	for (int i = 0; i < (int) lengthof(cq_steps); i++)
 	{
-		int64		n = cq_pass_step(CQ_STEP_RECLAIM);
+		for (int chunk = 0; chunk < CQ_MAX_CHUNKS; chunk++)
+		{
+			bool		more;
+			int64		n = cq_pass_step(&cq_steps[i], &more);
 
-		if (n < 0)
-			return -1;
-		total += n;
-		if (n < cq_reclaim_batch)
-			break;
+			if (n < 0)
+				return -1;
+			if (i == 0)
+				reclaimed += n;
+			if (!more)
+				break;
+		}
 	}
-	for (int chunk = 0; chunk < CQ_MAX_CHUNKS; chunk++)
-		if (cq_pass_step(CQ_STEP_FIRE) < CQ_FIRE_BATCH)
-			break;
-	(void) cq_pass_step(CQ_STEP_PRUNE);
-	(void) cq_pass_step(CQ_STEP_FLOW);
-	(void) cq_pass_step(CQ_STEP_CENSUS);
-	return total;
+	return reclaimed;
+}
+
+/* A pass ended: record it in this worker's status slot. */
+static void
+cq_slot_pass_done(int64 reclaimed)
+{
+	CqDbSlot   *slot = &cq_shared->slots[cq_my_slot];
+
+	LWLockAcquire(cq_shared->lock, LW_EXCLUSIVE);
+	slot->last_run = GetCurrentTimestamp();
+	if (reclaimed >= 0)
+	{
+		slot->last_reclaimed = reclaimed;
+		slot->total_reclaimed += reclaimed;
+		slot->last_error[0] = '\0';
+	}
+	else
+		strlcpy(slot->last_error,
+				"extension \"claimq\" is not installed in this database",
+				CQ_ERROR_LEN);
+	LWLockRelease(cq_shared->lock);
+}
+
+/*
+ * What a worker remembers between passes: the failure last logged (so
+ * that it is logged again only if it changes), whether it said the
+ * extension is not installed, and the pause after a failure.
+ */
+typedef struct CqPassLog
+{
+	char	   *last_failure;
+	bool		said_not_installed;
+	long		backoff_ms;
+} CqPassLog;
+
+/*
+ * Run a pass, catching its error: record and log the outcome, and set the
+ * pause before the next pass after a failure.  Allocates in loopcxt,
+ * which the caller resets.
+ */
+static void
+cq_run_pass(MemoryContext loopcxt, CqPassLog *plog)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(loopcxt);
+
+	PG_TRY();
+	{
+		int64		n = cq_pass();
+
+		cq_slot_pass_done(n);
+		if (n < 0 && !plog->said_not_installed)
+			ereport(LOG,
+					(errmsg("extension \"claimq\" is not installed in database \"%s\"",
+							cq_shared->slots[cq_my_slot].dbname),
+					 errdetail("The claimq reclaimer will start its work once it is.")));
+		plog->said_not_installed = (n < 0);
+		if (plog->last_failure)
+		{
+			ereport(LOG,
+					(errmsg("claimq reclaimer passes succeed again")));
+			pfree(plog->last_failure);
+			plog->last_failure = NULL;
+		}
+		plog->backoff_ms = 0;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(loopcxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		pgstat_report_activity(STATE_IDLE, NULL);
+
+		if (plog->last_failure == NULL ||
+			strcmp(plog->last_failure, edata->message) != 0)
+		{
+			ereport(LOG,
+					(errcode(edata->sqlerrcode),
+					 errmsg("claimq reclaimer pass failed with SQLSTATE %s: %s",
+							unpack_sql_state(edata->sqlerrcode),
+							edata->message),
+					 errdetail("The pass will be retried; this is logged again only if the error changes.")));
+			if (plog->last_failure)
+				pfree(plog->last_failure);
+			plog->last_failure = MemoryContextStrdup(TopMemoryContext,
+													 edata->message);
+		}
+		cq_slot_set_error(cq_my_slot, edata->message);
+		plog->backoff_ms = plog->backoff_ms == 0 ?
+			Max(cq_reclaim_interval, 1000) :
+			Min(plog->backoff_ms * 2, CQ_MAX_BACKOFF_MS);
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(oldcxt);
+}
+
+/* This worker takes its status slot, unless the launcher gave it away. */
+static void
+cq_slot_attach(Oid dboid)
+{
+	LWLockAcquire(cq_shared->lock, LW_EXCLUSIVE);
+	if (cq_shared->slots[cq_my_slot].dboid != dboid)
+	{
+		LWLockRelease(cq_shared->lock);
+		proc_exit(0);
+	}
+	cq_shared->slots[cq_my_slot].pid = MyProcPid;
+	LWLockRelease(cq_shared->lock);
+	before_shmem_exit(cq_reclaimer_detach, (Datum) 0);
 }
 
 void
@@ -647,40 +800,24 @@ cq_reclaimer_main(Datum arg)
 {
 	Oid			dboid;
 	MemoryContext loopcxt;
-
-	/* Changed inside PG_TRY and read after a longjmp: volatile. */
-	char	   *volatile last_failure = NULL;
-	volatile bool said_not_installed = false;
-	volatile long backoff_ms = 0;
+	CqPassLog	plog = {NULL, false, 0};
 	TimestampTz next_pass = 0;
 	TimestampTz last_pass = 0;
 
 	cq_my_slot = DatumGetInt32(arg);
 	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
-
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
-
-	LWLockAcquire(cq_shared->lock, LW_EXCLUSIVE);
-	if (cq_shared->slots[cq_my_slot].dboid != dboid)
-	{
-		/* The launcher gave this slot away meanwhile. */
-		LWLockRelease(cq_shared->lock);
-		proc_exit(0);
-	}
-	cq_shared->slots[cq_my_slot].pid = MyProcPid;
-	LWLockRelease(cq_shared->lock);
-	before_shmem_exit(cq_reclaimer_detach, (Datum) 0);
-
+	cq_slot_attach(dboid);
 	loopcxt = AllocSetContextCreate(TopMemoryContext, "claimq reclaimer",
 									ALLOCSET_DEFAULT_SIZES);
 
 	for (;;)
 	{
 		TimestampTz now;
-		long		sleep_ms;
+		long		sleep_ms = CQ_PROBE_INTERVAL_MS;
 		bool		leave;
 
 		CHECK_FOR_INTERRUPTS();
@@ -689,7 +826,7 @@ cq_reclaimer_main(Datum arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 			/* A new interval counts from the last pass. */
-			if (last_pass > 0 && backoff_ms == 0)
+			if (last_pass > 0 && plog.backoff_ms == 0)
 				next_pass = TimestampTzPlusMilliseconds(last_pass,
 														cq_reclaim_interval);
 		}
@@ -706,81 +843,14 @@ cq_reclaimer_main(Datum arg)
 			cq_slot_set_error(cq_my_slot, "paused: claimq.reclaimer is off");
 		else if (now >= next_pass)
 		{
-			MemoryContext oldcxt = MemoryContextSwitchTo(loopcxt);
-
-			PG_TRY();
-			{
-				int64		n = cq_pass();
-
-				LWLockAcquire(cq_shared->lock, LW_EXCLUSIVE);
-				cq_shared->slots[cq_my_slot].last_run = GetCurrentTimestamp();
-				if (n >= 0)
-				{
-					cq_shared->slots[cq_my_slot].last_reclaimed = n;
-					cq_shared->slots[cq_my_slot].total_reclaimed += n;
-					cq_shared->slots[cq_my_slot].last_error[0] = '\0';
-				}
-				else
-					strlcpy(cq_shared->slots[cq_my_slot].last_error,
-							"extension \"claimq\" is not installed in this database",
-							CQ_ERROR_LEN);
-				LWLockRelease(cq_shared->lock);
-
-				if (n < 0 && !said_not_installed)
-					ereport(LOG,
-							(errmsg("claimq reclaimer: extension \"claimq\" is not installed in database \"%s\"",
-									cq_shared->slots[cq_my_slot].dbname),
-							 errdetail("The reclaimer will start its work once it is.")));
-				said_not_installed = (n < 0);
-				if (last_failure)
-				{
-					ereport(LOG,
-							(errmsg("claimq reclaimer: passes succeed again")));
-					pfree(last_failure);
-					last_failure = NULL;
-				}
-				backoff_ms = 0;
-			}
-			PG_CATCH();
-			{
-				ErrorData  *edata;
-
-				MemoryContextSwitchTo(loopcxt);
-				edata = CopyErrorData();
-				FlushErrorState();
-				AbortCurrentTransaction();
-				pgstat_report_activity(STATE_IDLE, NULL);
-
-				if (last_failure == NULL ||
-					strcmp(last_failure, edata->message) != 0)
-				{
-					ereport(LOG,
-							(errcode(edata->sqlerrcode),
-							 errmsg("claimq reclaimer pass failed with SQLSTATE %s: %s",
-									unpack_sql_state(edata->sqlerrcode),
-									edata->message),
-							 errdetail("The pass will be retried; this is logged again only if the error changes.")));
-					if (last_failure)
-						pfree(last_failure);
-					last_failure = MemoryContextStrdup(TopMemoryContext,
-													   edata->message);
-				}
-				cq_slot_set_error(cq_my_slot, edata->message);
-				backoff_ms = backoff_ms == 0 ? Max(cq_reclaim_interval, 1000) :
-					Min(backoff_ms * 2, CQ_MAX_BACKOFF_MS);
-			}
-			PG_END_TRY();
-
-			MemoryContextSwitchTo(oldcxt);
+			cq_run_pass(loopcxt, &plog);
 			MemoryContextReset(loopcxt);
-			last_pass = GetCurrentTimestamp();
-			next_pass = TimestampTzPlusMilliseconds(last_pass,
-													backoff_ms > 0 ? backoff_ms :
+			last_pass = now = GetCurrentTimestamp();
+			next_pass = TimestampTzPlusMilliseconds(last_pass, plog.backoff_ms > 0 ?
+													plog.backoff_ms :
 													cq_reclaim_interval);
-			now = GetCurrentTimestamp();
 		}
 
-		sleep_ms = CQ_PROBE_INTERVAL_MS;
 		if (cq_reclaimer_enabled && next_pass > now)
 			sleep_ms = Min(sleep_ms, (next_pass - now + 999) / 1000);
 		(void) WaitLatch(MyLatch,

@@ -220,7 +220,7 @@ is( $node->safe_psql(
 	'postgres',
 	'reclaimer_status in postgres shows its own row only');
 usleep(2_000_000);
-is(scalar(log_lines($node, qr/claimq launcher: database "db2" does not exist/,
+is(scalar(log_lines($node, qr/database "db2" named in claimq.databases does not exist/,
 			$drop_offset)),
 	1, 'the launcher says so once, without a hot loop');
 is(worker_pid('postgres'), $pg_worker, 'the postgres worker still runs');

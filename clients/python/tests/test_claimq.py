@@ -3,6 +3,7 @@ transaction mode (run by clients/test, which sets the environment):
 
     PGHOST, PGPORT, PGDATABASE   the pooler
     CLAIMQ_TEST_WORKER_ROLE      the role with the work duty
+    CLAIMQ_TEST_PRODUCER_ROLE    the role with the produce duty
     CLAIMQ_TEST_ADMIN            a superuser connection string (the server's socket)
     CLAIMQ_TEST_RESTART          a command that restarts the server
 """
@@ -23,6 +24,7 @@ import claimq
 import psycopg
 
 WORKER = "user=" + os.environ.get("CLAIMQ_TEST_WORKER_ROLE", "cq_worker")
+PRODUCER_ROLE = os.environ.get("CLAIMQ_TEST_PRODUCER_ROLE", "cq_producer")
 ADMIN = os.environ.get("CLAIMQ_TEST_ADMIN", "")
 RESTART = os.environ.get("CLAIMQ_TEST_RESTART")
 
@@ -219,6 +221,43 @@ class ClientTest(unittest.TestCase):
                 a.enqueue("py_after_failed", {}, after_failed="sometimes")
             with self.assertRaises(psycopg.errors.ForeignKeyViolation):
                 a.enqueue_many("py_after_failed", [{}], after=[doomed + 10 ** 9])
+
+    def test_enqueue_in_the_callers_transaction_through_the_pooler_12_times(self):
+        # The README's recipe, on two connections used in turn (as an
+        # application's pool uses them), twelve times each, through
+        # pgbouncer in transaction mode: psycopg prepares a statement after
+        # its fifth run on a connection (prepare_threshold), and a statement
+        # prepared on a server connection is met there by the next client.
+        # The client's statements are never prepared, on any connection;
+        # the caller's own need prepare_threshold=None (as the README
+        # says), or prepare=False.
+        new_queue("py_own_tx")
+        with admin() as a:
+            a.conn.execute("DROP TABLE IF EXISTS py_orders")
+            a.conn.execute("CREATE TABLE py_orders (id int)")
+            a.conn.execute(f'GRANT INSERT ON py_orders TO "{PRODUCER_ROLE}"')
+        for name, options, own in (("the README's connection", {"prepare_threshold": None}, {}),
+                                   ("psycopg's defaults", {}, {"prepare": False})):
+            conns = [psycopg.connect("user=" + PRODUCER_ROLE, **options) for _ in range(2)]
+            try:
+                ids = []
+                for order_id in range(24):
+                    conn = conns[order_id % 2]
+                    with conn.transaction():
+                        conn.execute("INSERT INTO py_orders (id) VALUES (%s)", (order_id,), **own)
+                        ids.append(claimq.Client(connection=conn).enqueue(
+                            "py_own_tx", {"order": order_id}))
+                with conns[0].transaction():
+                    prepared = conns[0].execute("SELECT name FROM pg_prepared_statements",
+                                                prepare=False).fetchall()
+            finally:
+                for conn in conns:
+                    conn.close()
+            self.assertEqual(len(set(ids)), 24, name)
+            self.assertEqual(prepared, [], f"{name}: no statement was left prepared")
+        with admin() as a:
+            self.assertEqual(a.conn.execute("SELECT count(*) FROM py_orders").fetchone()[0], 48)
+        self.assertEqual(states("py_own_tx"), {"pending": 48})
 
     def test_the_worker_role_cannot_enqueue(self):
         new_queue("py_denied")

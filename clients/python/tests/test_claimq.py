@@ -69,6 +69,30 @@ def wait_until(what, seconds=60.0):
     return False
 
 
+class Kept(logging.Handler):
+    """The records of the "claimq" logger at `level` and above, while in a
+    with block (the logger's level lowered to `level` meanwhile)."""
+
+    def __init__(self, level):
+        super().__init__(level)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+    def __enter__(self):
+        logger = logging.getLogger("claimq")
+        self.old = logger.level
+        logger.addHandler(self)
+        logger.setLevel(self.level)
+        return self
+
+    def __exit__(self, *exc):
+        logger = logging.getLogger("claimq")
+        logger.removeHandler(self)
+        logger.setLevel(self.old)
+
+
 def job_row(job_id):
     """(state, attempts) of a job, or None."""
     with admin() as a:
@@ -531,34 +555,29 @@ class WorkerTest(unittest.TestCase):
                           on_complete=on_complete,
                           on_failure=lambda job, e, dead: failures.append(repr(e)))
         t = threading.Thread(target=w.run)
-        t.start()
-        try:
-            self.assertTrue(wait_until(lambda: job_row(job_id) == ("done", 2), 30),
-                            repr(job_row(job_id)))
-        finally:
-            w.stop()
-            t.join(20)
+        with Kept(logging.WARNING) as kept:
+            t.start()
+            try:
+                self.assertTrue(wait_until(lambda: job_row(job_id) == ("done", 2), 30),
+                                repr(job_row(job_id)))
+            finally:
+                w.stop()
+                t.join(20)
         with admin() as a:
             last_error = a.conn.execute("SELECT last_error FROM claimq.job WHERE job_id = %s",
                                         (job_id,)).fetchone()[0]
         self.assertEqual(failures, [], "on_failure is for the handler's failures")
         self.assertEqual(last_error, "lease expired", "the lease brought it back")
+        # A warning, as in Node, not an error: the job is not lost.
+        lines = [(r.levelname, r.getMessage()) for r in kept.records]
+        self.assertTrue([m for level, m in lines if level == "WARNING" and m.startswith(
+            f"job {job_id}: connection lost while completing it")], lines)
+        self.assertEqual([m for level, m in lines if level != "WARNING"], [], lines)
 
     def test_claims_log_at_debug_and_failures_at_warning(self):
         new_queue("py_log", max_attempts=1)
         with admin() as a:
             a.enqueue_many("py_log", [{"fail": i == 0} for i in range(10)])
-        records = []
-
-        class Keep(logging.Handler):
-            def emit(self, record):
-                records.append(record)
-
-        logger = logging.getLogger("claimq")
-        keep = Keep(level=logging.DEBUG)
-        old = logger.level
-        logger.addHandler(keep)
-        logger.setLevel(logging.DEBUG)
 
         def handle(job):
             if job.payload["fail"]:
@@ -566,14 +585,14 @@ class WorkerTest(unittest.TestCase):
 
         w = claimq.Worker(WORKER, "py_log", handle, concurrency=2)
         t = threading.Thread(target=w.run)
-        t.start()
-        try:
-            self.assertTrue(wait_until(lambda: states("py_log") == {"dead": 1}, 20))
-        finally:
-            w.stop()
-            t.join(20)
-            logger.removeHandler(keep)
-            logger.setLevel(old)
+        with Kept(logging.DEBUG) as kept:
+            t.start()
+            try:
+                self.assertTrue(wait_until(lambda: states("py_log") == {"dead": 1}, 20))
+            finally:
+                w.stop()
+                t.join(20)
+        records = kept.records
         loud = [r.getMessage() for r in records if r.levelno >= logging.INFO]
         self.assertTrue(any("claimed" in r.getMessage() for r in records
                             if r.levelno == logging.DEBUG), "claims are logged at DEBUG")

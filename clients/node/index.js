@@ -648,8 +648,13 @@ class Worker {
         : (await this.db((c) => c.complete([job], [result ?? null])))[0].outcome;
     } catch (err) {
       // A result JSON cannot hold, an error in onComplete: the job failed.
-      // A lost connection: the lease decides.
-      if (isConnectionError(err)) throw err;
+      // A lost connection (onComplete's transaction; the plain complete
+      // retries): the handler did not fail and the job is not lost, its
+      // lease decides.  A warning, as every lost connection is.
+      if (isConnectionError(err)) {
+        this.logger.warn(`job ${job.id}: connection lost while completing it (${err.message}); its lease decides`);
+        return;
+      }
       await this.failJob(job, err);
       return;
     }

@@ -54,18 +54,21 @@ async function waitUntil(what, ms = 60000) {
 // handler waits MS milliseconds without looking at its signal, as a handler
 // that calls a slow service might.  With onCompleteMs in the options it has
 // an onComplete that says "in onComplete" on stdout, runs a statement in
-// the completion's transaction and then waits that long.
+// the completion's transaction and then waits that long.  With logLevels,
+// its logger writes each warn and error line to stdout after its level.
 const CHILD = `
   const { Worker } = require(${JSON.stringify(PACKAGE)});
   const [queue, ms, options] = process.argv.slice(1);
-  const { onCompleteMs, ...rest } = JSON.parse(options || '{}');
+  const { onCompleteMs, logLevels, ...rest } = JSON.parse(options || '{}');
   const wait = (t) => new Promise((r) => setTimeout(r, Number(t)));
   const onComplete = onCompleteMs === undefined ? null : async (job, result, client) => {
     await client.query('SELECT 1');
     console.log('in onComplete');
     await wait(onCompleteMs);
   };
-  const w = new Worker({ queue, concurrency: 8, leaseMs: 3000, onComplete, ...rest,
+  const logger = logLevels ? { debug() {}, info() {},
+    warn(line) { console.log('warn ' + line); }, error(line) { console.log('error ' + line); } } : undefined;
+  const w = new Worker({ queue, concurrency: 8, leaseMs: 3000, onComplete, logger, ...rest,
     pool: { user: ${JSON.stringify(WORKER_ROLE)} } },
     async (job) => { await wait(ms); return job.payload; });
   w.run().then(() => console.log('exited cleanly'));
@@ -310,15 +313,17 @@ test('a server restart mid-run: the worker goes on', { skip: !process.env.CLAIMQ
   }
 });
 
-test('a server restart while onComplete holds its transaction: the worker lives on', { skip: !process.env.CLAIMQ_TEST_RESTART }, async () => {
+test('a server restart while onComplete holds its transaction: the worker lives on, and warns', { skip: !process.env.CLAIMQ_TEST_RESTART }, async () => {
   // The restart ends the connection that onComplete's transaction holds
   // while no query is on it.  The worker must not die of it: the job comes
-  // back when its lease runs out, and is done by the next run.
+  // back when its lease runs out, and is done by the next run.  A lost
+  // connection is a warning, as in Python, not an error: the job is not
+  // lost, its lease decides.
   await newQueue('js_txrestart', { keep_done: '1 hour', lease: '3 seconds', retry_base: '100 milliseconds' });
   const a = admin();
   const jobId = await a.enqueue('js_txrestart', { n: 1 });
   await a.end();
-  const p = child('js_txrestart', 1, { concurrency: 1, leaseMs: 3000, onCompleteMs: 1500 },
+  const p = child('js_txrestart', 1, { concurrency: 1, leaseMs: 3000, onCompleteMs: 1500, logLevels: true },
     ['ignore', 'pipe', 'inherit']);
   let out = '';
   p.stdout.on('data', (d) => { out += d; });
@@ -330,6 +335,8 @@ test('a server restart while onComplete holds its transaction: the worker lives 
       `the job is finished: ${await jobRow(jobId)}`);
     assert.strictEqual(p.exitCode, null, 'the worker kept running');
     assert.strictEqual(await jobRow(jobId), 'done 2', 'done by the run after the restart');
+    assert.match(out, new RegExp(`^warn job ${jobId}: connection lost while completing it`, 'm'), out);
+    assert.doesNotMatch(out, /^error /m, 'nothing at error');
   } finally {
     p.kill('SIGTERM');
     assert.strictEqual(await exited, 0, 'the worker exits 0 on SIGTERM');

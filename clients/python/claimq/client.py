@@ -1,7 +1,8 @@
 """claimq's SQL functions as Python methods, one per function.
 
 Every method is one statement on the client's connection (autocommit unless
-the caller opened a transaction), so a client works through pgbouncer in
+the caller opened a transaction), never a server-side prepared statement (on
+a caller's connection too), so a client works through pgbouncer in
 transaction mode.  Job ids and tokens are Python ints, exact at any size;
 intervals are given as seconds (int or float) or datetime.timedelta.
 """
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import psycopg
+from psycopg.abc import Query
 from psycopg.types.json import Jsonb
 
 Seconds = Union[int, float, _dt.timedelta]
@@ -138,6 +140,14 @@ class Client:
     def close(self) -> None:
         self.conn.close()
 
+    def _execute(self, sql: Query, params: Any = None) -> psycopg.Cursor:
+        # Never prepared, whatever the connection's prepare_threshold: a
+        # caller's connection prepares a statement after its fifth run by
+        # default, and through a transaction-mode pooler the next transaction
+        # may find it missing on its server connection, or meet another
+        # client's statement of the same name (DuplicatePreparedStatement).
+        return self.conn.execute(sql, params, prepare=False)
+
     def __enter__(self) -> "Client":
         return self
 
@@ -163,7 +173,7 @@ class Client:
         if not function.isidentifier():
             raise ValueError(f"bad function name {function!r}")
         sql = f"SELECT * FROM claimq.{function}({', '.join(parts)})"
-        return self.conn.execute(sql, params).fetchall()  # type: ignore[arg-type]
+        return self._execute(sql, params).fetchall()  # type: ignore[arg-type]
 
     # -- producing ---------------------------------------------------------
 
@@ -173,7 +183,7 @@ class Client:
                 group_key: Optional[str] = None, after: Optional[Sequence[int]] = None,
                 after_failed: Optional[str] = None) -> int:
         workflow, extra = _workflow(after, after_failed)
-        row = self.conn.execute(
+        row = self._execute(
             "SELECT claimq.enqueue(%s, %s, run_at => %s, priority => %s, dedup_key => %s,"
             " max_attempts => %s, on_duplicate => %s, group_key => %s" + workflow + ")",
             (queue, Jsonb(payload), run_at, priority, dedup_key, max_attempts,
@@ -189,7 +199,7 @@ class Client:
                      after: Optional[Sequence[int]] = None,
                      after_failed: Optional[str] = None) -> List[int]:
         workflow, extra = _workflow(after, after_failed)
-        rows = self.conn.execute(
+        rows = self._execute(
             "SELECT * FROM claimq.enqueue_many(%s, %s::jsonb[], run_at => %s, priority => %s,"
             " dedup_keys => %s::text[], max_attempts => %s, on_duplicate => %s,"
             " group_keys => %s::text[]" + workflow + ")",
@@ -200,12 +210,12 @@ class Client:
         return [int(r[0]) for r in rows]
 
     def cancel(self, job_ids: Sequence[int]) -> List[Tuple[int, Outcome, Optional[str]]]:
-        rows = self.conn.execute("SELECT * FROM claimq.cancel(%s::bigint[])",
+        rows = self._execute("SELECT * FROM claimq.cancel(%s::bigint[])",
                                  (list(job_ids),)).fetchall()
         return [(int(r[0]), Outcome(r[1]), r[2]) for r in rows]
 
     def status(self, job_ids: Sequence[int]) -> List[Dict[str, Any]]:
-        cur = self.conn.execute("SELECT * FROM claimq.status(%s::bigint[])", (list(job_ids),))
+        cur = self._execute("SELECT * FROM claimq.status(%s::bigint[])", (list(job_ids),))
         cols = [c.name for c in cur.description or ()]
         return [dict(zip(cols, r)) for r in cur.fetchall()]
 
@@ -213,13 +223,13 @@ class Client:
         """For each listed job, one row per job it runs after: job_id, after_id,
         state, result (if done) and last_error (if dead); state, result and
         last_error are None for a job that no longer exists."""
-        cur = self.conn.execute("SELECT * FROM claimq.dependencies(%s::bigint[])",
+        cur = self._execute("SELECT * FROM claimq.dependencies(%s::bigint[])",
                                 (list(job_ids),))
         cols = [c.name for c in cur.description or ()]
         return [dict(zip(cols, r)) for r in cur.fetchall()]
 
     def wait_for(self, job_ids: Sequence[int], timeout: Seconds) -> List[Dict[str, Any]]:
-        cur = self.conn.execute("SELECT * FROM claimq.wait_for(%s::bigint[], %s)",
+        cur = self._execute("SELECT * FROM claimq.wait_for(%s::bigint[], %s)",
                                 (list(job_ids), _interval(timeout)))
         cols = [c.name for c in cur.description or ()]
         return [dict(zip(cols, r)) for r in cur.fetchall()]
@@ -229,14 +239,14 @@ class Client:
     def claim(self, queue: str, max_jobs: int = 1, *, lease: Optional[Seconds] = None,
               worker: Optional[str] = None, start: bool = False,
               wait: Seconds = 0) -> List[Job]:
-        rows = self.conn.execute(
+        rows = self._execute(
             SQL_CLAIM, (queue, max_jobs, _interval(lease), worker, start,
                         _interval(wait))).fetchall()
         return [job_of(r, queue, start) for r in rows]
 
     def _settle(self, sql: str, jobs: Iterable[Pair], *extra: Any) -> List[tuple]:
         ids, tokens = _pairs(jobs)
-        return self.conn.execute(sql, (ids, tokens, *extra)).fetchall()
+        return self._execute(sql, (ids, tokens, *extra)).fetchall()
 
     def start(self, jobs: Iterable[Pair], lease: Optional[Seconds] = None
               ) -> List[Tuple[int, Outcome, Optional[_dt.datetime]]]:
@@ -274,13 +284,13 @@ class Client:
     # -- dedup key claims ----------------------------------------------------
 
     def claim_keys(self, scope: str, keys: Sequence[str], ttl: Seconds) -> Dict[str, int]:
-        rows = self.conn.execute("SELECT * FROM claimq.claim_keys(%s, %s::text[], %s)",
+        rows = self._execute("SELECT * FROM claimq.claim_keys(%s, %s::text[], %s)",
                                  (scope, list(keys), _interval(ttl))).fetchall()
         return {r[0]: int(r[1]) for r in rows}
 
     def release_keys(self, scope: str, keys: Sequence[str], tokens: Sequence[int]
                      ) -> List[Tuple[str, Outcome]]:
-        rows = self.conn.execute(
+        rows = self._execute(
             "SELECT * FROM claimq.release_keys(%s, %s::text[], %s::bigint[])",
             (scope, list(keys), list(tokens))).fetchall()
         return [(r[0], Outcome(r[1])) for r in rows]
@@ -309,12 +319,12 @@ class Client:
         return self.call("reclaim", queue, max_jobs)
 
     def retry_dead(self, queue: str, job_ids: Optional[Sequence[int]] = None) -> int:
-        return int(self.conn.execute("SELECT claimq.retry_dead(%s, %s::bigint[])",
+        return int(self._execute("SELECT claimq.retry_dead(%s, %s::bigint[])",
                                      (queue, list(job_ids) if job_ids is not None else None)
                                      ).fetchall()[0][0])
 
     def queue_stats(self) -> List[Dict[str, Any]]:
-        cur = self.conn.execute("SELECT * FROM claimq.queue_stats")
+        cur = self._execute("SELECT * FROM claimq.queue_stats")
         cols = [c.name for c in cur.description or ()]
         return [dict(zip(cols, r)) for r in cur.fetchall()]
 

@@ -567,7 +567,8 @@ class Worker(_Base):
                 assert self.on_complete is not None
                 self.on_complete(job, result, conn)
                 row = conn.execute(SQL_COMPLETE, ([job.id], [job.token],
-                                                  results_param([result]))).fetchone()
+                                                  results_param([result])),
+                                   prepare=False).fetchone()
                 outcome = Outcome(row[1]) if row else Outcome.MISSING
                 if outcome is not Outcome.OK:
                     raise _Refused(outcome)
@@ -648,7 +649,7 @@ class AsyncWorker(_Base):
                         self.conn = await psycopg.AsyncConnection.connect(
                             self.conninfo, autocommit=True, prepare_threshold=None,
                             application_name=self.name)
-                    cur = await self.conn.execute(sql, params)
+                    cur = await self.conn.execute(sql, params, prepare=False)
                     return await cur.fetchall()
                 except psycopg.OperationalError as e:
                     log.warning("connection lost (%s); reconnecting in %.1f s", e, delay)

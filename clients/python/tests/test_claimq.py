@@ -3,6 +3,7 @@ transaction mode (run by clients/test, which sets the environment):
 
     PGHOST, PGPORT, PGDATABASE   the pooler
     CLAIMQ_TEST_WORKER_ROLE      the role with the work duty
+    CLAIMQ_TEST_PRODUCER_ROLE    the role with the produce duty
     CLAIMQ_TEST_ADMIN            a superuser connection string (the server's socket)
     CLAIMQ_TEST_RESTART          a command that restarts the server
 """
@@ -23,6 +24,7 @@ import claimq
 import psycopg
 
 WORKER = "user=" + os.environ.get("CLAIMQ_TEST_WORKER_ROLE", "cq_worker")
+PRODUCER_ROLE = os.environ.get("CLAIMQ_TEST_PRODUCER_ROLE", "cq_producer")
 ADMIN = os.environ.get("CLAIMQ_TEST_ADMIN", "")
 RESTART = os.environ.get("CLAIMQ_TEST_RESTART")
 
@@ -65,6 +67,30 @@ def wait_until(what, seconds=60.0):
             return True
         time.sleep(0.1)
     return False
+
+
+class Kept(logging.Handler):
+    """The records of the "claimq" logger at `level` and above, while in a
+    with block (the logger's level lowered to `level` meanwhile)."""
+
+    def __init__(self, level):
+        super().__init__(level)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+    def __enter__(self):
+        logger = logging.getLogger("claimq")
+        self.old = logger.level
+        logger.addHandler(self)
+        logger.setLevel(self.level)
+        return self
+
+    def __exit__(self, *exc):
+        logger = logging.getLogger("claimq")
+        logger.removeHandler(self)
+        logger.setLevel(self.old)
 
 
 def job_row(job_id):
@@ -219,6 +245,43 @@ class ClientTest(unittest.TestCase):
                 a.enqueue("py_after_failed", {}, after_failed="sometimes")
             with self.assertRaises(psycopg.errors.ForeignKeyViolation):
                 a.enqueue_many("py_after_failed", [{}], after=[doomed + 10 ** 9])
+
+    def test_enqueue_in_the_callers_transaction_through_the_pooler_12_times(self):
+        # The README's recipe, on two connections used in turn (as an
+        # application's pool uses them), twelve times each, through
+        # pgbouncer in transaction mode: psycopg prepares a statement after
+        # its fifth run on a connection (prepare_threshold), and a statement
+        # prepared on a server connection is met there by the next client.
+        # The client's statements are never prepared, on any connection;
+        # the caller's own need prepare_threshold=None (as the README
+        # says), or prepare=False.
+        new_queue("py_own_tx")
+        with admin() as a:
+            a.conn.execute("DROP TABLE IF EXISTS py_orders")
+            a.conn.execute("CREATE TABLE py_orders (id int)")
+            a.conn.execute(f'GRANT INSERT ON py_orders TO "{PRODUCER_ROLE}"')
+        for name, options, own in (("the README's connection", {"prepare_threshold": None}, {}),
+                                   ("psycopg's defaults", {}, {"prepare": False})):
+            conns = [psycopg.connect("user=" + PRODUCER_ROLE, **options) for _ in range(2)]
+            try:
+                ids = []
+                for order_id in range(24):
+                    conn = conns[order_id % 2]
+                    with conn.transaction():
+                        conn.execute("INSERT INTO py_orders (id) VALUES (%s)", (order_id,), **own)
+                        ids.append(claimq.Client(connection=conn).enqueue(
+                            "py_own_tx", {"order": order_id}))
+                with conns[0].transaction():
+                    prepared = conns[0].execute("SELECT name FROM pg_prepared_statements",
+                                                prepare=False).fetchall()
+            finally:
+                for conn in conns:
+                    conn.close()
+            self.assertEqual(len(set(ids)), 24, name)
+            self.assertEqual(prepared, [], f"{name}: no statement was left prepared")
+        with admin() as a:
+            self.assertEqual(a.conn.execute("SELECT count(*) FROM py_orders").fetchone()[0], 48)
+        self.assertEqual(states("py_own_tx"), {"pending": 48})
 
     def test_the_worker_role_cannot_enqueue(self):
         new_queue("py_denied")
@@ -492,34 +555,29 @@ class WorkerTest(unittest.TestCase):
                           on_complete=on_complete,
                           on_failure=lambda job, e, dead: failures.append(repr(e)))
         t = threading.Thread(target=w.run)
-        t.start()
-        try:
-            self.assertTrue(wait_until(lambda: job_row(job_id) == ("done", 2), 30),
-                            repr(job_row(job_id)))
-        finally:
-            w.stop()
-            t.join(20)
+        with Kept(logging.WARNING) as kept:
+            t.start()
+            try:
+                self.assertTrue(wait_until(lambda: job_row(job_id) == ("done", 2), 30),
+                                repr(job_row(job_id)))
+            finally:
+                w.stop()
+                t.join(20)
         with admin() as a:
             last_error = a.conn.execute("SELECT last_error FROM claimq.job WHERE job_id = %s",
                                         (job_id,)).fetchone()[0]
         self.assertEqual(failures, [], "on_failure is for the handler's failures")
         self.assertEqual(last_error, "lease expired", "the lease brought it back")
+        # A warning, as in Node, not an error: the job is not lost.
+        lines = [(r.levelname, r.getMessage()) for r in kept.records]
+        self.assertTrue([m for level, m in lines if level == "WARNING" and m.startswith(
+            f"job {job_id}: connection lost while completing it")], lines)
+        self.assertEqual([m for level, m in lines if level != "WARNING"], [], lines)
 
     def test_claims_log_at_debug_and_failures_at_warning(self):
         new_queue("py_log", max_attempts=1)
         with admin() as a:
             a.enqueue_many("py_log", [{"fail": i == 0} for i in range(10)])
-        records = []
-
-        class Keep(logging.Handler):
-            def emit(self, record):
-                records.append(record)
-
-        logger = logging.getLogger("claimq")
-        keep = Keep(level=logging.DEBUG)
-        old = logger.level
-        logger.addHandler(keep)
-        logger.setLevel(logging.DEBUG)
 
         def handle(job):
             if job.payload["fail"]:
@@ -527,14 +585,14 @@ class WorkerTest(unittest.TestCase):
 
         w = claimq.Worker(WORKER, "py_log", handle, concurrency=2)
         t = threading.Thread(target=w.run)
-        t.start()
-        try:
-            self.assertTrue(wait_until(lambda: states("py_log") == {"dead": 1}, 20))
-        finally:
-            w.stop()
-            t.join(20)
-            logger.removeHandler(keep)
-            logger.setLevel(old)
+        with Kept(logging.DEBUG) as kept:
+            t.start()
+            try:
+                self.assertTrue(wait_until(lambda: states("py_log") == {"dead": 1}, 20))
+            finally:
+                w.stop()
+                t.join(20)
+        records = kept.records
         loud = [r.getMessage() for r in records if r.levelno >= logging.INFO]
         self.assertTrue(any("claimed" in r.getMessage() for r in records
                             if r.levelno == logging.DEBUG), "claims are logged at DEBUG")

@@ -601,11 +601,13 @@ COMMENT ON FUNCTION claimq.flow_slots() IS
 REVOKE ALL ON FUNCTION claimq.flow_row_paths(integer[]), claimq.flow_slots() FROM PUBLIC;
 
 /*
- * Replaced in place, its grants kept; in the C edition only (the portable
- * edition leaves flow control out of its metrics()).
+ * Replaced, its grants kept; in the C edition only (the portable edition
+ * leaves flow control out of its metrics()).
  */
 -- @c
-CREATE OR REPLACE FUNCTION claimq.metrics()
+ALTER FUNCTION claimq.metrics() RENAME TO metrics_0_7;
+
+CREATE FUNCTION claimq.metrics()
 RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -722,6 +724,14 @@ $$;
 
 COMMENT ON FUNCTION claimq.metrics() IS
 'the current database''s queue figures in the Prometheus text exposition format';
+
+REVOKE ALL ON FUNCTION claimq.metrics() FROM PUBLIC;
+
+SELECT claimq.copy_grants('claimq.metrics_0_7()'::regprocedure,
+						  'claimq.metrics()'::regprocedure,
+						  'pg_catalog.pg_proc');
+
+DROP FUNCTION claimq.metrics_0_7();
 -- @end
 
 /*------------------------------------------------------------------------

@@ -320,7 +320,6 @@ cq_flow_row_enter(int32 queue_id, bool *too_many)
 	bool		mine = false;
 
 	*too_many = false;
-	cq_ledger_use();
 	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
 	if (hash_search_with_hash_value(cq_flow_table, &key, hash, HASH_FIND, NULL) != NULL)
 	{
@@ -472,7 +471,6 @@ cq_flow_reserve(const CqQueue *queue, int64 period, int32 max_jobs,
 	CqFlowSlot *slot;
 	CqFlowHeld *held;
 
-	cq_ledger_use();
 	slot = cq_flow_slot(&key, now);
 	if (slot == NULL)
 		return CQ_FLOW_NO_SLOT;
@@ -643,7 +641,6 @@ cq_flow_recorded(const CqFlowBucket *bucket)
 			repalloc(cq_flow_records, cq_flow_records_size * sizeof(CqFlowBucket));
 	}
 	cq_flow_records[cq_flow_nrecords++] = *bucket;
-	cq_ledger_use();
 }
 
 /* At the commit of the transaction that wrote them: the records hold. */
@@ -669,25 +666,25 @@ cq_flow_records_commit(void)
 }
 
 /*
- * Jobs of the queue left flight (settled, cancelled or reclaimed): if the
- * queue has queue-wide limits, claims waiting on it are woken at commit.
- * "Has" means a claim set up its slot; a queue whose claims take turns on
- * its row is looked at again by its waiting claims within a second.
+ * Jobs of the queue left flight (settled, cancelled or reclaimed): whether
+ * claims waiting on its queue-wide limits are to be woken at commit (the
+ * ledger does it), that is whether a claim set up the queue's slot.  A
+ * queue whose claims take turns on its row is looked at again by its
+ * waiting claims within a second.
  */
-void
+bool
 cq_flow_freed(int32 queue_id)
 {
 	CqFlowKey	key;
 	bool		found;
 
 	if (!cq_shmem_ready || pg_atomic_read_u32(&cq_flow->any_used) == 0)
-		return;
+		return false;
 	key = cq_flow_key(queue_id);
 	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
 	found = hash_search(cq_flow_table, &key, HASH_FIND, NULL) != NULL;
 	LWLockRelease(cq_flow_lock);
-	if (found)
-		cq_freed_on_commit(queue_id);
+	return found;
 }
 
 /*

@@ -520,9 +520,12 @@ cq_state_of(Datum state)
 	return CQ_NSTATES;			/* keep the compiler quiet */
 }
 
-/* This transaction's note of a queue at the current level, made if missing. */
+/*
+ * This transaction's note of a queue at the current level, made if
+ * missing; relid is claimq.job's OID in this transaction.
+ */
 static CqCensusNote *
-cq_census_note(int32 queue_id)
+cq_census_note(Oid relid, int32 queue_id)
 {
 	int			level = GetCurrentTransactionNestLevel();
 	CqCensusNote *note;
@@ -539,7 +542,7 @@ cq_census_note(int32 queue_id)
 			repalloc(cq_notes, cq_notes_size * sizeof(CqCensusNote));
 	}
 	if (cq_nnotes == 0)
-		cq_notes_relid = cq_ledger_relid();
+		cq_notes_relid = relid;
 	note = &cq_notes[cq_nnotes++];
 	memset(note, 0, sizeof(*note));
 	note->queue_id = queue_id;
@@ -549,18 +552,17 @@ cq_census_note(int32 queue_id)
 
 /*
  * n jobs of the queue left state from and entered state to in this
- * transaction (either CQ_IS_ABSENT: inserted, deleted).  Called by the
- * ledger only.
+ * transaction (either CQ_IS_ABSENT: inserted, deleted); relid is
+ * claimq.job's OID.  Called by the ledger only.
  */
 void
-cq_census_move(int32 queue_id, CqState from, CqState to, int64 n)
+cq_census_move(Oid relid, int32 queue_id, CqState from, CqState to, int64 n)
 {
 	CqCensusNote *note;
 
 	if (!cq_shmem_ready)
 		return;
-	cq_ledger_use();
-	note = cq_census_note(queue_id);
+	note = cq_census_note(relid, queue_id);
 	if (from != CQ_IS_ABSENT)
 		note->delta[from] -= n;
 	if (to != CQ_IS_ABSENT)
@@ -592,7 +594,6 @@ claimq_job_census(PG_FUNCTION_ARGS)
 		return PointerGetDatum(NULL);
 	if (cq_own_statements > 0 && !TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event))
 		return PointerGetDatum(NULL);
-	cq_ledger_use();
 	cq_notes_relid = RelationGetRelid(trigdata->tg_relation);
 	cq_census_unknown = true;
 	return PointerGetDatum(NULL);

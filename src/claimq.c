@@ -94,6 +94,9 @@ _PG_init(void)
 							 0,
 							 NULL, NULL, NULL);
 
+	/* Every session that loads the module keeps a ledger of its moves. */
+	cq_ledger_init();
+
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 

@@ -230,12 +230,11 @@ extern void cq_latency_add(CqCountBatch *batch, int32 queue_id,
 						   CqLatencyKind kind, int64 usecs);
 
 /*
- * The end of a transaction (ledger.c): the one pair of callbacks, which
- * calls each module's function below, in the order ledger.c states.  A
- * module calls cq_ledger_use() before it first records something.
+ * The end of a transaction (ledger.c): the one pair of callbacks,
+ * registered when the library is loaded, which calls each module's
+ * function below, in the order ledger.c states.
  */
-extern void cq_ledger_use(void);
-extern Oid	cq_ledger_relid(void);
+extern void cq_ledger_init(void);
 extern void cq_flow_xact_event(XactEvent event);
 extern void cq_census_xact_event(XactEvent event);
 extern void cq_census_subxact_event(SubXactEvent event);
@@ -244,7 +243,8 @@ extern void cq_census_subxact_event(SubXactEvent event);
 extern Size cq_census_shmem_size(void);
 extern void cq_census_shmem_init(LWLock *lock, LWLock *gate);
 extern bool cq_census_recount(void);
-extern void cq_census_move(int32 queue_id, CqState from, CqState to, int64 n);
+extern void cq_census_move(Oid relid, int32 queue_id, CqState from,
+						   CqState to, int64 n);
 extern void cq_census_free_dropped(void);
 extern void cq_census_free_database(void);
 
@@ -370,13 +370,18 @@ typedef struct CqGroups
 	int			size;
 	int32	   *queue_ids;
 	Datum	   *keys;			/* text */
+	/* After a sync: the queues whose held jobs it freed, and from when. */
+	int			nfreed;
+	int32	   *freed_queue_ids;
+	TimestampTz *freed_run_ats;
 } CqGroups;
 
 extern bool cq_queue_groups_limited(const CqQueue *queue);
 extern void cq_groups_note(CqGroups *groups, int32 queue_id, Datum key);
 extern void cq_groups_sync(CqGroups *groups);
-extern void cq_sync_groups(int32 queue_id, Datum keys);
-extern uint64 cq_groups_upkeep(void);
+extern TimestampTz cq_sync_groups(int32 queue_id, Datum keys);
+extern uint64 cq_groups_upkeep(CqGroups *groups);
+extern void cq_ledger_groups_freed(const CqGroups *groups); /* ledger.c */
 
 /*
  * Queue-wide limits (limits.c): max_in_flight and rate_limit, and a
@@ -443,7 +448,7 @@ typedef struct CqFlowBucket
 extern Size cq_flow_shmem_size(void);
 extern void cq_flow_shmem_init(LWLock *lock, LWLock *gate);
 extern void cq_flow_free_dropped(void);
-extern void cq_flow_freed(int32 queue_id);
+extern bool cq_flow_freed(int32 queue_id);
 extern TimestampTz cq_flow_started(TimestampTz now);
 extern long cq_flow_refill_ms(double tokens, int32 rate_limit, int64 period);
 extern CqFlowReserve cq_flow_reserve(const CqQueue *queue, int64 period,

@@ -382,6 +382,7 @@ claimq_enqueue(PG_FUNCTION_ARGS)
 	int64		job_id;
 	bool		group_key_null = PG_NARGS() <= 7 || PG_ARGISNULL(7);
 	Datum		groups = (Datum) 0;
+	TimestampTz freed_at;
 
 	cq_require_primary(fcinfo);
 	cq_enqueue_args(fcinfo, &args);
@@ -403,7 +404,9 @@ claimq_enqueue(PG_FUNCTION_ARGS)
 		groups = PointerGetDatum(construct_array(&PG_GETARG_DATUM(7), 1,
 												 TEXTOID, -1, false,
 												 TYPALIGN_INT));
-		cq_sync_groups(args.queue.queue_id, groups);
+		freed_at = cq_sync_groups(args.queue.queue_id, groups);
+		if (freed_at != DT_NOEND)
+			cq_ready_on_commit(args.queue.queue_id, freed_at);
 	}
 	job_id = cq_enqueue_one(&args, PG_GETARG_DATUM(1),
 							PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4),
@@ -501,7 +504,13 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 	sync = group_keys != NULL && cq_queue_groups_limited(&args.queue) &&
 		strcmp(args.state, "pending") == 0;
 	if (sync)
-		cq_sync_groups(args.queue.queue_id, PointerGetDatum(group_keys));
+	{
+		TimestampTz freed_at = cq_sync_groups(args.queue.queue_id,
+											  PointerGetDatum(group_keys));
+
+		if (freed_at != DT_NOEND)
+			cq_ready_on_commit(args.queue.queue_id, freed_at);
+	}
 
 	cq_plan(&plan,
 			"WITH input AS MATERIALIZED ("

@@ -113,9 +113,11 @@ cq_groups_note(CqGroups *groups, int32 queue_id, Datum key)
 
 /*
  * Sync one queue's groups, keys a text[] (claimq.sync_groups does nothing
- * on a queue without group limits).  The caller has connected SPI.
+ * on a queue without group limits).  Returns the earliest run_at of the
+ * held jobs it freed, DT_NOEND if none: the caller tells the ledger that
+ * they are ready at commit.  The caller has connected SPI.
  */
-void
+TimestampTz
 cq_sync_groups(int32 queue_id, Datum keys)
 {
 	static SPIPlanPtr plan = NULL;
@@ -129,21 +131,42 @@ cq_sync_groups(int32 queue_id, Datum keys)
 	values[1] = keys;
 	cq_execute(plan, values, NULL, SPI_OK_SELECT);
 	freed_at = cq_spi_value(0, 1, &isnull);
-	if (!isnull)
-		cq_ready_on_commit(queue_id, DatumGetTimestampTz(freed_at));
+	return isnull ? DT_NOEND : DatumGetTimestampTz(freed_at);
+}
+
+/* Room in groups for what syncs of up to n queues free. */
+static void
+cq_groups_freed_init(CqGroups *groups, int n)
+{
+	groups->nfreed = 0;
+	groups->freed_queue_ids = palloc(Max(n, 1) * sizeof(int32));
+	groups->freed_run_ats = palloc(Max(n, 1) * sizeof(TimestampTz));
+}
+
+/* Note in groups that a sync freed held jobs of the queue from run_at. */
+static void
+cq_groups_freed(CqGroups *groups, int32 queue_id, TimestampTz run_at)
+{
+	if (run_at == DT_NOEND)
+		return;
+	groups->freed_queue_ids[groups->nfreed] = queue_id;
+	groups->freed_run_ats[groups->nfreed++] = run_at;
 }
 
 /*
- * Sync the groups noted, one call per queue.  The caller has connected
- * SPI; the keys must stay valid until this returns.
+ * Sync the groups noted, one call per queue, and note in groups the
+ * queues whose held jobs were freed, which the caller tells the ledger.  The
+ * caller has connected SPI; the keys must stay valid until this returns.
  */
 void
 cq_groups_sync(CqGroups *groups)
 {
 	bool	   *done;
 
+	groups->nfreed = 0;
 	if (groups->n == 0)
 		return;
+	cq_groups_freed_init(groups, groups->n);
 	done = palloc0(groups->n * sizeof(bool));
 	for (int i = 0; i < groups->n; i++)
 	{
@@ -159,10 +182,12 @@ cq_groups_sync(CqGroups *groups)
 				keys[nkeys++] = groups->keys[j];
 				done[j] = true;
 			}
-		cq_sync_groups(groups->queue_ids[i],
-					   PointerGetDatum(construct_array(keys, nkeys, TEXTOID,
-													   -1, false,
-													   TYPALIGN_INT)));
+		cq_groups_freed(groups, groups->queue_ids[i],
+						cq_sync_groups(groups->queue_ids[i],
+									   PointerGetDatum(construct_array(keys, nkeys,
+																	   TEXTOID, -1,
+																	   false,
+																	   TYPALIGN_INT))));
 		pfree(keys);
 	}
 	pfree(done);
@@ -178,10 +203,12 @@ cq_groups_sync(CqGroups *groups)
  * older than the group's last change; without this it could wait for
  * ever.
  *
- * Returns the number of groups synced.  The caller has connected SPI.
+ * Returns the number of groups synced, and notes in groups (empty) the
+ * queues whose held jobs were freed, which the caller tells the ledger.  The
+ * caller has connected SPI.
  */
 uint64
-cq_groups_upkeep(void)
+cq_groups_upkeep(CqGroups *groups)
 {
 	static SPIPlanPtr stuck_plan = NULL;
 	uint64		synced = 0;
@@ -205,13 +232,16 @@ cq_groups_upkeep(void)
 	cq_execute(stuck_plan, NULL, NULL, SPI_OK_SELECT);
 	stuck = SPI_tuptable;
 	nstuck = SPI_processed;
+	cq_groups_freed_init(groups, (int) nstuck);
 	for (uint64 row = 0; row < nstuck; row++)
 	{
 		bool		isnull;
 		Datum		keys = SPI_getbinval(stuck->vals[row], stuck->tupdesc, 2, &isnull);
+		int32		queue_id = DatumGetInt32(SPI_getbinval(stuck->vals[row],
+														   stuck->tupdesc,
+														   1, &isnull));
 
-		cq_sync_groups(DatumGetInt32(SPI_getbinval(stuck->vals[row], stuck->tupdesc,
-												   1, &isnull)), keys);
+		cq_groups_freed(groups, queue_id, cq_sync_groups(queue_id, keys));
 		synced += ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(keys)),
 								 ARR_DIMS(DatumGetArrayTypeP(keys)));
 	}

@@ -71,10 +71,11 @@
 
 #include "claimq.h"
 
+static Oid	cq_ledger_relid(void);
+
 PG_FUNCTION_INFO_V1(claimq_ledger_begin);
 PG_FUNCTION_INFO_V1(claimq_ledger_end);
 
-static bool cq_ledger_registered = false;
 
 /* claimq.ledger_begin() scopes open in this transaction. */
 static int	cq_sql_scopes = 0;
@@ -127,7 +128,8 @@ cq_ledger_note(CqLedgerCall *call, const CqMove *move)
 		return;
 
 	if (move->from != move->to)
-		cq_census_move(queue_id, move->from, move->to, move->n);
+		cq_census_move(cq_ledger_relid(), queue_id, move->from, move->to,
+					   move->n);
 
 	if (move->to == CQ_IS_PENDING)
 		cq_ready_on_commit(queue_id, move->run_at);
@@ -138,7 +140,8 @@ cq_ledger_note(CqLedgerCall *call, const CqMove *move)
 	if (cq_in_flight(move->from) && !cq_in_flight(move->to) &&
 		call->freed_queue != queue_id)
 	{
-		cq_flow_freed(queue_id);
+		if (cq_flow_freed(queue_id))
+			cq_freed_on_commit(queue_id);
 		call->freed_queue = queue_id;
 	}
 	if (move->group_key != (Datum) 0)
@@ -168,6 +171,7 @@ cq_ledger_close(CqLedgerCall *call)
 {
 	cq_count_flush(&call->counts);
 	cq_groups_sync(&call->groups);
+	cq_ledger_groups_freed(&call->groups);
 	call->freed_queue = 0;
 }
 
@@ -209,14 +213,11 @@ static Oid	cq_xact_relid = InvalidOid;
  * census's notes, and kept until the transaction ends (the callbacks at
  * its end may not look anything up).
  */
-Oid
+static Oid
 cq_ledger_relid(void)
 {
 	if (!OidIsValid(cq_xact_relid))
-	{
-		cq_ledger_use();
 		cq_xact_relid = cq_job_relid();
-	}
 	return cq_xact_relid;
 }
 
@@ -313,6 +314,16 @@ cq_xact_queue(int32 queue_id)
 }
 
 /*
+ * A sync of groups (groups.c) freed held jobs: they are ready at commit.
+ */
+void
+cq_ledger_groups_freed(const CqGroups *groups)
+{
+	for (int i = 0; i < groups->nfreed; i++)
+		cq_ready_on_commit(groups->freed_queue_ids[i], groups->freed_run_ats[i]);
+}
+
+/*
  * Note that this transaction made jobs of the queue pending, the earliest
  * at run_at (DT_NOBEGIN if unknown): waiters on the queue are woken and
  * its floor lowered when the transaction commits.  The floor is lowered
@@ -369,7 +380,6 @@ cq_finished_on_commit(void)
 {
 	if (!cq_shmem_ready)
 		return;
-	cq_ledger_use();
 	cq_xact_finished = true;
 }
 
@@ -481,18 +491,15 @@ cq_ledger_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 }
 
 /*
- * Make sure the ledger's callbacks run at the end of this and every later
- * transaction of the backend; called by a module before it first records
- * something of a transaction.
+ * The ledger's callbacks run at the end of every transaction of the
+ * backend: registered once, when the library is loaded (_PG_init).  At the
+ * end of a transaction that recorded nothing they return at once.
  */
 void
-cq_ledger_use(void)
+cq_ledger_init(void)
 {
-	if (cq_ledger_registered)
-		return;
 	RegisterXactCallback(cq_ledger_xact_callback, NULL);
 	RegisterSubXactCallback(cq_ledger_subxact_callback, NULL);
-	cq_ledger_registered = true;
 }
 
 /*
@@ -504,7 +511,6 @@ cq_ledger_use(void)
 Datum
 claimq_ledger_begin(PG_FUNCTION_ARGS)
 {
-	cq_ledger_use();
 	cq_own_statements++;
 	cq_sql_scopes++;
 	PG_RETURN_VOID();

@@ -556,8 +556,13 @@ cq_step_sweep(bool *more)
 static int64
 cq_step_flow(bool *more)
 {
+	CqGroups	groups = {0};
+	int64		n;
+
 	cq_flow_upkeep();
-	return (int64) cq_groups_upkeep();
+	n = (int64) cq_groups_upkeep(&groups);
+	cq_ledger_groups_freed(&groups);
+	return n;
 }
 
 static int64

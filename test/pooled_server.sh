@@ -3,8 +3,7 @@
 # reachable only through a socket in $dir, and a pgbouncer in transaction
 # mode on a free port of 127.0.0.1 in front of it.
 #
-# CLAIMQ_EDITION chooses the edition (the README's "Which edition: C or
-# portable"):
+# CLAIMQ_EDITION chooses the edition (docs/portable.md):
 #  - c (the default): claimq built and installed into the server if it is
 #    not there, preloaded, and CREATE EXTENSION claimq;
 #  - portable: claimq's library is neither built nor installed nor

@@ -52,6 +52,16 @@ The job table's shape.  A statement in docs/*.md of the form
 "`claimq.job` has N indexes and M checks" (N and M as words or digits)
 must agree with the catalogue: its indexes, and its CHECK constraints.
 
+The README's first screen.  Its first 25 lines say what claimq is and
+how to start: a "# claimq" title, then the two commands for a fresh
+Debian 12 machine in the first ```sh block, each under a comment line
+("# Demo: ...", "# Tests: ..."), and nothing else in that block; then a
+```sql block with CREATE EXTENSION claimq and a first enqueue, claim and
+complete, all within those 25 lines (examples.py runs it).  The commands
+are the ones the tree uses: the test command is what .ci/run (CI) runs,
+the demo command the one examples/demo's header gives, and both scripts
+exist.
+
 Words a user should not see: "contract", "issue", "targets" (as words, in
 any case) must not occur in README.md, docs/*.md or the catalogue comments
 of claimq's objects.  Each occurrence is a failure of its own.
@@ -633,6 +643,95 @@ SELECT pg_describe_object(d.classoid, d.objoid, d.objsubid), replace(d.descripti
                    "or targets" % len(rows))
 
 
+FIRST_SCREEN = 25
+
+
+def readme_checks(tap):
+    path = "README.md"
+    lines = read(path).split("\n")
+    problems = []
+    if not lines or lines[0].rstrip() != "# claimq":
+        problems.append("%s:1: the first line is not \"# claimq\"" % path)
+    blocks = []             # (language, first content line number, lines)
+    i = 0
+    while i < len(lines):
+        m = re.match(r"^```\s*([A-Za-z0-9_+-]*)\s*$", lines[i])
+        if m:
+            j = i + 1
+            while j < len(lines) and not lines[j].startswith("```"):
+                j += 1
+            blocks.append((m.group(1).lower(), i + 2, lines[i + 1:j]))
+            i = j
+        i += 1
+    sh = next((b for b in blocks if b[0] == "sh"), None)
+    commands = []
+    if sh is None or sh[1] + len(sh[2]) > FIRST_SCREEN:
+        problems.append("%s: no ```sh block of the two commands within the first %d lines"
+                        % (path, FIRST_SCREEN))
+    else:
+        first, body = sh[1], sh[2]
+        for k, l in enumerate(body):
+            if l.strip() and not l.lstrip().startswith("#"):
+                commands.append((first + k, l.strip()))
+                if k == 0 or not body[k - 1].lstrip().startswith("#"):
+                    problems.append("%s:%d: %s has no comment line above it" % (path, first + k, l.strip()))
+        if [c for _, c in commands] != ["bash examples/demo", "bash test/run"]:
+            problems.append("%s:%d: the first ```sh block's commands are %s, not the demo and the "
+                            "test command (bash examples/demo, bash test/run)"
+                            % (path, first, ", ".join(c for _, c in commands) or "none"))
+        for label, k in (("# Demo:", 0), ("# Tests:", 2)):
+            if len(body) <= k or not body[k].startswith(label):
+                problems.append("%s:%d: the comment line \"%s ...\" is missing"
+                                % (path, first + k, label))
+    tap.expect("README.md's first %d lines show the two commands, each under its comment"
+               % FIRST_SCREEN, problems)
+
+    # What the tree runs: CI the test command, the demo's header its usage.
+    problems = []
+    given = dict(((c.split() + [""])[1], (n, c)) for n, c in commands)
+    ci = [l.strip() for l in read(".ci/run").split("\n")
+          if l.strip() and not l.lstrip().startswith("#")
+          and not re.match(r"^(set|cd|export)\b", l.strip())]
+    ci = [re.sub(r"^exec\s+", "", l) for l in ci]
+    if "test/run" not in given:
+        problems.append("%s: no test command to compare with .ci/run" % path)
+    elif ci != [given["test/run"][1]]:
+        problems.append(".ci/run runs %s, README.md:%d shows %s"
+                        % (" and ".join(ci) or "nothing", given["test/run"][0], given["test/run"][1]))
+    demo = re.findall(r"^#\s+(bash examples/demo)\b", read("examples/demo"), re.M) \
+        if os.path.isfile("examples/demo") else []
+    if "examples/demo" not in given:
+        problems.append("%s: no demo command" % path)
+    elif given["examples/demo"][1] not in demo:
+        problems.append("examples/demo's header gives %s, README.md:%d shows %s"
+                        % (" or ".join(demo) or "no usage line", given["examples/demo"][0],
+                           given["examples/demo"][1]))
+    for script in ("examples/demo", "test/run"):
+        if not os.path.isfile(script):
+            problems.append("%s: there is no %s" % (path, script))
+    tap.expect("README.md's commands are the ones CI and examples/demo run", problems)
+
+    # Install and a first enqueue, claim and complete, to paste.
+    problems = []
+    sql = next((b for b in blocks if b[0] == "sql" and sh is not None and b[1] > sh[1]), None)
+    if sql is None:
+        problems.append("%s: no ```sql block after the commands" % path)
+    else:
+        text = "\n".join(sql[2])
+        for what, pattern in (("CREATE EXTENSION claimq", r"\bCREATE\s+EXTENSION\s+claimq\b"),
+                              ("claimq.enqueue", r"\bclaimq\.enqueue\("),
+                              ("claimq.claim", r"\bclaimq\.claim\("),
+                              ("claimq.complete", r"\bclaimq\.complete\(")):
+            if not re.search(pattern, text, re.I):
+                problems.append("%s:%d: the first ```sql block does not run %s" % (path, sql[1], what))
+        last = sql[1] + len(sql[2]) - 1
+        if last > FIRST_SCREEN:
+            problems.append("%s:%d: the first ```sql block ends on line %d, after the first %d"
+                            % (path, sql[1], last, FIRST_SCREEN))
+    tap.expect("README.md's first %d lines install claimq and enqueue, claim and complete a job"
+               % FIRST_SCREEN, problems)
+
+
 NUMBERS = {w: n for n, w in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve".split())}
 SHAPE = re.compile(r"`claimq\.job` has\s+(\w+)\s+indexes\s+and\s+(\w+)\s+checks")
@@ -660,6 +759,7 @@ SELECT (SELECT count(*) FROM pg_index WHERE indrelid = 'claimq.job'::regclass),
 def main():
     tap = Tap()
     release_checks(tap)
+    readme_checks(tap)
     try:
         subprocess.run([PSQL, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", "postgres",
                         "-c", "SET client_min_messages = warning",

@@ -164,20 +164,30 @@ the queue's limits all hold back counts as blocked.${can.settings ? '' : html` <
 		if (sampler.samples.length < 2) return html`${err}<p class="na">Collecting samples (every ${sampleMs / 1000} s)…</p>`;
 		if (!sampler.available) return html`${err}<p class="na">No counts yet: no job has been claimed since the server started.</p>`;
 		const since = sampler.samples[0].t;
-		const sec = (v) => (v === null || v === undefined ? '' : v < 1 ? `${(v * 1000).toPrecision(3)} ms` : `${v.toPrecision(3)} s`);
-		const active = queues.filter((q) => sampler.samples.some((s) => s.counters[q] || s.latency[q]));
+		const sec = (v) => (v === null || v === undefined ? '–' : v < 1 ? `${(v * 1000).toPrecision(3)} ms` : `${v.toPrecision(3)} s`);
+		const windows = Object.fromEntries(queues.map((q) => [q, sampler.window(q)]));
+		const active = queues.filter((q) => sampler.busy(windows[q]));
 		const idle = queues.filter((q) => !active.includes(q));
-		return html`${err}<div class="charts">${active.map((q) => {
+		const span = (sampler.samples[sampler.samples.length - 1].t - since) / 1000;
+		return html`${err}<p class="note" id="window">Figures of the last ${span < 120 ? `${Math.round(span)} s` : `${Math.round(span / 60)} min`} (since ${new Date(since).toISOString()}):
+differences between samples of <code>claimq.counters()</code> and <code>claimq.queue_latency()</code>, every ${sampleMs / 1000} s.
+Where a queue's counters went down (<code>reset_counters()</code>, a server restart) the charts break (dashed line), and
+what was counted after it still counts.</p><div class="charts">${active.map((q) => {
 			const tp = sampler.throughput(q);
-			const lat = sampler.latest(q);
+			const w = windows[q];
+			const breaks = sampler.resets(q);
+			const row = (kind) => html`<tr data-kind="${kind}"><th>${kind}</th>
+<td data-col="p50">${sec(w[kind].p50)}</td><td data-col="p90">${sec(w[kind].p90)}</td><td data-col="p99">${sec(w[kind].p99)}</td>
+<td data-col="mean">${sec(w[kind].mean)}</td><td class="num" data-col="n">${w[kind].n}</td></tr>`;
 			return html`<section class="queue-charts" data-queue="${q}"><h3>${q}</h3>
-${lineChart([{ name: 'completed/s', cls: 's1', points: tp.completed }, { name: 'failed/s', cls: 's2', points: tp.failed }], { since })}
-${lat ? html`<table class="grid lat"><tr><th></th><th>p50</th><th>p90</th><th>p99</th><th>samples</th></tr>
-<tr><th>wait</th><td>${sec(lat.wait_p50)}</td><td>${sec(lat.wait_p90)}</td><td>${sec(lat.wait_p99)}</td><td class="num">${lat.samples}</td></tr>
-<tr><th>run</th><td>${sec(lat.run_p50)}</td><td>${sec(lat.run_p90)}</td><td>${sec(lat.run_p99)}</td><td></td></tr></table>
-${lineChart([{ name: 'wait p90 (s)', cls: 's3', points: sampler.latencySeries(q, 'wait_p90') },
-		{ name: 'run p90 (s)', cls: 's4', points: sampler.latencySeries(q, 'run_p90') }], { since, height: 100 })}`
-		: html`<p class="na">No latency samples yet.</p>`}</section>`;
+${lineChart([{ name: 'completed/s', cls: 's1', segments: tp.completed }, { name: 'failed/s', cls: 's2', segments: tp.failed }], { since, breaks })}
+${w.wait.n || w.run.n ? html`<table class="grid lat"><tr><th></th><th>p50</th><th>p90</th><th>p99</th><th>mean</th><th>samples</th></tr>
+${row('wait')}${row('run')}</table>
+${w.percentiles ? '' : html`<p class="na" data-note="percentiles">Percentiles need <code>claimq.latency_histogram()</code>:
+<code>GRANT EXECUTE ON FUNCTION claimq.latency_histogram() TO ${ctx.info.role};</code></p>`}
+${lineChart([{ name: `wait ${w.percentiles ? 'p90' : 'mean'} (s)`, cls: 's3', segments: sampler.latencySeries(q, 'wait') },
+		{ name: `run ${w.percentiles ? 'p90' : 'mean'} (s)`, cls: 's4', segments: sampler.latencySeries(q, 'run') }], { since, breaks, height: 100 })}`
+		: html`<p class="na" data-note="no-latency">No claim or run measured in this window.</p>`}</section>`;
 		})}</div>${idle.length ? html`<p class="na" id="idle">No claims counted in the last hour: ${idle.join(', ')}.</p>` : ''}`;
 	}
 

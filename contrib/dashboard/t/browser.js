@@ -107,6 +107,68 @@ async function main() {
 		await shot('overview');
 	});
 
+	// The "last hour" counts only what happened in it: queue lat's one
+	// claim, made before the dashboards started, waited 1000 s (the
+	// setup's); the three here wait milliseconds.  With the histograms
+	// (cq_admin was granted EXECUTE on claimq.latency_histogram()) the
+	// percentiles, without them (cq_observer) the mean.
+	const secs = (text) => {
+		const m = /^([0-9.]+) (ms|s)$/.exec(text.trim());
+		assert.ok(m, `a duration: ${text}`);
+		return Number(m[1]) / (m[2] === 'ms' ? 1000 : 1);
+	};
+	// Without waiting for the cell to appear, as textContent would.
+	const latCell = (kind, c) => page.$eval(`section[data-queue="lat"] tr[data-kind="${kind}"] [data-col="${c}"]`, (e) => e.textContent);
+	await check('overview: the last hour\'s latency comes from differences between samples, not since the server started', async () => {
+		if (edition !== 'c') return;
+		const before = await one(`SELECT samples::int AS n, extract(epoch FROM wait_p99)::float8 AS p99 FROM claimq.queue_latency WHERE queue = 'lat'`);
+		assert.equal(before.n, 1);
+		assert.ok(before.p99 > 900, `the setup's claim waited 1000 s: ${before.p99}`);
+		await sql.query(`SELECT count(*) FROM claimq.enqueue_many('lat', ARRAY['{}', '{}', '{}']::jsonb[])`);
+		await sql.query(`DO $$
+			DECLARE c record;
+			BEGIN
+				FOR c IN SELECT * FROM claimq.claim('lat', 3, start => true) LOOP
+					PERFORM claimq.complete(c.job_id, c.token);
+				END LOOP;
+			END $$`);
+		assert.equal((await one(`SELECT samples::int AS n FROM claimq.queue_latency WHERE queue = 'lat'`)).n, 4);
+		for (const base of [A, O]) {
+			await until(`${base}: three claims of queue lat in the window`, async () => {
+				await go(`${base}/`);
+				return (await latCell('wait', 'n').catch(() => '')) === '3';
+			});
+			assert.ok(secs(await latCell('wait', 'mean')) < 1, 'mean wait');
+			assert.equal(await latCell('run', 'n'), '3');
+		}
+		await go(`${A}/`);
+		for (const c of ['p50', 'p90', 'p99']) assert.ok(secs(await latCell('wait', c)) < 1, `wait ${c}`);
+		assert.equal(await page.$('section[data-queue="lat"] [data-note="percentiles"]'), null);
+		await go(`${O}/`);
+		assert.equal((await latCell('wait', 'p99')).trim(), '–');
+		assert.match(await page.textContent('section[data-queue="lat"] [data-note="percentiles"]'), /GRANT EXECUTE ON FUNCTION claimq\.latency_histogram\(\)/);
+	});
+
+	await check('overview: reset_counters() breaks the charts, no line crosses it, and the window keeps what came before', async () => {
+		if (edition !== 'c') return;
+		await sql.query('SELECT claimq.reset_counters()');
+		const shape = () => page.$eval('section[data-queue="busy"] figure.chart', (fig) => ({
+			breaks: [...fig.querySelectorAll('line.break')].map((l) => Number(l.getAttribute('x1'))),
+			lines: [...fig.querySelectorAll('polyline.s1')].map((p) => p.getAttribute('points').split(' ').map((xy) => Number(xy.split(',')[0]))),
+		}));
+		const got = await until('a break in the busy queue\'s throughput chart, and a line after it', async () => {
+			await go(`${A}/`);
+			const s = await shape();
+			return s.breaks.length >= 1 && s.lines.length >= 2 && s;
+		});
+		for (const x of got.breaks) {
+			for (const xs of got.lines) assert.ok(xs.every((v) => v < x) || xs.every((v) => v > x), `a line crosses the break at ${x}: ${xs}`);
+		}
+		// Queue lat's three claims were counted before the reset, in the window.
+		assert.equal(await latCell('wait', 'n'), '3');
+		assert.ok(await page.$('section[data-queue="lat"] line.break'), 'lat too went down');
+	});
+
 	await check("a queue's settings and limits, read from claimq.queue by a role that may", async () => {
 		await go(`${A}/`);
 		const limits = async (q) => (await rowCounts(`#queues tr[data-queue="${q}"]`)).limits;

@@ -44,7 +44,11 @@ function limitsText(q) {
 }
 // The states of job_dedup_idx (live) and of job_finished_idx.
 const LIVE_FINISHED = ['{waiting,pending,claimed,running}', '{done,dead,cancelled}'];
-const ID = /^[0-9]{1,19}$/;
+// Job ids: digits, within bigint.  A number beyond it names no job (404
+// on a job's page), anything else is no job id (400).
+const DIGITS = /^[0-9]+$/;
+const MAX_ID = 9223372036854775807n;
+const isId = (v) => DIGITS.test(v) && BigInt(v) <= MAX_ID;
 const MAX_IDS = 1000;
 
 class HttpError extends Error {
@@ -218,8 +222,8 @@ ${can.retry && s.dead !== '0' ? actionButton('retry_dead', `Retry all ${s.dead} 
 			state: STATES.includes(params.get('state')) ? params.get('state') : '',
 			group: params.get('group') || '',
 			dedup: params.get('dedup') || '',
-			id: ID.test(params.get('id') || '') ? params.get('id') : '',
-			before: ID.test(params.get('before') || '') ? params.get('before') : '',
+			id: DIGITS.test(params.get('id') || '') ? params.get('id') : '',
+			before: isId(params.get('before') || '') ? params.get('before') : '',
 		};
 		const limit = Math.min(500, Math.max(1, parseInt(params.get('limit'), 10) || 50));
 		// Keyset paging: newest first, the next page starts below the last id
@@ -238,7 +242,8 @@ ${can.retry && s.dead !== '0' ? actionButton('retry_dead', `Retry all ${s.dead} 
 		// its unique index, and the finished ones with it from the index of
 		// finished jobs, rather than every job of the queue by id.
 		const branches = f.dedup && !f.state ? LIVE_FINISHED.map((states) => [...where, `state = ANY ('${states}')`]) : [where];
-		const jobs = (await query(branches.map((w) =>
+		// An id beyond bigint matches no job.
+		const jobs = f.id && !isId(f.id) ? [] : (await query(branches.map((w) =>
 			`SELECT j.job_id AS k, j.job_id::text, state, priority, attempts, group_key, dedup_key, run_at::text,
 			        enqueued_at::text, left(payload::text, 160) AS payload, left(last_error, 160) AS last_error
 			   FROM claimq.jobs j WHERE ${w.join(' AND ')}`).join(' UNION ALL ') +
@@ -374,7 +379,7 @@ ${rows.length ? '' : html`<p class="empty">The reclaimer does not serve this dat
 
 	function ids(p) {
 		const list = p.getAll('ids').flatMap((v) => v.split(/[\s,]+/)).filter((v) => v !== '');
-		for (const v of list) if (!ID.test(v)) throw new HttpError(400, `invalid job id "${v}"`);
+		for (const v of list) if (!isId(v)) throw new HttpError(400, `invalid job id "${v}"`);
 		if (list.length > MAX_IDS) throw new HttpError(400, `at most ${MAX_IDS} jobs at a time`);
 		return [...new Set(list)];
 	}
@@ -526,10 +531,19 @@ ${ids(p).length ? html`<input type="hidden" name="ids" value="${ids(p).join(',')
 			let m;
 			if (p === '/') return page(res, ctx, 200, 'Queues', await overview(ctx));
 			if ((m = p.match(/^\/queues\/([^/]+)$/))) {
-				const name = decodeURIComponent(m[1]);
+				let name;
+				try {
+					name = decodeURIComponent(m[1]);
+				} catch (e) {
+					throw new HttpError(400, 'the queue name in the address is not valid percent-encoding');
+				}
 				return page(res, ctx, 200, `Queue ${name}`, await queuePage(ctx, name, url.searchParams));
 			}
-			if ((m = p.match(/^\/jobs\/([0-9]{1,19})$/))) return page(res, ctx, 200, `Job ${m[1]}`, await jobPage(ctx, m[1]));
+			if ((m = p.match(/^\/jobs\/([^/]+)$/))) {
+				if (!DIGITS.test(m[1])) throw new HttpError(400, 'a job id is a number');
+				if (!isId(m[1])) throw new HttpError(404, `job ${m[1]} does not exist (job ids are at most ${MAX_ID})`);
+				return page(res, ctx, 200, `Job ${m[1]}`, await jobPage(ctx, m[1]));
+			}
 			if (p === '/groups') return page(res, ctx, 200, 'Groups', await groupsPage(ctx));
 			if (p === '/schedules') return page(res, ctx, 200, 'Schedules', await schedulesPage(ctx));
 			if (p === '/reclaimer') return page(res, ctx, 200, 'Reclaimer', await reclaimerPage(ctx));

@@ -268,6 +268,22 @@ async function main() {
 		await go(`${A}/jobs/1`, 404);
 	});
 
+	await check('bad addresses: bad percent-encoding is 400, an id beyond bigint 404, not a number 400; no stack trace', async () => {
+		for (const [url, status] of [['/queues/%ZZ', 400], ['/queues/a%E0%A4%A', 400], ['/jobs/9999999999999999999', 404],
+			['/jobs/99999999999999999999', 404], ['/jobs/12x', 400],
+			['/queues/quiet?id=9999999999999999999', 200], ['/queues/quiet?before=99999999999999999999', 200]]) {
+			const r = await page.request.get(`${A}${url}`);
+			assert.equal(r.status(), status, url);
+			const text = await r.text();
+			assert.doesNotMatch(text, /\bat [^ ]+ \(|node:internal|\.js:[0-9]+/, `${url}: a stack trace`);
+			assert.doesNotMatch(text, /SQLSTATE/, `${url}: an error from the database`);
+		}
+		await go(`${A}/queues/quiet?id=9999999999999999999`);
+		assert.deepEqual(await ids(), []);
+		await go(`${A}/queues/quiet?before=99999999999999999999&limit=5`);
+		assert.deepEqual(await ids(), quietIds.slice(0, 5));
+	});
+
 	await check('payloads and keys are shown as text: no script runs, no dialog', async () => {
 		const id = await jobId('<b>xss</b>');
 		await go(`${A}/jobs/${id}`);

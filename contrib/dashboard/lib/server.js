@@ -49,6 +49,11 @@ const LIVE_FINISHED = ['{waiting,pending,claimed,running}', '{done,dead,cancelle
 const DIGITS = /^[0-9]+$/;
 const MAX_ID = 9223372036854775807n;
 const isId = (v) => DIGITS.test(v) && BigInt(v) <= MAX_ID;
+// A job's page shows at most this many characters of its payload, result
+// and last error, and lists the jobs it runs after and its dependents this
+// many at a time.
+const SHOW_CHARS = 65536;
+const LIST_PAGE = 100;
 const MAX_IDS = 1000;
 
 class HttpError extends Error {
@@ -276,35 +281,62 @@ ${more ? html`<a href="/queues/${encodeURIComponent(name)}${qs({ ...filters, bef
 ${selectable ? html`<form method="get" action="/confirm">${table}${buttons}</form>` : table}${pager}`;
 	}
 
-	async function jobPage(ctx, id) {
+	// A job's payload or result as JSON, whole (for a page that shows only
+	// the first SHOW_CHARS of it).
+	async function jobJson(ctx, id, which) {
+		if (!ctx.can.jobs) throw new HttpError(403, 'this role may not read claimq.jobs: job pages need the administer duty');
+		const j = (await query(`SELECT ${which === 'payload' ? 'payload' : 'result'}::text AS v FROM claimq.jobs WHERE job_id = $1::bigint`, [id])).rows[0];
+		if (!j) throw new HttpError(404, `job ${id} does not exist`);
+		return j.v === null ? 'null' : j.v;
+	}
+
+	async function jobPage(ctx, id, params) {
 		const { can } = ctx;
 		if (!can.jobs) throw new HttpError(403, 'this role may not read claimq.jobs: job pages need the administer duty');
+		// Long texts are cut in the database: a page carries at most
+		// SHOW_CHARS characters of each, and says how long the whole is.
 		const j = (await query(
-			`SELECT job_id::text, queue, state, jsonb_pretty(payload) AS payload, priority, run_at::text, attempts,
-			        max_attempts, worker, expires_at::text, enqueued_at::text, dedup_key, last_error, group_key,
-			        finished_at::text, jsonb_pretty(result) AS result, after_count, after_failed
-			   FROM claimq.jobs WHERE job_id = $1::bigint`, [id])).rows[0];
+			`SELECT job_id::text, queue, state, left(x.payload, $2) AS payload, length(x.payload) AS payload_len,
+			        priority, run_at::text, attempts, max_attempts, worker, expires_at::text, enqueued_at::text,
+			        dedup_key, left(last_error, $2) AS last_error, length(last_error) AS last_error_len, group_key,
+			        finished_at::text, left(x.result, $2) AS result, length(x.result) AS result_len, after_count, after_failed
+			   FROM claimq.jobs j, LATERAL (SELECT jsonb_pretty(j.payload) AS payload, jsonb_pretty(j.result) AS result) x
+			  WHERE job_id = $1::bigint`, [id, SHOW_CHARS])).rows[0];
 		if (!j) throw new HttpError(404, `job ${id} does not exist (a job that completed in a queue that keeps nothing is gone)`);
+		const cut = (what, len) => (len > SHOW_CHARS ? html`<p class="note" data-cut="${what}">Showing the first ${SHOW_CHARS.toLocaleString('en')} characters of ${Number(len).toLocaleString('en')}${what === 'last error' ? '' : html`;
+the whole ${what} as JSON: <a href="/jobs/${j.job_id}/${what}">/jobs/${j.job_id}/${what}</a>`}.</p>` : '');
+		// The jobs it runs after and its dependents, LIST_PAGE at a time,
+		// keyed by id (after_gt, dependents_gt): no OFFSET.
+		const from = (k) => (isId(params.get(k) || '') ? params.get(k) : '0');
+		const pager = (k, rows) => {
+			const more = rows.length > LIST_PAGE;
+			if (more) rows.pop();
+			const others = Object.fromEntries(['after_gt', 'dependents_gt'].filter((o) => o !== k).map((o) => [o, params.get(o)]));
+			return html`<p class="pager">${from(k) !== '0' ? html`<a href="/jobs/${j.job_id}${qs(others)}" id="${k}-first">First ${LIST_PAGE}</a> ` : ''}
+${more ? html`<a href="/jobs/${j.job_id}${qs({ ...others, [k]: rows[rows.length - 1].id })}" id="${k}-next">Next ${LIST_PAGE}</a>` : ''}</p>`;
+		};
 		let deps = html``;
 		if (can.deps) {
 			const after = (await query(
-				`SELECT after_id::text, state, left(result::text, 200) AS result, last_error
-				   FROM claimq.dependencies(ARRAY[$1::bigint])`, [id])).rows;
+				`SELECT after_id AS k, after_id::text AS id, state, left(result::text, 200) AS result, left(last_error, 200) AS last_error
+				   FROM claimq.dependencies(ARRAY[$1::bigint]) WHERE after_id > $2::bigint
+				  ORDER BY after_id LIMIT $3`, [id, from('after_gt'), LIST_PAGE + 1])).rows;
 			// Dependents: claimq keeps no reverse index readable by a role, so
 			// look among the newest jobs that run after others.
 			const dependents = (await query(
-				`SELECT j.job_id::text, j.queue, j.state FROM claimq.jobs j
+				`SELECT j.job_id::text AS id, j.queue, j.state FROM claimq.jobs j
 				  WHERE j.job_id = ANY (ARRAY(
 				        SELECT d.job_id FROM claimq.dependencies(ARRAY(
 				               SELECT c.job_id FROM claimq.jobs c WHERE c.after_failed IS NOT NULL
 				                ORDER BY c.job_id DESC LIMIT 10000)) d
-				         WHERE d.after_id = $1::bigint))
-				  ORDER BY j.job_id`, [id])).rows;
+				         WHERE d.after_id = $1::bigint AND d.job_id > $2::bigint))
+				  ORDER BY j.job_id LIMIT $3`, [id, from('dependents_gt'), LIST_PAGE + 1])).rows;
+			const afterPager = pager('after_gt', after), dependentsPager = pager('dependents_gt', dependents);
 			deps = html`<h2>Runs after</h2>${after.length ? html`<table class="grid" id="after"><tr><th>job</th><th>state</th><th>result</th><th>last error</th></tr>
-${after.map((a) => html`<tr data-job="${a.after_id}"><td><a href="/jobs/${a.after_id}">${a.after_id}</a></td><td>${a.state === null ? 'gone' : a.state}</td><td>${a.result}</td><td>${a.last_error}</td></tr>`)}</table>`
+${after.map((a) => html`<tr data-job="${a.id}"><td><a href="/jobs/${a.id}">${a.id}</a></td><td>${a.state === null ? 'gone' : a.state}</td><td>${a.result}</td><td>${a.last_error}</td></tr>`)}</table>${afterPager}`
 		: html`<p class="empty">No jobs.</p>`}
 <h2>Dependents</h2>${dependents.length ? html`<table class="grid" id="dependents"><tr><th>job</th><th>queue</th><th>state</th></tr>
-${dependents.map((d) => html`<tr data-job="${d.job_id}"><td><a href="/jobs/${d.job_id}">${d.job_id}</a></td><td>${d.queue}</td><td>${d.state}</td></tr>`)}</table>`
+${dependents.map((d) => html`<tr data-job="${d.id}"><td><a href="/jobs/${d.id}">${d.id}</a></td><td>${d.queue}</td><td>${d.state}</td></tr>`)}</table>${dependentsPager}`
 		: html`<p class="empty">None among the 10,000 newest jobs that run after others.</p>`}`;
 		}
 		const field = (k, v) => html`<tr><th>${k}</th><td data-field="${k}">${v}</td></tr>`;
@@ -318,10 +350,10 @@ ${field('queue', html`<a href="/queues/${encodeURIComponent(j.queue)}">${j.queue
 ${field('state', j.state)}${field('attempts', `${j.attempts}${j.max_attempts ? ` of ${j.max_attempts}` : ''}`)}
 ${field('priority', j.priority)}${field('worker', j.worker)}${field('group key', j.group_key)}${field('dedup key', j.dedup_key)}
 ${field('after', j.after_failed ? `${j.after_count} unfinished; if one fails: ${j.after_failed}` : '')}
-${field('last error', j.last_error)}</table>
+${field('last error', j.last_error)}</table>${cut('last error', j.last_error_len)}
 <h2>Timeline</h2><ol class="timeline">${timeline.map((t) => html`<li><span>${t[0]}</span> ${t[1]}</li>`)}</ol>
-<h2>Payload</h2><pre id="payload">${j.payload}</pre>
-<h2>Result</h2><pre id="result">${j.result === null ? '(none)' : j.result}</pre>${deps}`;
+<h2>Payload</h2>${cut('payload', j.payload_len)}<pre id="payload">${j.payload}</pre>
+<h2>Result</h2>${cut('result', j.result_len)}<pre id="result">${j.result === null ? '(none)' : j.result}</pre>${deps}`;
 	}
 
 	async function groupsPage(ctx) {
@@ -539,10 +571,11 @@ ${ids(p).length ? html`<input type="hidden" name="ids" value="${ids(p).join(',')
 				}
 				return page(res, ctx, 200, `Queue ${name}`, await queuePage(ctx, name, url.searchParams));
 			}
-			if ((m = p.match(/^\/jobs\/([^/]+)$/))) {
+			if ((m = p.match(/^\/jobs\/([^/]+?)(\/payload|\/result)?$/))) {
 				if (!DIGITS.test(m[1])) throw new HttpError(400, 'a job id is a number');
 				if (!isId(m[1])) throw new HttpError(404, `job ${m[1]} does not exist (job ids are at most ${MAX_ID})`);
-				return page(res, ctx, 200, `Job ${m[1]}`, await jobPage(ctx, m[1]));
+				if (m[2]) return send(res, 200, 'application/json; charset=utf-8', await jobJson(ctx, m[1], m[2].slice(1)));
+				return page(res, ctx, 200, `Job ${m[1]}`, await jobPage(ctx, m[1], url.searchParams));
 			}
 			if (p === '/groups') return page(res, ctx, 200, 'Groups', await groupsPage(ctx));
 			if (p === '/schedules') return page(res, ctx, 200, 'Schedules', await schedulesPage(ctx));

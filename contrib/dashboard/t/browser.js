@@ -268,9 +268,58 @@ async function main() {
 		await go(`${A}/jobs/1`, 404);
 	});
 
+	// Bounded pages: a job's payload and result of 3 MB each, and jobs with
+	// 250 jobs to run after and 250 dependents.
+	const BOUND = 300000;	// bytes of HTML a job page may take: 2 x 64 KiB shown, escaped, and the rest
+	await check('job page: a 3 MB payload and result are cut to a stated prefix, the page stays small', async () => {
+		await sql.query(`SELECT claimq.create_queue('big', keep_done => '1 day')`);
+		const id = (await one(`SELECT claimq.enqueue('big', jsonb_build_object('blob', repeat('<x>', 1000000)), dedup_key => 'big')::text AS id`)).id;
+		await sql.query(`DO $$
+			DECLARE c record;
+			BEGIN
+				SELECT * INTO c FROM claimq.claim('big', 1, start => true);
+				PERFORM claimq.complete(c.job_id, c.token, jsonb_build_object('out', repeat('y', 3000000)));
+			END $$`);
+		const len = await one(`SELECT length(jsonb_pretty(payload))::text AS p, length(jsonb_pretty(result))::text AS r FROM claimq.jobs WHERE job_id = $1`, [id]);
+		const r = await go(`${A}/jobs/${id}`);
+		const body = await r.body();
+		assert.ok(body.length < BOUND, `the page is ${body.length} bytes`);
+		assert.equal(await page.textContent('[data-field=state]'), 'done');
+		assert.match(await page.textContent('[data-cut=payload]'), new RegExp(`first 65,536 characters of ${Number(len.p).toLocaleString('en')}`));
+		assert.match(await page.textContent('[data-cut=result]'), new RegExp(`first 65,536 characters of ${Number(len.r).toLocaleString('en')}`));
+		assert.equal((await page.textContent('#payload')).length, 65536);
+		assert.ok((await page.textContent('#payload')).includes('"blob": "<x><x>'));
+		// The whole payload, as JSON, from the link the page gives.
+		const whole = await page.request.get(`${A}${await page.getAttribute('[data-cut=payload] a', 'href')}`);
+		assert.equal(whole.status(), 200);
+		assert.equal((await whole.json()).blob.length, 3000000);
+	});
+
+	await check('job page: 250 jobs it runs after and 250 dependents, 100 a page, next links by id reach them all', async () => {
+		const parent = (await one(`SELECT claimq.enqueue('big', '{"fan": "out"}')::text AS id`)).id;
+		const mid = await col(`SELECT id::text FROM claimq.enqueue_many('big', ARRAY(SELECT jsonb_build_object('i', i) FROM generate_series(1, 250) i),
+			after => ARRAY[$1::bigint]) id ORDER BY id`, [parent]);
+		const last = (await one(`SELECT claimq.enqueue('big', '{"fan": "in"}', after => $1::bigint[])::text AS id`, [mid])).id;
+		const walk = async (url, table, next) => {
+			const seen = [];
+			let r = await go(url);
+			for (;;) {
+				assert.ok((await r.body()).length < BOUND, 'a bounded page');
+				const got = await page.$$eval(`${table} tr[data-job]`, (rows) => rows.map((t) => t.dataset.job));
+				assert.ok(got.length <= 100, `at most 100 a page: ${got.length}`);
+				seen.push(...got);
+				if (!(await page.$(next))) break;
+				[r] = await Promise.all([page.waitForNavigation(), page.click(next)]);
+			}
+			return seen;
+		};
+		assert.deepEqual(await walk(`${A}/jobs/${last}`, '#after', '#after_gt-next'), mid);
+		assert.deepEqual(await walk(`${A}/jobs/${parent}`, '#dependents', '#dependents_gt-next'), mid);
+	});
+
 	await check('bad addresses: bad percent-encoding is 400, an id beyond bigint 404, not a number 400; no stack trace', async () => {
 		for (const [url, status] of [['/queues/%ZZ', 400], ['/queues/a%E0%A4%A', 400], ['/jobs/9999999999999999999', 404],
-			['/jobs/99999999999999999999', 404], ['/jobs/12x', 400],
+			['/jobs/99999999999999999999', 404], ['/jobs/12x', 400], ['/jobs/9999999999999999999/payload', 404],
 			['/queues/quiet?id=9999999999999999999', 200], ['/queues/quiet?before=99999999999999999999', 200]]) {
 			const r = await page.request.get(`${A}${url}`);
 			assert.equal(r.status(), status, url);

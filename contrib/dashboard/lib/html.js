@@ -64,10 +64,12 @@ ${body}
 }
 
 // A line chart of one or more series over a time axis, as inline SVG.
-// series: [{ name, cls, points: [[t ms, value], ...] }].
-function lineChart(series, { width = 560, height = 140, unit = '', since, until } = {}) {
+// series: [{ name, cls, segments: [[[t ms, value], ...], ...] }]: one
+// polyline per segment, none across the times of breaks (counters that
+// went down), which are marked with a dashed line.
+function lineChart(series, { width = 560, height = 140, unit = '', since, until, breaks = [] } = {}) {
 	const pad = { l: 48, r: 8, t: 8, b: 20 };
-	const all = series.flatMap((s) => s.points);
+	const all = series.flatMap((s) => s.segments.flat());
 	const t1 = until || Date.now();
 	const t0 = since || (all.length ? Math.min(...all.map((p) => p[0])) : t1 - 3600e3);
 	const top = Math.max(0, ...all.map((p) => p[1]));
@@ -75,10 +77,11 @@ function lineChart(series, { width = 560, height = 140, unit = '', since, until 
 	const x = (t) => pad.l + ((t - t0) / Math.max(1, t1 - t0)) * (width - pad.l - pad.r);
 	const y = (v) => height - pad.b - (v / vmax) * (height - pad.t - pad.b);
 	const fmt = (v) => (v >= 100 ? v.toFixed(0) : v >= 1 ? v.toFixed(1) : v.toPrecision(2));
-	const lines = series.map((s) => {
-		const pts = s.points.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(' ');
-		return html`<polyline class="${s.cls}" fill="none" points="${pts}"><title>${s.name}</title></polyline>`;
-	});
+	const lines = series.map((s) => s.segments.map((seg, i) => {
+		const pts = seg.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(' ');
+		return html`<polyline class="${s.cls}" data-segment="${i}" fill="none" points="${pts}"><title>${s.name}</title></polyline>`;
+	}));
+	const marks = breaks.map((t) => html`<line class="break" x1="${x(t).toFixed(1)}" y1="${pad.t}" x2="${x(t).toFixed(1)}" y2="${height - pad.b}"><title>counters went down (reset_counters() or a server restart)</title></line>`);
 	const span = (t1 - t0) / 1000;
 	const ago = span < 120 ? `-${Math.round(span)} s` : `-${Math.round(span / 60)} min`;
 	return html`<figure class="chart"><svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${width} ${height}" width="${width}" height="${height}" role="img" aria-label="${series.map((s) => s.name).join(', ')}">
@@ -88,7 +91,7 @@ function lineChart(series, { width = 560, height = 140, unit = '', since, until 
 <text x="${pad.l - 4}" y="${height - pad.b}" text-anchor="end">0</text>
 <text x="${pad.l}" y="${height - 4}">${ago}</text>
 <text x="${width - pad.r}" y="${height - 4}" text-anchor="end">now</text>
-${lines}</svg>
+${marks}${lines}</svg>
 <figcaption>${series.map((s) => html`<span class="key ${s.cls}">${s.name}</span> `)}</figcaption></figure>`;
 }
 

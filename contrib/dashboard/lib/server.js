@@ -44,7 +44,16 @@ function limitsText(q) {
 }
 // The states of job_dedup_idx (live) and of job_finished_idx.
 const LIVE_FINISHED = ['{waiting,pending,claimed,running}', '{done,dead,cancelled}'];
-const ID = /^[0-9]{1,19}$/;
+// Job ids: digits, within bigint.  A number beyond it names no job (404
+// on a job's page), anything else is no job id (400).
+const DIGITS = /^[0-9]+$/;
+const MAX_ID = 9223372036854775807n;
+const isId = (v) => DIGITS.test(v) && BigInt(v) <= MAX_ID;
+// A job's page shows at most this many characters of its payload, result
+// and last error, and lists the jobs it runs after and its dependents this
+// many at a time.
+const SHOW_CHARS = 65536;
+const LIST_PAGE = 100;
 const MAX_IDS = 1000;
 
 class HttpError extends Error {
@@ -164,20 +173,30 @@ the queue's limits all hold back counts as blocked.${can.settings ? '' : html` <
 		if (sampler.samples.length < 2) return html`${err}<p class="na">Collecting samples (every ${sampleMs / 1000} s)…</p>`;
 		if (!sampler.available) return html`${err}<p class="na">No counts yet: no job has been claimed since the server started.</p>`;
 		const since = sampler.samples[0].t;
-		const sec = (v) => (v === null || v === undefined ? '' : v < 1 ? `${(v * 1000).toPrecision(3)} ms` : `${v.toPrecision(3)} s`);
-		const active = queues.filter((q) => sampler.samples.some((s) => s.counters[q] || s.latency[q]));
+		const sec = (v) => (v === null || v === undefined ? '–' : v < 1 ? `${(v * 1000).toPrecision(3)} ms` : `${v.toPrecision(3)} s`);
+		const windows = Object.fromEntries(queues.map((q) => [q, sampler.window(q)]));
+		const active = queues.filter((q) => sampler.busy(windows[q]));
 		const idle = queues.filter((q) => !active.includes(q));
-		return html`${err}<div class="charts">${active.map((q) => {
+		const span = (sampler.samples[sampler.samples.length - 1].t - since) / 1000;
+		return html`${err}<p class="note" id="window">Figures of the last ${span < 120 ? `${Math.round(span)} s` : `${Math.round(span / 60)} min`} (since ${new Date(since).toISOString()}):
+differences between samples of <code>claimq.counters()</code> and <code>claimq.queue_latency()</code>, every ${sampleMs / 1000} s.
+Where a queue's counters went down (<code>reset_counters()</code>, a server restart) the charts break (dashed line), and
+what was counted after it still counts.</p><div class="charts">${active.map((q) => {
 			const tp = sampler.throughput(q);
-			const lat = sampler.latest(q);
+			const w = windows[q];
+			const breaks = sampler.resets(q);
+			const row = (kind) => html`<tr data-kind="${kind}"><th>${kind}</th>
+<td data-col="p50">${sec(w[kind].p50)}</td><td data-col="p90">${sec(w[kind].p90)}</td><td data-col="p99">${sec(w[kind].p99)}</td>
+<td data-col="mean">${sec(w[kind].mean)}</td><td class="num" data-col="n">${w[kind].n}</td></tr>`;
 			return html`<section class="queue-charts" data-queue="${q}"><h3>${q}</h3>
-${lineChart([{ name: 'completed/s', cls: 's1', points: tp.completed }, { name: 'failed/s', cls: 's2', points: tp.failed }], { since })}
-${lat ? html`<table class="grid lat"><tr><th></th><th>p50</th><th>p90</th><th>p99</th><th>samples</th></tr>
-<tr><th>wait</th><td>${sec(lat.wait_p50)}</td><td>${sec(lat.wait_p90)}</td><td>${sec(lat.wait_p99)}</td><td class="num">${lat.samples}</td></tr>
-<tr><th>run</th><td>${sec(lat.run_p50)}</td><td>${sec(lat.run_p90)}</td><td>${sec(lat.run_p99)}</td><td></td></tr></table>
-${lineChart([{ name: 'wait p90 (s)', cls: 's3', points: sampler.latencySeries(q, 'wait_p90') },
-		{ name: 'run p90 (s)', cls: 's4', points: sampler.latencySeries(q, 'run_p90') }], { since, height: 100 })}`
-		: html`<p class="na">No latency samples yet.</p>`}</section>`;
+${lineChart([{ name: 'completed/s', cls: 's1', segments: tp.completed }, { name: 'failed/s', cls: 's2', segments: tp.failed }], { since, breaks })}
+${w.wait.n || w.run.n ? html`<table class="grid lat"><tr><th></th><th>p50</th><th>p90</th><th>p99</th><th>mean</th><th>samples</th></tr>
+${row('wait')}${row('run')}</table>
+${w.percentiles ? '' : html`<p class="na" data-note="percentiles">Percentiles need <code>claimq.latency_histogram()</code>:
+<code>GRANT EXECUTE ON FUNCTION claimq.latency_histogram() TO ${ctx.info.role};</code></p>`}
+${lineChart([{ name: `wait ${w.percentiles ? 'p90' : 'mean'} (s)`, cls: 's3', segments: sampler.latencySeries(q, 'wait') },
+		{ name: `run ${w.percentiles ? 'p90' : 'mean'} (s)`, cls: 's4', segments: sampler.latencySeries(q, 'run') }], { since, breaks, height: 100 })}`
+		: html`<p class="na" data-note="no-latency">No claim or run measured in this window.</p>`}</section>`;
 		})}</div>${idle.length ? html`<p class="na" id="idle">No claims counted in the last hour: ${idle.join(', ')}.</p>` : ''}`;
 	}
 
@@ -208,8 +227,8 @@ ${can.retry && s.dead !== '0' ? actionButton('retry_dead', `Retry all ${s.dead} 
 			state: STATES.includes(params.get('state')) ? params.get('state') : '',
 			group: params.get('group') || '',
 			dedup: params.get('dedup') || '',
-			id: ID.test(params.get('id') || '') ? params.get('id') : '',
-			before: ID.test(params.get('before') || '') ? params.get('before') : '',
+			id: DIGITS.test(params.get('id') || '') ? params.get('id') : '',
+			before: isId(params.get('before') || '') ? params.get('before') : '',
 		};
 		const limit = Math.min(500, Math.max(1, parseInt(params.get('limit'), 10) || 50));
 		// Keyset paging: newest first, the next page starts below the last id
@@ -228,7 +247,8 @@ ${can.retry && s.dead !== '0' ? actionButton('retry_dead', `Retry all ${s.dead} 
 		// its unique index, and the finished ones with it from the index of
 		// finished jobs, rather than every job of the queue by id.
 		const branches = f.dedup && !f.state ? LIVE_FINISHED.map((states) => [...where, `state = ANY ('${states}')`]) : [where];
-		const jobs = (await query(branches.map((w) =>
+		// An id beyond bigint matches no job.
+		const jobs = f.id && !isId(f.id) ? [] : (await query(branches.map((w) =>
 			`SELECT j.job_id AS k, j.job_id::text, state, priority, attempts, group_key, dedup_key, run_at::text,
 			        enqueued_at::text, left(payload::text, 160) AS payload, left(last_error, 160) AS last_error
 			   FROM claimq.jobs j WHERE ${w.join(' AND ')}`).join(' UNION ALL ') +
@@ -261,35 +281,62 @@ ${more ? html`<a href="/queues/${encodeURIComponent(name)}${qs({ ...filters, bef
 ${selectable ? html`<form method="get" action="/confirm">${table}${buttons}</form>` : table}${pager}`;
 	}
 
-	async function jobPage(ctx, id) {
+	// A job's payload or result as JSON, whole (for a page that shows only
+	// the first SHOW_CHARS of it).
+	async function jobJson(ctx, id, which) {
+		if (!ctx.can.jobs) throw new HttpError(403, 'this role may not read claimq.jobs: job pages need the administer duty');
+		const j = (await query(`SELECT ${which === 'payload' ? 'payload' : 'result'}::text AS v FROM claimq.jobs WHERE job_id = $1::bigint`, [id])).rows[0];
+		if (!j) throw new HttpError(404, `job ${id} does not exist`);
+		return j.v === null ? 'null' : j.v;
+	}
+
+	async function jobPage(ctx, id, params) {
 		const { can } = ctx;
 		if (!can.jobs) throw new HttpError(403, 'this role may not read claimq.jobs: job pages need the administer duty');
+		// Long texts are cut in the database: a page carries at most
+		// SHOW_CHARS characters of each, and says how long the whole is.
 		const j = (await query(
-			`SELECT job_id::text, queue, state, jsonb_pretty(payload) AS payload, priority, run_at::text, attempts,
-			        max_attempts, worker, expires_at::text, enqueued_at::text, dedup_key, last_error, group_key,
-			        finished_at::text, jsonb_pretty(result) AS result, after_count, after_failed
-			   FROM claimq.jobs WHERE job_id = $1::bigint`, [id])).rows[0];
+			`SELECT job_id::text, queue, state, left(x.payload, $2) AS payload, length(x.payload) AS payload_len,
+			        priority, run_at::text, attempts, max_attempts, worker, expires_at::text, enqueued_at::text,
+			        dedup_key, left(last_error, $2) AS last_error, length(last_error) AS last_error_len, group_key,
+			        finished_at::text, left(x.result, $2) AS result, length(x.result) AS result_len, after_count, after_failed
+			   FROM claimq.jobs j, LATERAL (SELECT jsonb_pretty(j.payload) AS payload, jsonb_pretty(j.result) AS result) x
+			  WHERE job_id = $1::bigint`, [id, SHOW_CHARS])).rows[0];
 		if (!j) throw new HttpError(404, `job ${id} does not exist (a job that completed in a queue that keeps nothing is gone)`);
+		const cut = (what, len) => (len > SHOW_CHARS ? html`<p class="note" data-cut="${what}">Showing the first ${SHOW_CHARS.toLocaleString('en')} characters of ${Number(len).toLocaleString('en')}${what === 'last error' ? '' : html`;
+the whole ${what} as JSON: <a href="/jobs/${j.job_id}/${what}">/jobs/${j.job_id}/${what}</a>`}.</p>` : '');
+		// The jobs it runs after and its dependents, LIST_PAGE at a time,
+		// keyed by id (after_gt, dependents_gt): no OFFSET.
+		const from = (k) => (isId(params.get(k) || '') ? params.get(k) : '0');
+		const pager = (k, rows) => {
+			const more = rows.length > LIST_PAGE;
+			if (more) rows.pop();
+			const others = Object.fromEntries(['after_gt', 'dependents_gt'].filter((o) => o !== k).map((o) => [o, params.get(o)]));
+			return html`<p class="pager">${from(k) !== '0' ? html`<a href="/jobs/${j.job_id}${qs(others)}" id="${k}-first">First ${LIST_PAGE}</a> ` : ''}
+${more ? html`<a href="/jobs/${j.job_id}${qs({ ...others, [k]: rows[rows.length - 1].id })}" id="${k}-next">Next ${LIST_PAGE}</a>` : ''}</p>`;
+		};
 		let deps = html``;
 		if (can.deps) {
 			const after = (await query(
-				`SELECT after_id::text, state, left(result::text, 200) AS result, last_error
-				   FROM claimq.dependencies(ARRAY[$1::bigint])`, [id])).rows;
+				`SELECT after_id AS k, after_id::text AS id, state, left(result::text, 200) AS result, left(last_error, 200) AS last_error
+				   FROM claimq.dependencies(ARRAY[$1::bigint]) WHERE after_id > $2::bigint
+				  ORDER BY after_id LIMIT $3`, [id, from('after_gt'), LIST_PAGE + 1])).rows;
 			// Dependents: claimq keeps no reverse index readable by a role, so
 			// look among the newest jobs that run after others.
 			const dependents = (await query(
-				`SELECT j.job_id::text, j.queue, j.state FROM claimq.jobs j
+				`SELECT j.job_id::text AS id, j.queue, j.state FROM claimq.jobs j
 				  WHERE j.job_id = ANY (ARRAY(
 				        SELECT d.job_id FROM claimq.dependencies(ARRAY(
 				               SELECT c.job_id FROM claimq.jobs c WHERE c.after_failed IS NOT NULL
 				                ORDER BY c.job_id DESC LIMIT 10000)) d
-				         WHERE d.after_id = $1::bigint))
-				  ORDER BY j.job_id`, [id])).rows;
+				         WHERE d.after_id = $1::bigint AND d.job_id > $2::bigint))
+				  ORDER BY j.job_id LIMIT $3`, [id, from('dependents_gt'), LIST_PAGE + 1])).rows;
+			const afterPager = pager('after_gt', after), dependentsPager = pager('dependents_gt', dependents);
 			deps = html`<h2>Runs after</h2>${after.length ? html`<table class="grid" id="after"><tr><th>job</th><th>state</th><th>result</th><th>last error</th></tr>
-${after.map((a) => html`<tr data-job="${a.after_id}"><td><a href="/jobs/${a.after_id}">${a.after_id}</a></td><td>${a.state === null ? 'gone' : a.state}</td><td>${a.result}</td><td>${a.last_error}</td></tr>`)}</table>`
+${after.map((a) => html`<tr data-job="${a.id}"><td><a href="/jobs/${a.id}">${a.id}</a></td><td>${a.state === null ? 'gone' : a.state}</td><td>${a.result}</td><td>${a.last_error}</td></tr>`)}</table>${afterPager}`
 		: html`<p class="empty">No jobs.</p>`}
 <h2>Dependents</h2>${dependents.length ? html`<table class="grid" id="dependents"><tr><th>job</th><th>queue</th><th>state</th></tr>
-${dependents.map((d) => html`<tr data-job="${d.job_id}"><td><a href="/jobs/${d.job_id}">${d.job_id}</a></td><td>${d.queue}</td><td>${d.state}</td></tr>`)}</table>`
+${dependents.map((d) => html`<tr data-job="${d.id}"><td><a href="/jobs/${d.id}">${d.id}</a></td><td>${d.queue}</td><td>${d.state}</td></tr>`)}</table>${dependentsPager}`
 		: html`<p class="empty">None among the 10,000 newest jobs that run after others.</p>`}`;
 		}
 		const field = (k, v) => html`<tr><th>${k}</th><td data-field="${k}">${v}</td></tr>`;
@@ -303,10 +350,10 @@ ${field('queue', html`<a href="/queues/${encodeURIComponent(j.queue)}">${j.queue
 ${field('state', j.state)}${field('attempts', `${j.attempts}${j.max_attempts ? ` of ${j.max_attempts}` : ''}`)}
 ${field('priority', j.priority)}${field('worker', j.worker)}${field('group key', j.group_key)}${field('dedup key', j.dedup_key)}
 ${field('after', j.after_failed ? `${j.after_count} unfinished; if one fails: ${j.after_failed}` : '')}
-${field('last error', j.last_error)}</table>
+${field('last error', j.last_error)}</table>${cut('last error', j.last_error_len)}
 <h2>Timeline</h2><ol class="timeline">${timeline.map((t) => html`<li><span>${t[0]}</span> ${t[1]}</li>`)}</ol>
-<h2>Payload</h2><pre id="payload">${j.payload}</pre>
-<h2>Result</h2><pre id="result">${j.result === null ? '(none)' : j.result}</pre>${deps}`;
+<h2>Payload</h2>${cut('payload', j.payload_len)}<pre id="payload">${j.payload}</pre>
+<h2>Result</h2>${cut('result', j.result_len)}<pre id="result">${j.result === null ? '(none)' : j.result}</pre>${deps}`;
 	}
 
 	async function groupsPage(ctx) {
@@ -364,7 +411,7 @@ ${rows.length ? '' : html`<p class="empty">The reclaimer does not serve this dat
 
 	function ids(p) {
 		const list = p.getAll('ids').flatMap((v) => v.split(/[\s,]+/)).filter((v) => v !== '');
-		for (const v of list) if (!ID.test(v)) throw new HttpError(400, `invalid job id "${v}"`);
+		for (const v of list) if (!isId(v)) throw new HttpError(400, `invalid job id "${v}"`);
 		if (list.length > MAX_IDS) throw new HttpError(400, `at most ${MAX_IDS} jobs at a time`);
 		return [...new Set(list)];
 	}
@@ -516,10 +563,20 @@ ${ids(p).length ? html`<input type="hidden" name="ids" value="${ids(p).join(',')
 			let m;
 			if (p === '/') return page(res, ctx, 200, 'Queues', await overview(ctx));
 			if ((m = p.match(/^\/queues\/([^/]+)$/))) {
-				const name = decodeURIComponent(m[1]);
+				let name;
+				try {
+					name = decodeURIComponent(m[1]);
+				} catch (e) {
+					throw new HttpError(400, 'the queue name in the address is not valid percent-encoding');
+				}
 				return page(res, ctx, 200, `Queue ${name}`, await queuePage(ctx, name, url.searchParams));
 			}
-			if ((m = p.match(/^\/jobs\/([0-9]{1,19})$/))) return page(res, ctx, 200, `Job ${m[1]}`, await jobPage(ctx, m[1]));
+			if ((m = p.match(/^\/jobs\/([^/]+?)(\/payload|\/result)?$/))) {
+				if (!DIGITS.test(m[1])) throw new HttpError(400, 'a job id is a number');
+				if (!isId(m[1])) throw new HttpError(404, `job ${m[1]} does not exist (job ids are at most ${MAX_ID})`);
+				if (m[2]) return send(res, 200, 'application/json; charset=utf-8', await jobJson(ctx, m[1], m[2].slice(1)));
+				return page(res, ctx, 200, `Job ${m[1]}`, await jobPage(ctx, m[1], url.searchParams));
+			}
 			if (p === '/groups') return page(res, ctx, 200, 'Groups', await groupsPage(ctx));
 			if (p === '/schedules') return page(res, ctx, 200, 'Schedules', await schedulesPage(ctx));
 			if (p === '/reclaimer') return page(res, ctx, 200, 'Reclaimer', await reclaimerPage(ctx));

@@ -107,6 +107,68 @@ async function main() {
 		await shot('overview');
 	});
 
+	// The "last hour" counts only what happened in it: queue lat's one
+	// claim, made before the dashboards started, waited 1000 s (the
+	// setup's); the three here wait milliseconds.  With the histograms
+	// (cq_admin was granted EXECUTE on claimq.latency_histogram()) the
+	// percentiles, without them (cq_observer) the mean.
+	const secs = (text) => {
+		const m = /^([0-9.]+) (ms|s)$/.exec(text.trim());
+		assert.ok(m, `a duration: ${text}`);
+		return Number(m[1]) / (m[2] === 'ms' ? 1000 : 1);
+	};
+	// Without waiting for the cell to appear, as textContent would.
+	const latCell = (kind, c) => page.$eval(`section[data-queue="lat"] tr[data-kind="${kind}"] [data-col="${c}"]`, (e) => e.textContent);
+	await check('overview: the last hour\'s latency comes from differences between samples, not since the server started', async () => {
+		if (edition !== 'c') return;
+		const before = await one(`SELECT samples::int AS n, extract(epoch FROM wait_p99)::float8 AS p99 FROM claimq.queue_latency WHERE queue = 'lat'`);
+		assert.equal(before.n, 1);
+		assert.ok(before.p99 > 900, `the setup's claim waited 1000 s: ${before.p99}`);
+		await sql.query(`SELECT count(*) FROM claimq.enqueue_many('lat', ARRAY['{}', '{}', '{}']::jsonb[])`);
+		await sql.query(`DO $$
+			DECLARE c record;
+			BEGIN
+				FOR c IN SELECT * FROM claimq.claim('lat', 3, start => true) LOOP
+					PERFORM claimq.complete(c.job_id, c.token);
+				END LOOP;
+			END $$`);
+		assert.equal((await one(`SELECT samples::int AS n FROM claimq.queue_latency WHERE queue = 'lat'`)).n, 4);
+		for (const base of [A, O]) {
+			await until(`${base}: three claims of queue lat in the window`, async () => {
+				await go(`${base}/`);
+				return (await latCell('wait', 'n').catch(() => '')) === '3';
+			});
+			assert.ok(secs(await latCell('wait', 'mean')) < 1, 'mean wait');
+			assert.equal(await latCell('run', 'n'), '3');
+		}
+		await go(`${A}/`);
+		for (const c of ['p50', 'p90', 'p99']) assert.ok(secs(await latCell('wait', c)) < 1, `wait ${c}`);
+		assert.equal(await page.$('section[data-queue="lat"] [data-note="percentiles"]'), null);
+		await go(`${O}/`);
+		assert.equal((await latCell('wait', 'p99')).trim(), '–');
+		assert.match(await page.textContent('section[data-queue="lat"] [data-note="percentiles"]'), /GRANT EXECUTE ON FUNCTION claimq\.latency_histogram\(\)/);
+	});
+
+	await check('overview: reset_counters() breaks the charts, no line crosses it, and the window keeps what came before', async () => {
+		if (edition !== 'c') return;
+		await sql.query('SELECT claimq.reset_counters()');
+		const shape = () => page.$eval('section[data-queue="busy"] figure.chart', (fig) => ({
+			breaks: [...fig.querySelectorAll('line.break')].map((l) => Number(l.getAttribute('x1'))),
+			lines: [...fig.querySelectorAll('polyline.s1')].map((p) => p.getAttribute('points').split(' ').map((xy) => Number(xy.split(',')[0]))),
+		}));
+		const got = await until('a break in the busy queue\'s throughput chart, and a line after it', async () => {
+			await go(`${A}/`);
+			const s = await shape();
+			return s.breaks.length >= 1 && s.lines.length >= 2 && s;
+		});
+		for (const x of got.breaks) {
+			for (const xs of got.lines) assert.ok(xs.every((v) => v < x) || xs.every((v) => v > x), `a line crosses the break at ${x}: ${xs}`);
+		}
+		// Queue lat's three claims were counted before the reset, in the window.
+		assert.equal(await latCell('wait', 'n'), '3');
+		assert.ok(await page.$('section[data-queue="lat"] line.break'), 'lat too went down');
+	});
+
 	await check("a queue's settings and limits, read from claimq.queue by a role that may", async () => {
 		await go(`${A}/`);
 		const limits = async (q) => (await rowCounts(`#queues tr[data-queue="${q}"]`)).limits;
@@ -204,6 +266,71 @@ async function main() {
 		await go(`${A}/jobs/${parent}`);
 		assert.match(await page.textContent(`#dependents tr[data-job="${child}"]`), /waiting/);
 		await go(`${A}/jobs/1`, 404);
+	});
+
+	// Bounded pages: a job's payload and result of 3 MB each, and jobs with
+	// 250 jobs to run after and 250 dependents.
+	const BOUND = 300000;	// bytes of HTML a job page may take: 2 x 64 KiB shown, escaped, and the rest
+	await check('job page: a 3 MB payload and result are cut to a stated prefix, the page stays small', async () => {
+		await sql.query(`SELECT claimq.create_queue('big', keep_done => '1 day')`);
+		const id = (await one(`SELECT claimq.enqueue('big', jsonb_build_object('blob', repeat('<x>', 1000000)), dedup_key => 'big')::text AS id`)).id;
+		await sql.query(`DO $$
+			DECLARE c record;
+			BEGIN
+				SELECT * INTO c FROM claimq.claim('big', 1, start => true);
+				PERFORM claimq.complete(c.job_id, c.token, jsonb_build_object('out', repeat('y', 3000000)));
+			END $$`);
+		const len = await one(`SELECT length(jsonb_pretty(payload))::text AS p, length(jsonb_pretty(result))::text AS r FROM claimq.jobs WHERE job_id = $1`, [id]);
+		const r = await go(`${A}/jobs/${id}`);
+		const body = await r.body();
+		assert.ok(body.length < BOUND, `the page is ${body.length} bytes`);
+		assert.equal(await page.textContent('[data-field=state]'), 'done');
+		assert.match(await page.textContent('[data-cut=payload]'), new RegExp(`first 65,536 characters of ${Number(len.p).toLocaleString('en')}`));
+		assert.match(await page.textContent('[data-cut=result]'), new RegExp(`first 65,536 characters of ${Number(len.r).toLocaleString('en')}`));
+		assert.equal((await page.textContent('#payload')).length, 65536);
+		assert.ok((await page.textContent('#payload')).includes('"blob": "<x><x>'));
+		// The whole payload, as JSON, from the link the page gives.
+		const whole = await page.request.get(`${A}${await page.getAttribute('[data-cut=payload] a', 'href')}`);
+		assert.equal(whole.status(), 200);
+		assert.equal((await whole.json()).blob.length, 3000000);
+	});
+
+	await check('job page: 250 jobs it runs after and 250 dependents, 100 a page, next links by id reach them all', async () => {
+		const parent = (await one(`SELECT claimq.enqueue('big', '{"fan": "out"}')::text AS id`)).id;
+		const mid = await col(`SELECT id::text FROM claimq.enqueue_many('big', ARRAY(SELECT jsonb_build_object('i', i) FROM generate_series(1, 250) i),
+			after => ARRAY[$1::bigint]) id ORDER BY id`, [parent]);
+		const last = (await one(`SELECT claimq.enqueue('big', '{"fan": "in"}', after => $1::bigint[])::text AS id`, [mid])).id;
+		const walk = async (url, table, next) => {
+			const seen = [];
+			let r = await go(url);
+			for (;;) {
+				assert.ok((await r.body()).length < BOUND, 'a bounded page');
+				const got = await page.$$eval(`${table} tr[data-job]`, (rows) => rows.map((t) => t.dataset.job));
+				assert.ok(got.length <= 100, `at most 100 a page: ${got.length}`);
+				seen.push(...got);
+				if (!(await page.$(next))) break;
+				[r] = await Promise.all([page.waitForNavigation(), page.click(next)]);
+			}
+			return seen;
+		};
+		assert.deepEqual(await walk(`${A}/jobs/${last}`, '#after', '#after_gt-next'), mid);
+		assert.deepEqual(await walk(`${A}/jobs/${parent}`, '#dependents', '#dependents_gt-next'), mid);
+	});
+
+	await check('bad addresses: bad percent-encoding is 400, an id beyond bigint 404, not a number 400; no stack trace', async () => {
+		for (const [url, status] of [['/queues/%ZZ', 400], ['/queues/a%E0%A4%A', 400], ['/jobs/9999999999999999999', 404],
+			['/jobs/99999999999999999999', 404], ['/jobs/12x', 400], ['/jobs/9999999999999999999/payload', 404],
+			['/queues/quiet?id=9999999999999999999', 200], ['/queues/quiet?before=99999999999999999999', 200]]) {
+			const r = await page.request.get(`${A}${url}`);
+			assert.equal(r.status(), status, url);
+			const text = await r.text();
+			assert.doesNotMatch(text, /\bat [^ ]+ \(|node:internal|\.js:[0-9]+/, `${url}: a stack trace`);
+			assert.doesNotMatch(text, /SQLSTATE/, `${url}: an error from the database`);
+		}
+		await go(`${A}/queues/quiet?id=9999999999999999999`);
+		assert.deepEqual(await ids(), []);
+		await go(`${A}/queues/quiet?before=99999999999999999999&limit=5`);
+		assert.deepEqual(await ids(), quietIds.slice(0, 5));
 	});
 
 	await check('payloads and keys are shown as text: no script runs, no dialog', async () => {

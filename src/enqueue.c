@@ -372,6 +372,20 @@ cq_enqueue_done(CqEnqueueArgs *args, Datum groups)
 }
 
 /*
+ * Before an enqueue into limited groups (keys a text[]), sync them, so
+ * that the new jobs go in held or free by the groups' current state; held
+ * jobs the sync freed are ready at commit.
+ */
+static void
+cq_enqueue_sync_groups(int32 queue_id, Datum keys)
+{
+	TimestampTz freed_at = cq_sync_groups(queue_id, keys);
+
+	if (freed_at != DT_NOEND)
+		cq_ready_on_commit(queue_id, freed_at);
+}
+
+/*
  * enqueue(queue, payload, run_at, priority, dedup_key, max_attempts,
  * on_duplicate, group_key) returns bigint
  */
@@ -382,7 +396,6 @@ claimq_enqueue(PG_FUNCTION_ARGS)
 	int64		job_id;
 	bool		group_key_null = PG_NARGS() <= 7 || PG_ARGISNULL(7);
 	Datum		groups = (Datum) 0;
-	TimestampTz freed_at;
 
 	cq_require_primary(fcinfo);
 	cq_enqueue_args(fcinfo, &args);
@@ -404,9 +417,7 @@ claimq_enqueue(PG_FUNCTION_ARGS)
 		groups = PointerGetDatum(construct_array(&PG_GETARG_DATUM(7), 1,
 												 TEXTOID, -1, false,
 												 TYPALIGN_INT));
-		freed_at = cq_sync_groups(args.queue.queue_id, groups);
-		if (freed_at != DT_NOEND)
-			cq_ready_on_commit(args.queue.queue_id, freed_at);
+		cq_enqueue_sync_groups(args.queue.queue_id, groups);
 	}
 	job_id = cq_enqueue_one(&args, PG_GETARG_DATUM(1),
 							PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4),
@@ -504,13 +515,7 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 	sync = group_keys != NULL && cq_queue_groups_limited(&args.queue) &&
 		strcmp(args.state, "pending") == 0;
 	if (sync)
-	{
-		TimestampTz freed_at = cq_sync_groups(args.queue.queue_id,
-											  PointerGetDatum(group_keys));
-
-		if (freed_at != DT_NOEND)
-			cq_ready_on_commit(args.queue.queue_id, freed_at);
-	}
+		cq_enqueue_sync_groups(args.queue.queue_id, PointerGetDatum(group_keys));
 
 	cq_plan(&plan,
 			"WITH input AS MATERIALIZED ("

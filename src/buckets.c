@@ -142,16 +142,12 @@ cq_flow_shmem_size(void)
 void
 cq_flow_shmem_init(LWLock *lock, LWLock *gate)
 {
-	HASHCTL		ctl;
 	bool		found;
 
-	ctl.keysize = sizeof(CqFlowKey);
-	ctl.entrysize = sizeof(CqFlowSlot);
 	cq_flow_lock = lock;
 	cq_flow_gate = gate;
-	cq_flow_table = ShmemInitHash("claimq queue limits", cq_flow_slots,
-								  cq_flow_slots, &ctl,
-								  HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+	cq_flow_table = cq_shmem_table("claimq queue limits", cq_flow_slots,
+								   sizeof(CqFlowKey), sizeof(CqFlowSlot));
 	cq_flow = ShmemInitStruct("claimq queue limits' rows",
 							  cq_flow_shared_size(), &found);
 	if (!found)

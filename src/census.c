@@ -165,16 +165,12 @@ cq_census_shmem_size(void)
 void
 cq_census_shmem_init(LWLock *lock, LWLock *gate)
 {
-	HASHCTL		ctl;
 	bool		found;
 
-	ctl.keysize = sizeof(CqCensusKey);
-	ctl.entrysize = sizeof(CqCensusEntry);
 	cq_census_lock = lock;
 	cq_census_gate = gate;
-	cq_census = ShmemInitHash("claimq census", cq_census_entries,
-							  cq_census_entries, &ctl,
-							  HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+	cq_census = cq_shmem_table("claimq census", cq_census_entries,
+							   sizeof(CqCensusKey), sizeof(CqCensusEntry));
 	cq_census_shared = ShmemInitStruct("claimq census commits",
 									   add_size(offsetof(CqCensusShared, slots),
 												mul_size(MaxBackends,

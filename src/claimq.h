@@ -577,6 +577,8 @@ extern void cq_execute_latest(SPIPlanPtr plan, Datum *values,
 extern void cq_execute_in(SPIPlanPtr plan, Datum *values, const char *nulls,
 						  int expected, Snapshot snapshot);
 extern bool cq_lookup_queue(const char *name, CqQueue *queue);
+extern HTAB *cq_shmem_table(const char *name, long entries, Size keysize,
+							Size entrysize);
 extern void cq_lwlock_gated(LWLock *lock, LWLock *gate, LWLockMode mode);
 extern void cq_note_database(Oid *dboids, int *n, int max, Oid dboid);
 extern int	cq_dropped_databases(Oid *dboids, int n);

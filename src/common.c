@@ -29,6 +29,7 @@
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
+#include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
@@ -488,6 +489,22 @@ cq_dropped_databases(Oid *dboids, int n)
 		if (!SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(dboids[i])))
 			dboids[ndropped++] = dboids[i];
 	return ndropped;
+}
+
+/*
+ * A shared-memory hash table of a fixed number of entries, made at start
+ * or attached to: a full table refuses new entries (HASH_ENTER_NULL)
+ * rather than grow.
+ */
+HTAB *
+cq_shmem_table(const char *name, long entries, Size keysize, Size entrysize)
+{
+	HASHCTL		ctl;
+
+	ctl.keysize = keysize;
+	ctl.entrysize = entrysize;
+	return ShmemInitHash(name, entries, entries, &ctl,
+						 HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
 }
 
 /*

@@ -82,16 +82,12 @@ cq_counters_shmem_size(void)
 void
 cq_counters_shmem_init(LWLock *lock)
 {
-	HASHCTL		ctl;
 	bool		found;
 
-	ctl.keysize = sizeof(CqCounterKey);
-	ctl.entrysize = sizeof(CqCounterEntry);
 	cq_counters_lock = lock;
-	cq_counters = ShmemInitHash("claimq counters",
-								cq_counter_entries + CQ_MAX_DATABASES,
-								cq_counter_entries + CQ_MAX_DATABASES,
-								&ctl, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+	cq_counters = cq_shmem_table("claimq counters",
+								 cq_counter_entries + CQ_MAX_DATABASES,
+								 sizeof(CqCounterKey), sizeof(CqCounterEntry));
 	cq_counters_lost = ShmemInitStruct("claimq lost counts",
 									   sizeof(pg_atomic_uint64) * CQ_NCOUNTERS,
 									   &found);

@@ -9,10 +9,10 @@
  * server holds, per queue with max_in_flight or rate_limit that was
  * claimed from lately, the slots reserved by claims whose transactions
  * are still in progress and the rate limit's token bucket.  A claim
- * reserves and takes tokens in its queue's slot (cq_flow_reserve, step 1
+ * reserves and takes tokens in its queue's slot (cq_bucket_reserve, step 1
  * of limits.c's header), gives back at once what it did not use
- * (cq_flow_give_back), and its transaction gives back the rest when it
- * ends (cq_flow_xact_event, called by the ledger).  Nothing here runs a
+ * (cq_bucket_give_back), and its transaction gives back the rest when it
+ * ends (cq_buckets_xact_event, called by the ledger).  Nothing here runs a
  * statement: reading the queue's row and counting its jobs is limits.c's.
  *
  * The locks: the flow lock, shared to find a slot and change it under
@@ -33,7 +33,7 @@
  * the queue while one is; and a slot with reservations is never taken
  * over, so the claims through shared memory have all ended when a claim
  * on the row counts (with the latest snapshot).  A transaction that
- * claims from more than CQ_FLOW_HELD limited queues takes nothing more.
+ * claims from more than CQ_BUCKET_HELD limited queues takes nothing more.
  *
  *-------------------------------------------------------------------------
  */
@@ -59,16 +59,16 @@
  * its own spinlock; and, per key hash, how many transactions claim on
  * their queue's row.
  */
-typedef struct CqFlowKey
+typedef struct CqBucketKey
 {
 	Oid			dboid;
 	Oid			relid;
 	int32		queue_id;
-} CqFlowKey;
+} CqBucketKey;
 
-typedef struct CqFlowSlot
+typedef struct CqBucketSlot
 {
-	CqFlowKey	key;
+	CqBucketKey key;
 	slock_t		mutex;			/* the fields below */
 	int64		reserved;		/* by transactions in progress */
 	uint64		generation;		/* new for every slot made */
@@ -82,89 +82,89 @@ typedef struct CqFlowSlot
 	uint64		seen;			/* spent, at the reclaimer's last look */
 	uint64		recorded_bucket;	/* the bucket that its row's record */
 	uint64		recorded;		/* holds as it was after this many */
-} CqFlowSlot;
+} CqBucketSlot;
 
-typedef struct CqFlowShared
+typedef struct CqBucketsShared
 {
 	pg_atomic_uint32 any_used;	/* a slot was ever made */
 	pg_atomic_uint64 next_id;	/* generations and buckets */
 	pg_atomic_uint64 started;	/* the first claim as a primary, or 0 */
 	int			nrows;
 	pg_atomic_uint32 row_claims[FLEXIBLE_ARRAY_MEMBER];
-} CqFlowShared;
+} CqBucketsShared;
 
-static LWLock *cq_flow_lock = NULL;
-static LWLock *cq_flow_gate = NULL;
-static HTAB *cq_flow_table = NULL;
-static CqFlowShared *cq_flow = NULL;
+static LWLock *cq_buckets_lock = NULL;
+static LWLock *cq_buckets_gate = NULL;
+static HTAB *cq_buckets_table = NULL;
+static CqBucketsShared *cq_buckets = NULL;
 
 
 /* What this backend's transaction holds: slots reserved, rows claimed on. */
-#define CQ_FLOW_HELD	16		/* queues one transaction claims from */
-typedef struct CqFlowHeld
+#define CQ_BUCKET_HELD	16		/* queues one transaction claims from */
+typedef struct CqBucketHeld
 {
-	CqFlowSlot *slot;
+	CqBucketSlot *slot;
 	uint64		generation;
 	int64		reserved;
 	uint64		out_bucket;		/* tokens taken and not yet spent, */
 	int32		out_tokens;		/* of that bucket */
-} CqFlowHeld;
+} CqBucketHeld;
 
-static CqFlowHeld cq_flow_held[CQ_FLOW_HELD];
-static int	cq_flow_nheld = 0;
-static uint32 cq_flow_rows[CQ_FLOW_HELD];	/* indexes into row_claims */
-static int	cq_flow_nrows = 0;
+static CqBucketHeld cq_bucket_held[CQ_BUCKET_HELD];
+static int	cq_bucket_nheld = 0;
+static uint32 cq_bucket_rows[CQ_BUCKET_HELD];	/* indexes into row_claims */
+static int	cq_bucket_nrows = 0;
 
 /* Records of buckets this transaction wrote to their rows (the reclaimer). */
-static CqFlowBucket *cq_flow_records = NULL;
-static int	cq_flow_nrecords = 0;
-static int	cq_flow_records_size = 0;
+static CqFlowBucket *cq_bucket_records = NULL;
+static int	cq_bucket_nrecords = 0;
+static int	cq_bucket_records_size = 0;
 
-static void cq_flow_records_commit(void);
+static void cq_bucket_records_commit(void);
 
 PG_FUNCTION_INFO_V1(claimq_flow_row_paths);
 PG_FUNCTION_INFO_V1(claimq_flow_slots);
 
 static Size
-cq_flow_shared_size(void)
+cq_buckets_shared_size(void)
 {
-	return add_size(offsetof(CqFlowShared, row_claims),
+	return add_size(offsetof(CqBucketsShared, row_claims),
 					mul_size(cq_flow_slots, sizeof(pg_atomic_uint32)));
 }
 
 Size
-cq_flow_shmem_size(void)
+cq_buckets_shmem_size(void)
 {
-	return add_size(hash_estimate_size(cq_flow_slots, sizeof(CqFlowSlot)),
-					cq_flow_shared_size());
+	return add_size(hash_estimate_size(cq_flow_slots, sizeof(CqBucketSlot)),
+					cq_buckets_shared_size());
 }
 
 void
-cq_flow_shmem_init(LWLock *lock, LWLock *gate)
+cq_buckets_shmem_init(LWLock *lock, LWLock *gate)
 {
 	bool		found;
 
-	cq_flow_lock = lock;
-	cq_flow_gate = gate;
-	cq_flow_table = cq_shmem_table("claimq queue limits", cq_flow_slots,
-								   sizeof(CqFlowKey), sizeof(CqFlowSlot));
-	cq_flow = ShmemInitStruct("claimq queue limits' rows",
-							  cq_flow_shared_size(), &found);
+	cq_buckets_lock = lock;
+	cq_buckets_gate = gate;
+	cq_buckets_table = cq_shmem_table("claimq queue limits", cq_flow_slots,
+									  sizeof(CqBucketKey), sizeof(CqBucketSlot));
+	cq_buckets = ShmemInitStruct("claimq queue limits' rows",
+								 cq_buckets_shared_size(), &found);
 	if (!found)
 	{
-		pg_atomic_init_u32(&cq_flow->any_used, 0);
-		pg_atomic_init_u64(&cq_flow->next_id, 1);
-		pg_atomic_init_u64(&cq_flow->started, 0);
-		cq_flow->nrows = cq_flow_slots;
+		pg_atomic_init_u32(&cq_buckets->any_used, 0);
+		pg_atomic_init_u64(&cq_buckets->next_id, 1);
+		pg_atomic_init_u64(&cq_buckets->started, 0);
+		cq_buckets->nrows = cq_flow_slots;
 		for (int i = 0; i < cq_flow_slots; i++)
-			pg_atomic_init_u32(&cq_flow->row_claims[i], 0);
+			pg_atomic_init_u32(&cq_buckets->row_claims[i], 0);
 	}
 }
 
-static CqFlowKey
-cq_flow_key(int32 queue_id)
+static CqBucketKey
+cq_bucket_key(int32 queue_id)
 {
-	CqFlowKey	key;
+	CqBucketKey key;
 
 	memset(&key, 0, sizeof(key));	/* the padding too: keys are hashed */
 	key.dboid = MyDatabaseId;
@@ -179,7 +179,7 @@ cq_flow_key(int32 queue_id)
  * that found it empty waits before it looks again.
  */
 long
-cq_flow_refill_ms(double tokens, int32 rate_limit, int64 period)
+cq_bucket_refill_ms(double tokens, int32 rate_limit, int64 period)
 {
 	double		per_token = (double) period / rate_limit;
 	double		usecs = (1.0 - Max(tokens, 0.0)) * per_token;
@@ -193,7 +193,7 @@ cq_flow_refill_ms(double tokens, int32 rate_limit, int64 period)
  * refilled meanwhile).  The caller holds the slot's spinlock.
  */
 static double
-cq_flow_tokens_at(const CqFlowSlot *slot, TimestampTz now)
+cq_bucket_tokens_at(const CqBucketSlot *slot, TimestampTz now)
 {
 	double		room = (double) slot->rate_limit - slot->outstanding;
 	double		tokens = slot->tokens;
@@ -209,7 +209,7 @@ cq_flow_tokens_at(const CqFlowSlot *slot, TimestampTz now)
  * caller holds the slot's spinlock, or the lock exclusive.
  */
 static bool
-cq_flow_in_row(const CqFlowSlot *slot)
+cq_bucket_in_row(const CqBucketSlot *slot)
 {
 	return slot->recorded_bucket == slot->bucket &&
 		slot->recorded == slot->spent;
@@ -228,76 +228,76 @@ cq_flow_in_row(const CqFlowSlot *slot)
  * holds the lock exclusive, or the slot's spinlock.
  */
 static bool
-cq_flow_evictable(CqFlowSlot *slot, TimestampTz now)
+cq_bucket_evictable(CqBucketSlot *slot, TimestampTz now)
 {
 	return slot->reserved == 0 &&
 		(slot->bucket == 0 ||
 		 (slot->outstanding == 0 &&
-		  (cq_flow_in_row(slot) ||
-		   cq_flow_tokens_at(slot, now) >= (double) slot->rate_limit)));
+		  (cq_bucket_in_row(slot) ||
+		   cq_bucket_tokens_at(slot, now) >= (double) slot->rate_limit)));
 }
 
 /*
  * The queue's slot, made if missing, with the lock held (shared or
  * exclusive: the caller just lets it go).  NULL, without the lock, when
  * none can be had: every slot is in use and none can be taken over, or a
- * transaction claims on the queue's row (see cq_flow_row_enter).
+ * transaction claims on the queue's row (see cq_bucket_row_enter).
  */
-static CqFlowSlot *
-cq_flow_slot(const CqFlowKey *key, TimestampTz now)
+static CqBucketSlot *
+cq_bucket_slot(const CqBucketKey *key, TimestampTz now)
 {
-	uint32		hash = get_hash_value(cq_flow_table, key);
-	CqFlowSlot *slot;
+	uint32		hash = get_hash_value(cq_buckets_table, key);
+	CqBucketSlot *slot;
 	bool		found;
 
-	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
-	slot = hash_search_with_hash_value(cq_flow_table, key, hash, HASH_FIND, NULL);
+	cq_lwlock_gated(cq_buckets_lock, cq_buckets_gate, LW_SHARED);
+	slot = hash_search_with_hash_value(cq_buckets_table, key, hash, HASH_FIND, NULL);
 	if (slot != NULL)
 		return slot;
-	LWLockRelease(cq_flow_lock);
+	LWLockRelease(cq_buckets_lock);
 
-	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_EXCLUSIVE);
-	slot = hash_search_with_hash_value(cq_flow_table, key, hash, HASH_FIND, NULL);
+	cq_lwlock_gated(cq_buckets_lock, cq_buckets_gate, LW_EXCLUSIVE);
+	slot = hash_search_with_hash_value(cq_buckets_table, key, hash, HASH_FIND, NULL);
 	if (slot != NULL)
 		return slot;
-	if (pg_atomic_read_u32(&cq_flow->row_claims[hash % cq_flow->nrows]) == 0)
+	if (pg_atomic_read_u32(&cq_buckets->row_claims[hash % cq_buckets->nrows]) == 0)
 	{
-		slot = hash_search_with_hash_value(cq_flow_table, key, hash,
+		slot = hash_search_with_hash_value(cq_buckets_table, key, hash,
 										   HASH_ENTER_NULL, &found);
 		if (slot == NULL)
 		{
 			/* Full: take over a slot that loses nothing, if there is one. */
 			HASH_SEQ_STATUS status;
-			CqFlowSlot *victim;
+			CqBucketSlot *victim;
 
-			hash_seq_init(&status, cq_flow_table);
+			hash_seq_init(&status, cq_buckets_table);
 			while ((victim = hash_seq_search(&status)) != NULL)
-				if (cq_flow_evictable(victim, now))
+				if (cq_bucket_evictable(victim, now))
 				{
 					hash_seq_term(&status);
 					break;
 				}
 			if (victim != NULL)
 			{
-				(void) hash_search(cq_flow_table, &victim->key, HASH_REMOVE, NULL);
-				slot = hash_search_with_hash_value(cq_flow_table, key, hash,
+				(void) hash_search(cq_buckets_table, &victim->key, HASH_REMOVE, NULL);
+				slot = hash_search_with_hash_value(cq_buckets_table, key, hash,
 												   HASH_ENTER_NULL, &found);
 			}
 		}
 	}
 	if (slot == NULL)
 	{
-		LWLockRelease(cq_flow_lock);
+		LWLockRelease(cq_buckets_lock);
 		return NULL;
 	}
 	SpinLockInit(&slot->mutex);
 	slot->reserved = 0;
-	slot->generation = pg_atomic_fetch_add_u64(&cq_flow->next_id, 1);
+	slot->generation = pg_atomic_fetch_add_u64(&cq_buckets->next_id, 1);
 	slot->bucket = 0;
 	slot->outstanding = 0;
 	slot->spent = slot->seen = slot->recorded = 0;
 	slot->recorded_bucket = 0;
-	pg_atomic_write_u32(&cq_flow->any_used, 1);
+	pg_atomic_write_u32(&cq_buckets->any_used, 1);
 	return slot;
 }
 
@@ -308,34 +308,34 @@ cq_flow_slot(const CqFlowKey *key, TimestampTz now)
  * on too many rows already.
  */
 bool
-cq_flow_row_enter(int32 queue_id, bool *too_many)
+cq_bucket_row_enter(int32 queue_id, bool *too_many)
 {
-	CqFlowKey	key = cq_flow_key(queue_id);
-	uint32		hash = get_hash_value(cq_flow_table, &key);
-	uint32		index = hash % cq_flow->nrows;
+	CqBucketKey key = cq_bucket_key(queue_id);
+	uint32		hash = get_hash_value(cq_buckets_table, &key);
+	uint32		index = hash % cq_buckets->nrows;
 	bool		mine = false;
 
 	*too_many = false;
-	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
-	if (hash_search_with_hash_value(cq_flow_table, &key, hash, HASH_FIND, NULL) != NULL)
+	cq_lwlock_gated(cq_buckets_lock, cq_buckets_gate, LW_SHARED);
+	if (hash_search_with_hash_value(cq_buckets_table, &key, hash, HASH_FIND, NULL) != NULL)
 	{
-		LWLockRelease(cq_flow_lock);
+		LWLockRelease(cq_buckets_lock);
 		return false;
 	}
-	for (int i = 0; i < cq_flow_nrows; i++)
-		mine |= cq_flow_rows[i] == index;
-	if (!mine && cq_flow_nrows == CQ_FLOW_HELD)
+	for (int i = 0; i < cq_bucket_nrows; i++)
+		mine |= cq_bucket_rows[i] == index;
+	if (!mine && cq_bucket_nrows == CQ_BUCKET_HELD)
 	{
-		LWLockRelease(cq_flow_lock);
+		LWLockRelease(cq_buckets_lock);
 		*too_many = true;
 		return false;
 	}
 	if (!mine)
 	{
-		pg_atomic_fetch_add_u32(&cq_flow->row_claims[index], 1);
-		cq_flow_rows[cq_flow_nrows++] = index;
+		pg_atomic_fetch_add_u32(&cq_buckets->row_claims[index], 1);
+		cq_bucket_rows[cq_bucket_nrows++] = index;
 	}
-	LWLockRelease(cq_flow_lock);
+	LWLockRelease(cq_buckets_lock);
 	return true;
 }
 
@@ -345,7 +345,7 @@ cq_flow_row_enter(int32 queue_id, bool *too_many)
  * them count as spent.
  */
 void
-cq_flow_xact_event(XactEvent event)
+cq_buckets_xact_event(XactEvent event)
 {
 	/*
 	 * A prepared transaction's claims stay uncommitted after this backend has
@@ -353,10 +353,10 @@ cq_flow_xact_event(XactEvent event)
 	 */
 	if (event == XACT_EVENT_PRE_PREPARE)
 	{
-		bool		reserved = cq_flow_nrows > 0;
+		bool		reserved = cq_bucket_nrows > 0;
 
-		for (int i = 0; i < cq_flow_nheld; i++)
-			reserved |= cq_flow_held[i].reserved > 0;
+		for (int i = 0; i < cq_bucket_nheld; i++)
+			reserved |= cq_bucket_held[i].reserved > 0;
 		if (reserved)
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -367,13 +367,13 @@ cq_flow_xact_event(XactEvent event)
 		event != XACT_EVENT_PARALLEL_COMMIT &&
 		event != XACT_EVENT_PARALLEL_ABORT && event != XACT_EVENT_PREPARE)
 		return;
-	if (cq_flow_nheld > 0)
+	if (cq_bucket_nheld > 0)
 	{
-		cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
-		for (int i = 0; i < cq_flow_nheld; i++)
+		cq_lwlock_gated(cq_buckets_lock, cq_buckets_gate, LW_SHARED);
+		for (int i = 0; i < cq_bucket_nheld; i++)
 		{
-			CqFlowHeld *held = &cq_flow_held[i];
-			CqFlowSlot *slot = held->slot;
+			CqBucketHeld *held = &cq_bucket_held[i];
+			CqBucketSlot *slot = held->slot;
 
 			/* A slot with reservations or tokens out is never taken over. */
 			if (held->reserved == 0 && held->out_tokens == 0)
@@ -387,41 +387,41 @@ cq_flow_xact_event(XactEvent event)
 			}
 			SpinLockRelease(&slot->mutex);
 		}
-		LWLockRelease(cq_flow_lock);
-		cq_flow_nheld = 0;
+		LWLockRelease(cq_buckets_lock);
+		cq_bucket_nheld = 0;
 	}
-	for (int i = 0; i < cq_flow_nrows; i++)
-		pg_atomic_fetch_sub_u32(&cq_flow->row_claims[cq_flow_rows[i]], 1);
-	cq_flow_nrows = 0;
-	if (cq_flow_nrecords > 0)
+	for (int i = 0; i < cq_bucket_nrows; i++)
+		pg_atomic_fetch_sub_u32(&cq_buckets->row_claims[cq_bucket_rows[i]], 1);
+	cq_bucket_nrows = 0;
+	if (cq_bucket_nrecords > 0)
 	{
 		if (event == XACT_EVENT_COMMIT)
-			cq_flow_records_commit();
-		cq_flow_nrecords = 0;
+			cq_bucket_records_commit();
+		cq_bucket_nrecords = 0;
 	}
 }
 
 /* This transaction's entry for a slot, made if missing; or NULL. */
-static CqFlowHeld *
-cq_flow_held_entry(CqFlowSlot *slot)
+static CqBucketHeld *
+cq_bucket_held_entry(CqBucketSlot *slot)
 {
-	for (int i = 0; i < cq_flow_nheld; i++)
-		if (cq_flow_held[i].slot == slot &&
-			cq_flow_held[i].generation == slot->generation)
-			return &cq_flow_held[i];
+	for (int i = 0; i < cq_bucket_nheld; i++)
+		if (cq_bucket_held[i].slot == slot &&
+			cq_bucket_held[i].generation == slot->generation)
+			return &cq_bucket_held[i];
 	/* Entries that hold nothing go: their slots may have been taken over. */
-	for (int i = 0; i < cq_flow_nheld; i++)
-		if (cq_flow_held[i].reserved == 0 && cq_flow_held[i].out_tokens == 0)
+	for (int i = 0; i < cq_bucket_nheld; i++)
+		if (cq_bucket_held[i].reserved == 0 && cq_bucket_held[i].out_tokens == 0)
 		{
-			cq_flow_held[i] = cq_flow_held[--cq_flow_nheld];
+			cq_bucket_held[i] = cq_bucket_held[--cq_bucket_nheld];
 			i--;
 		}
-	if (cq_flow_nheld == CQ_FLOW_HELD)
+	if (cq_bucket_nheld == CQ_BUCKET_HELD)
 		return NULL;
-	memset(&cq_flow_held[cq_flow_nheld], 0, sizeof(CqFlowHeld));
-	cq_flow_held[cq_flow_nheld].slot = slot;
-	cq_flow_held[cq_flow_nheld].generation = slot->generation;
-	return &cq_flow_held[cq_flow_nheld++];
+	memset(&cq_bucket_held[cq_bucket_nheld], 0, sizeof(CqBucketHeld));
+	cq_bucket_held[cq_bucket_nheld].slot = slot;
+	cq_bucket_held[cq_bucket_nheld].generation = slot->generation;
+	return &cq_bucket_held[cq_bucket_nheld++];
 }
 
 /*
@@ -432,15 +432,15 @@ cq_flow_held_entry(CqFlowSlot *slot)
  * primary.
  */
 TimestampTz
-cq_flow_started(TimestampTz now)
+cq_buckets_started(TimestampTz now)
 {
-	uint64		started = pg_atomic_read_u64(&cq_flow->started);
+	uint64		started = pg_atomic_read_u64(&cq_buckets->started);
 
 	if (started == 0)
 	{
-		(void) pg_atomic_compare_exchange_u64(&cq_flow->started, &started,
+		(void) pg_atomic_compare_exchange_u64(&cq_buckets->started, &started,
 											  (uint64) now);
-		started = pg_atomic_read_u64(&cq_flow->started);
+		started = pg_atomic_read_u64(&cq_buckets->started);
 	}
 	return (TimestampTz) started;
 }
@@ -459,21 +459,21 @@ cq_flow_started(TimestampTz now)
  * calls again.
  */
 CqFlowReserve
-cq_flow_reserve(const CqQueue *queue, int64 period, int32 max_jobs,
-				TimestampTz now, const CqFlowRow *row, uint64 *read_for,
-				CqFlowTicket *ticket, int64 *others)
+cq_bucket_reserve(const CqQueue *queue, int64 period, int32 max_jobs,
+				  TimestampTz now, const CqFlowRow *row, uint64 *read_for,
+				  CqFlowTicket *ticket, int64 *others)
 {
-	CqFlowKey	key = cq_flow_key(queue->queue_id);
-	CqFlowSlot *slot;
-	CqFlowHeld *held;
+	CqBucketKey key = cq_bucket_key(queue->queue_id);
+	CqBucketSlot *slot;
+	CqBucketHeld *held;
 
-	slot = cq_flow_slot(&key, now);
+	slot = cq_bucket_slot(&key, now);
 	if (slot == NULL)
 		return CQ_FLOW_NO_SLOT;
-	held = cq_flow_held_entry(slot);
+	held = cq_bucket_held_entry(slot);
 	if (held == NULL)
 	{
-		LWLockRelease(cq_flow_lock);
+		LWLockRelease(cq_buckets_lock);
 		return CQ_FLOW_TOO_MANY;
 	}
 	SpinLockAcquire(&slot->mutex);
@@ -485,14 +485,14 @@ cq_flow_reserve(const CqQueue *queue, int64 period, int32 max_jobs,
 		{
 			*read_for = slot->generation;
 			SpinLockRelease(&slot->mutex);
-			LWLockRelease(cq_flow_lock);
+			LWLockRelease(cq_buckets_lock);
 			return CQ_FLOW_READ_ROW;
 		}
 		if (row->rate_limit > 0 &&
 			(slot->bucket == 0 || slot->rate_limit != row->rate_limit ||
 			 slot->period != row->period))
 		{
-			slot->bucket = pg_atomic_fetch_add_u64(&cq_flow->next_id, 1);
+			slot->bucket = pg_atomic_fetch_add_u64(&cq_buckets->next_id, 1);
 			slot->rate_limit = row->rate_limit;
 			slot->period = row->period;
 			slot->tokens = row->tokens;
@@ -515,13 +515,13 @@ cq_flow_reserve(const CqQueue *queue, int64 period, int32 max_jobs,
 	ticket->bucket = 0;
 	if (queue->rate_limit > 0 && slot->bucket != 0)
 	{
-		slot->tokens = cq_flow_tokens_at(slot, now);
+		slot->tokens = cq_bucket_tokens_at(slot, now);
 		slot->at = Max(slot->at, now);
 		ticket->bucket = slot->bucket;
 		ticket->tokens = (int32) Min((double) max_jobs, floor(slot->tokens));
 		if (ticket->tokens == 0)
-			ticket->refill_ms = cq_flow_refill_ms(slot->tokens, slot->rate_limit,
-												  slot->period);
+			ticket->refill_ms = cq_bucket_refill_ms(slot->tokens, slot->rate_limit,
+													slot->period);
 		slot->tokens -= ticket->tokens;
 		slot->outstanding += ticket->tokens;
 		if (ticket->tokens > 0)
@@ -531,7 +531,7 @@ cq_flow_reserve(const CqQueue *queue, int64 period, int32 max_jobs,
 		ticket->allowed = ticket->tokens;
 	}
 	SpinLockRelease(&slot->mutex);
-	LWLockRelease(cq_flow_lock);
+	LWLockRelease(cq_buckets_lock);
 	return CQ_FLOW_RESERVED;
 }
 
@@ -540,17 +540,17 @@ cq_flow_reserve(const CqQueue *queue, int64 period, int32 max_jobs,
  * once the reservations and tokens it did not use.
  */
 void
-cq_flow_give_back(CqFlowTicket *ticket, int32 n)
+cq_bucket_give_back(CqFlowTicket *ticket, int32 n)
 {
-	CqFlowSlot *slot = ticket->slot;
-	CqFlowHeld *held = NULL;
+	CqBucketSlot *slot = ticket->slot;
+	CqBucketHeld *held = NULL;
 
-	for (int i = 0; i < cq_flow_nheld; i++)
-		if (cq_flow_held[i].slot == slot &&
-			cq_flow_held[i].generation == ticket->generation)
-			held = &cq_flow_held[i];
+	for (int i = 0; i < cq_bucket_nheld; i++)
+		if (cq_bucket_held[i].slot == slot &&
+			cq_bucket_held[i].generation == ticket->generation)
+			held = &cq_bucket_held[i];
 	Assert(held != NULL && n <= ticket->allowed);
-	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
+	cq_lwlock_gated(cq_buckets_lock, cq_buckets_gate, LW_SHARED);
 	SpinLockAcquire(&slot->mutex);
 	slot->reserved -= ticket->reserved - n;
 	held->reserved -= ticket->reserved - n;
@@ -565,7 +565,7 @@ cq_flow_give_back(CqFlowTicket *ticket, int32 n)
 		held->out_tokens -= ticket->tokens;
 	}
 	SpinLockRelease(&slot->mutex);
-	LWLockRelease(cq_flow_lock);
+	LWLockRelease(cq_buckets_lock);
 	ticket->slot = NULL;
 }
 
@@ -576,23 +576,23 @@ cq_flow_give_back(CqFlowTicket *ticket, int32 n)
  * unless there are none.
  */
 int
-cq_flow_buckets(TimestampTz now, CqFlowBucket **buckets)
+cq_buckets_of_database(TimestampTz now, CqFlowBucket **buckets)
 {
-	CqFlowKey	key;
+	CqBucketKey key;
 	HASH_SEQ_STATUS status;
-	CqFlowSlot *slot;
+	CqBucketSlot *slot;
 	CqFlowBucket *b;
 	int			n = 0;
 
 	*buckets = NULL;
-	if (!cq_shmem_ready || pg_atomic_read_u32(&cq_flow->any_used) == 0)
+	if (!cq_shmem_ready || pg_atomic_read_u32(&cq_buckets->any_used) == 0)
 		return 0;
-	key = cq_flow_key(0);
+	key = cq_bucket_key(0);
 	b = palloc0(sizeof(CqFlowBucket) * cq_flow_slots);
 
 	/* Copied under the spinlocks; no allocation while one is held. */
-	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
-	hash_seq_init(&status, cq_flow_table);
+	cq_lwlock_gated(cq_buckets_lock, cq_buckets_gate, LW_SHARED);
+	hash_seq_init(&status, cq_buckets_table);
 	while ((slot = hash_seq_search(&status)) != NULL)
 	{
 		if (slot->key.dboid != key.dboid || slot->key.relid != key.relid)
@@ -603,9 +603,9 @@ cq_flow_buckets(TimestampTz now, CqFlowBucket **buckets)
 			b[n].queue_id = slot->key.queue_id;
 			b[n].rate_limit = slot->rate_limit;
 			b[n].period.time = slot->period;
-			b[n].tokens = cq_flow_tokens_at(slot, now);
+			b[n].tokens = cq_bucket_tokens_at(slot, now);
 			b[n].idle = slot->reserved == 0 && slot->outstanding == 0 &&
-				slot->spent == slot->seen && !cq_flow_in_row(slot) &&
+				slot->spent == slot->seen && !cq_bucket_in_row(slot) &&
 				b[n].tokens < (double) slot->rate_limit;
 			b[n].slot = slot;
 			b[n].generation = slot->generation;
@@ -615,7 +615,7 @@ cq_flow_buckets(TimestampTz now, CqFlowBucket **buckets)
 		}
 		SpinLockRelease(&slot->mutex);
 	}
-	LWLockRelease(cq_flow_lock);
+	LWLockRelease(cq_buckets_lock);
 	*buckets = b;
 	return n;
 }
@@ -626,28 +626,28 @@ cq_flow_buckets(TimestampTz now, CqFlowBucket **buckets)
  * took tokens of it meanwhile.
  */
 void
-cq_flow_recorded(const CqFlowBucket *bucket)
+cq_bucket_recorded(const CqFlowBucket *bucket)
 {
-	if (cq_flow_nrecords == cq_flow_records_size)
+	if (cq_bucket_nrecords == cq_bucket_records_size)
 	{
-		cq_flow_records_size = Max(16, cq_flow_records_size * 2);
-		cq_flow_records = cq_flow_records == NULL ?
+		cq_bucket_records_size = Max(16, cq_bucket_records_size * 2);
+		cq_bucket_records = cq_bucket_records == NULL ?
 			MemoryContextAlloc(TopMemoryContext,
-							   cq_flow_records_size * sizeof(CqFlowBucket)) :
-			repalloc(cq_flow_records, cq_flow_records_size * sizeof(CqFlowBucket));
+							   cq_bucket_records_size * sizeof(CqFlowBucket)) :
+			repalloc(cq_bucket_records, cq_bucket_records_size * sizeof(CqFlowBucket));
 	}
-	cq_flow_records[cq_flow_nrecords++] = *bucket;
+	cq_bucket_records[cq_bucket_nrecords++] = *bucket;
 }
 
 /* At the commit of the transaction that wrote them: the records hold. */
 static void
-cq_flow_records_commit(void)
+cq_bucket_records_commit(void)
 {
-	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
-	for (int i = 0; i < cq_flow_nrecords; i++)
+	cq_lwlock_gated(cq_buckets_lock, cq_buckets_gate, LW_SHARED);
+	for (int i = 0; i < cq_bucket_nrecords; i++)
 	{
-		CqFlowBucket *r = &cq_flow_records[i];
-		CqFlowSlot *slot = (CqFlowSlot *) r->slot;
+		CqFlowBucket *r = &cq_bucket_records[i];
+		CqBucketSlot *slot = (CqBucketSlot *) r->slot;
 
 		SpinLockAcquire(&slot->mutex);
 		if (slot->generation == r->generation && slot->bucket == r->bucket &&
@@ -658,7 +658,7 @@ cq_flow_records_commit(void)
 		}
 		SpinLockRelease(&slot->mutex);
 	}
-	LWLockRelease(cq_flow_lock);
+	LWLockRelease(cq_buckets_lock);
 }
 
 /*
@@ -669,17 +669,17 @@ cq_flow_records_commit(void)
  * waiting claims within a second.
  */
 bool
-cq_flow_freed(int32 queue_id)
+cq_bucket_freed(int32 queue_id)
 {
-	CqFlowKey	key;
+	CqBucketKey key;
 	bool		found;
 
-	if (!cq_shmem_ready || pg_atomic_read_u32(&cq_flow->any_used) == 0)
+	if (!cq_shmem_ready || pg_atomic_read_u32(&cq_buckets->any_used) == 0)
 		return false;
-	key = cq_flow_key(queue_id);
-	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
-	found = hash_search(cq_flow_table, &key, HASH_FIND, NULL) != NULL;
-	LWLockRelease(cq_flow_lock);
+	key = cq_bucket_key(queue_id);
+	cq_lwlock_gated(cq_buckets_lock, cq_buckets_gate, LW_SHARED);
+	found = hash_search(cq_buckets_table, &key, HASH_FIND, NULL) != NULL;
+	LWLockRelease(cq_buckets_lock);
 	return found;
 }
 
@@ -688,61 +688,61 @@ cq_flow_freed(int32 queue_id)
  * (it reads pg_database), without the lock.
  */
 void
-cq_flow_free_dropped(void)
+cq_buckets_free_dropped(void)
 {
 	HASH_SEQ_STATUS status;
-	CqFlowSlot *slot;
+	CqBucketSlot *slot;
 	Oid		   *dboids;
 	int			ndbs = 0;
 	int			ndropped = 0;
 
-	if (!cq_shmem_ready || pg_atomic_read_u32(&cq_flow->any_used) == 0)
+	if (!cq_shmem_ready || pg_atomic_read_u32(&cq_buckets->any_used) == 0)
 		return;
 	dboids = palloc(sizeof(Oid) * cq_flow_slots);
-	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
-	hash_seq_init(&status, cq_flow_table);
+	cq_lwlock_gated(cq_buckets_lock, cq_buckets_gate, LW_SHARED);
+	hash_seq_init(&status, cq_buckets_table);
 	while ((slot = hash_seq_search(&status)) != NULL)
 		cq_note_database(dboids, &ndbs, cq_flow_slots, slot->key.dboid);
-	LWLockRelease(cq_flow_lock);
+	LWLockRelease(cq_buckets_lock);
 
 	ndropped = cq_dropped_databases(dboids, ndbs);
 	if (ndropped > 0)
 	{
-		cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_EXCLUSIVE);
-		hash_seq_init(&status, cq_flow_table);
+		cq_lwlock_gated(cq_buckets_lock, cq_buckets_gate, LW_EXCLUSIVE);
+		hash_seq_init(&status, cq_buckets_table);
 		while ((slot = hash_seq_search(&status)) != NULL)
 			for (int i = 0; i < ndropped; i++)
 				if (slot->key.dboid == dboids[i])
 				{
-					(void) hash_search(cq_flow_table, &slot->key, HASH_REMOVE, NULL);
+					(void) hash_search(cq_buckets_table, &slot->key, HASH_REMOVE, NULL);
 					break;
 				}
-		LWLockRelease(cq_flow_lock);
+		LWLockRelease(cq_buckets_lock);
 	}
 	pfree(dboids);
 }
 
 /*
  * How many slots are held: in use by a queue and not to be taken over now
- * (cq_flow_evictable).  The rest are free for a queue that has none.
+ * (cq_bucket_evictable).  The rest are free for a queue that has none.
  */
 static int
-cq_flow_held_count(TimestampTz now)
+cq_buckets_held_count(TimestampTz now)
 {
 	HASH_SEQ_STATUS status;
-	CqFlowSlot *slot;
+	CqBucketSlot *slot;
 	int			held = 0;
 
-	cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
-	hash_seq_init(&status, cq_flow_table);
+	cq_lwlock_gated(cq_buckets_lock, cq_buckets_gate, LW_SHARED);
+	hash_seq_init(&status, cq_buckets_table);
 	while ((slot = hash_seq_search(&status)) != NULL)
 	{
 		SpinLockAcquire(&slot->mutex);
-		if (!cq_flow_evictable(slot, now))
+		if (!cq_bucket_evictable(slot, now))
 			held++;
 		SpinLockRelease(&slot->mutex);
 	}
-	LWLockRelease(cq_flow_lock);
+	LWLockRelease(cq_buckets_lock);
 	return held;
 }
 
@@ -773,20 +773,20 @@ claimq_flow_row_paths(PG_FUNCTION_ARGS)
 
 		if (cq_shmem_ready)
 		{
-			CqFlowKey	key = cq_flow_key(DatumGetInt32(ids[i]));
-			uint32		hash = get_hash_value(cq_flow_table, &key);
+			CqBucketKey key = cq_bucket_key(DatumGetInt32(ids[i]));
+			uint32		hash = get_hash_value(cq_buckets_table, &key);
 			bool		found;
 
-			cq_lwlock_gated(cq_flow_lock, cq_flow_gate, LW_SHARED);
-			found = hash_search_with_hash_value(cq_flow_table, &key, hash,
+			cq_lwlock_gated(cq_buckets_lock, cq_buckets_gate, LW_SHARED);
+			found = hash_search_with_hash_value(cq_buckets_table, &key, hash,
 												HASH_FIND, NULL) != NULL;
-			LWLockRelease(cq_flow_lock);
+			LWLockRelease(cq_buckets_lock);
 			row_path = !found &&
-				pg_atomic_read_u32(&cq_flow->row_claims[hash % cq_flow->nrows]) > 0;
+				pg_atomic_read_u32(&cq_buckets->row_claims[hash % cq_buckets->nrows]) > 0;
 			if (!found && !row_path)
 			{
 				if (free < 0)
-					free = cq_flow_slots - cq_flow_held_count(GetCurrentTimestamp());
+					free = cq_flow_slots - cq_buckets_held_count(GetCurrentTimestamp());
 				row_path = free == 0;
 			}
 		}
@@ -799,7 +799,7 @@ claimq_flow_row_paths(PG_FUNCTION_ARGS)
 
 /*
  * flow_slots() returns table(held int, free int), for metrics(): the
- * server's slots held and free (cq_flow_held_count).  No row without the
+ * server's slots held and free (cq_buckets_held_count).  No row without the
  * preload, nor for a caller without the administer duty (EXECUTE on
  * claimq.maintain()), judged by the role that called metrics(), which is
  * a security definer.
@@ -822,7 +822,7 @@ claimq_flow_slots(PG_FUNCTION_ARGS)
 	if (!OidIsValid(maintain) ||
 		CQ_PROC_ACLCHECK(maintain, GetOuterUserId()) != ACLCHECK_OK)
 		return (Datum) 0;
-	held = cq_flow_held_count(GetCurrentTimestamp());
+	held = cq_buckets_held_count(GetCurrentTimestamp());
 	values[0] = Int32GetDatum(held);
 	values[1] = Int32GetDatum(cq_flow_slots - held);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);

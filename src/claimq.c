@@ -156,7 +156,7 @@ cq_shmem_request(void)
 													  cq_counters_shmem_size()),
 											 add_size(cq_wakeup_shmem_size(),
 													  cq_floor_shmem_size())),
-									add_size(cq_flow_shmem_size(),
+									add_size(cq_buckets_shmem_size(),
 											 cq_census_shmem_size())));
 
 	/*
@@ -181,7 +181,7 @@ cq_shmem_startup(void)
 	cq_census_shmem_init(&locks[1].lock, &locks[2].lock);
 	cq_wakeup_shmem_init();
 	cq_floor_shmem_init();
-	cq_flow_shmem_init(&locks[3].lock, &locks[4].lock);
+	cq_buckets_shmem_init(&locks[3].lock, &locks[4].lock);
 	LWLockRelease(AddinShmemInitLock);
 	cq_shmem_ready = true;
 }

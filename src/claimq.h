@@ -235,7 +235,7 @@ extern void cq_latency_add(CqCountBatch *batch, int32 queue_id,
  * function below, in the order ledger.c states.
  */
 extern void cq_ledger_init(void);
-extern void cq_flow_xact_event(XactEvent event);
+extern void cq_buckets_xact_event(XactEvent event);
 extern void cq_census_xact_event(XactEvent event);
 extern void cq_census_subxact_event(SubXactEvent event);
 
@@ -286,7 +286,7 @@ extern void cq_wake_waiters(const int32 *queue_ids, int n, bool all,
  * the queue's claim floor once the commit is visible; jobs claimed lower
  * it again if the claim aborts; jobs finished or removed wake wait_for.
  */
-extern void cq_ready_on_commit(int32 queue_id, TimestampTz run_at);
+extern void cq_made_ready(int32 queue_id, TimestampTz run_at);
 extern void cq_finished_on_commit(void);
 extern void cq_claimed_in_xact(int32 queue_id, TimestampTz run_at);
 extern TimestampTz cq_xact_ready_run_at(int32 queue_id);
@@ -378,8 +378,8 @@ typedef struct CqGroups
 
 extern bool cq_queue_groups_limited(const CqQueue *queue);
 extern void cq_groups_note(CqGroups *groups, int32 queue_id, Datum key);
-extern void cq_groups_sync(CqGroups *groups);
-extern TimestampTz cq_sync_groups(int32 queue_id, Datum keys);
+extern void cq_groups_sync_noted(CqGroups *groups);
+extern TimestampTz cq_groups_sync_one(int32 queue_id, Datum keys);
 extern uint64 cq_groups_upkeep(CqGroups *groups);
 extern void cq_ledger_groups_freed(const CqGroups *groups); /* ledger.c */
 
@@ -390,7 +390,7 @@ extern void cq_ledger_groups_freed(const CqGroups *groups); /* ledger.c */
  */
 typedef struct CqFlowTicket
 {
-	struct CqFlowSlot *slot;	/* shared memory: the queue's slot, or NULL */
+	struct CqBucketSlot *slot;	/* shared memory: the queue's slot, or NULL */
 	uint64		generation;		/* the slot's, when the claim took it */
 	uint64		bucket;			/* the bucket it took tokens from */
 	int32		reserved;		/* slots reserved by the claim */
@@ -410,7 +410,7 @@ extern void cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket,
 
 /*
  * The queue row's limits and bucket, read with the latest snapshot by
- * limits.c, from which cq_flow_reserve makes a bucket in shared memory.
+ * limits.c, from which cq_bucket_reserve makes a bucket in shared memory.
  */
 typedef struct CqFlowRow
 {
@@ -421,7 +421,7 @@ typedef struct CqFlowRow
 	double		tokens;			/* the bucket refilled to now */
 } CqFlowRow;
 
-/* What cq_flow_reserve did. */
+/* What cq_bucket_reserve did. */
 typedef enum CqFlowReserve
 {
 	CQ_FLOW_RESERVED,			/* step 1 is done: see the ticket */
@@ -438,27 +438,27 @@ typedef struct CqFlowBucket
 	Interval	period;			/* its time only */
 	double		tokens;
 	bool		idle;			/* unused since the last look, not in its row */
-	void	   *slot;			/* for cq_flow_recorded */
+	void	   *slot;			/* for cq_bucket_recorded */
 	uint64		generation;
 	uint64		bucket;
 	uint64		spent;
 } CqFlowBucket;
 
 /* The queue-wide limits' shared memory (buckets.c) */
-extern Size cq_flow_shmem_size(void);
-extern void cq_flow_shmem_init(LWLock *lock, LWLock *gate);
-extern void cq_flow_free_dropped(void);
-extern bool cq_flow_freed(int32 queue_id);
-extern TimestampTz cq_flow_started(TimestampTz now);
-extern long cq_flow_refill_ms(double tokens, int32 rate_limit, int64 period);
-extern CqFlowReserve cq_flow_reserve(const CqQueue *queue, int64 period,
-									 int32 max_jobs, TimestampTz now,
-									 const CqFlowRow *row, uint64 *read_for,
-									 CqFlowTicket *ticket, int64 *others);
-extern bool cq_flow_row_enter(int32 queue_id, bool *too_many);
-extern void cq_flow_give_back(CqFlowTicket *ticket, int32 n);
-extern int	cq_flow_buckets(TimestampTz now, CqFlowBucket **buckets);
-extern void cq_flow_recorded(const CqFlowBucket *bucket);
+extern Size cq_buckets_shmem_size(void);
+extern void cq_buckets_shmem_init(LWLock *lock, LWLock *gate);
+extern void cq_buckets_free_dropped(void);
+extern bool cq_bucket_freed(int32 queue_id);
+extern TimestampTz cq_buckets_started(TimestampTz now);
+extern long cq_bucket_refill_ms(double tokens, int32 rate_limit, int64 period);
+extern CqFlowReserve cq_bucket_reserve(const CqQueue *queue, int64 period,
+									   int32 max_jobs, TimestampTz now,
+									   const CqFlowRow *row, uint64 *read_for,
+									   CqFlowTicket *ticket, int64 *others);
+extern bool cq_bucket_row_enter(int32 queue_id, bool *too_many);
+extern void cq_bucket_give_back(CqFlowTicket *ticket, int32 n);
+extern int	cq_buckets_of_database(TimestampTz now, CqFlowBucket **buckets);
+extern void cq_bucket_recorded(const CqFlowBucket *bucket);
 
 /*
  * The ledger (ledger.c).  Every change of jobs' states that claimq makes is

@@ -366,7 +366,7 @@ cq_enqueue_done(CqEnqueueArgs *args, Datum groups)
 	if (args->after.ids && args->inserted == 0)
 		cq_after_unlink(&args->after);
 	if (args->replaced)
-		cq_ready_on_commit(args->queue.queue_id, run_at);
+		cq_made_ready(args->queue.queue_id, run_at);
 	if (args->queue.notify)
 		Async_Notify("claimq", args->queue_name);
 }
@@ -379,10 +379,10 @@ cq_enqueue_done(CqEnqueueArgs *args, Datum groups)
 static void
 cq_enqueue_sync_groups(int32 queue_id, Datum keys)
 {
-	TimestampTz freed_at = cq_sync_groups(queue_id, keys);
+	TimestampTz freed_at = cq_groups_sync_one(queue_id, keys);
 
 	if (freed_at != DT_NOEND)
-		cq_ready_on_commit(queue_id, freed_at);
+		cq_made_ready(queue_id, freed_at);
 }
 
 /*

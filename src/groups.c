@@ -118,7 +118,7 @@ cq_groups_note(CqGroups *groups, int32 queue_id, Datum key)
  * they are ready at commit.  The caller has connected SPI.
  */
 TimestampTz
-cq_sync_groups(int32 queue_id, Datum keys)
+cq_groups_sync_one(int32 queue_id, Datum keys)
 {
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[2] = {INT4OID, TEXTARRAYOID};
@@ -159,7 +159,7 @@ cq_groups_freed(CqGroups *groups, int32 queue_id, TimestampTz run_at)
  * caller has connected SPI; the keys must stay valid until this returns.
  */
 void
-cq_groups_sync(CqGroups *groups)
+cq_groups_sync_noted(CqGroups *groups)
 {
 	bool	   *done;
 
@@ -183,11 +183,11 @@ cq_groups_sync(CqGroups *groups)
 				done[j] = true;
 			}
 		cq_groups_freed(groups, groups->queue_ids[i],
-						cq_sync_groups(groups->queue_ids[i],
-									   PointerGetDatum(construct_array(keys, nkeys,
-																	   TEXTOID, -1,
-																	   false,
-																	   TYPALIGN_INT))));
+						cq_groups_sync_one(groups->queue_ids[i],
+										   PointerGetDatum(construct_array(keys, nkeys,
+																		   TEXTOID, -1,
+																		   false,
+																		   TYPALIGN_INT))));
 		pfree(keys);
 	}
 	pfree(done);
@@ -241,7 +241,7 @@ cq_groups_upkeep(CqGroups *groups)
 														   stuck->tupdesc,
 														   1, &isnull));
 
-		cq_groups_freed(groups, queue_id, cq_sync_groups(queue_id, keys));
+		cq_groups_freed(groups, queue_id, cq_groups_sync_one(queue_id, keys));
 		synced += ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(keys)),
 								 ARR_DIMS(DatumGetArrayTypeP(keys)));
 	}

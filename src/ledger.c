@@ -132,7 +132,7 @@ cq_ledger_note(CqLedgerCall *call, const CqMove *move)
 					   move->n);
 
 	if (move->to == CQ_IS_PENDING)
-		cq_ready_on_commit(queue_id, move->run_at);
+		cq_made_ready(queue_id, move->run_at);
 	else if (move->to == CQ_IS_DONE || move->to == CQ_IS_DEAD ||
 			 move->to == CQ_IS_CANCELLED || move->to == CQ_IS_ABSENT)
 		cq_finished_on_commit();
@@ -140,7 +140,7 @@ cq_ledger_note(CqLedgerCall *call, const CqMove *move)
 	if (cq_in_flight(move->from) && !cq_in_flight(move->to) &&
 		call->freed_queue != queue_id)
 	{
-		if (cq_flow_freed(queue_id))
+		if (cq_bucket_freed(queue_id))
 			cq_freed_on_commit(queue_id);
 		call->freed_queue = queue_id;
 	}
@@ -170,7 +170,7 @@ void
 cq_ledger_close(CqLedgerCall *call)
 {
 	cq_count_flush(&call->counts);
-	cq_groups_sync(&call->groups);
+	cq_groups_sync_noted(&call->groups);
 	cq_ledger_groups_freed(&call->groups);
 	call->freed_queue = 0;
 }
@@ -320,7 +320,7 @@ void
 cq_ledger_groups_freed(const CqGroups *groups)
 {
 	for (int i = 0; i < groups->nfreed; i++)
-		cq_ready_on_commit(groups->freed_queue_ids[i], groups->freed_run_ats[i]);
+		cq_made_ready(groups->freed_queue_ids[i], groups->freed_run_ats[i]);
 }
 
 /*
@@ -331,7 +331,7 @@ cq_ledger_groups_freed(const CqGroups *groups)
  * jobs already.
  */
 void
-cq_ready_on_commit(int32 queue_id, TimestampTz run_at)
+cq_made_ready(int32 queue_id, TimestampTz run_at)
 {
 	CqXactQueue *xq;
 
@@ -396,7 +396,7 @@ claimq_note_change(PG_FUNCTION_ARGS)
 {
 	cq_arg_not_null(fcinfo, 0, "queue_id");
 	if (!PG_ARGISNULL(1) && PG_GETARG_BOOL(1))
-		cq_ready_on_commit(PG_GETARG_INT32(0), DT_NOBEGIN);
+		cq_made_ready(PG_GETARG_INT32(0), DT_NOBEGIN);
 	if (!PG_ARGISNULL(2) && PG_GETARG_BOOL(2))
 		cq_finished_on_commit();
 	PG_RETURN_VOID();
@@ -456,7 +456,7 @@ cq_ledger_xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_PRE_PREPARE:
-			cq_flow_xact_event(event);
+			cq_buckets_xact_event(event);
 			break;
 		case XACT_EVENT_PRE_COMMIT:
 			cq_census_xact_event(event);
@@ -467,7 +467,7 @@ cq_ledger_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			cq_ledger_reset_scopes();
-			cq_flow_xact_event(event);
+			cq_buckets_xact_event(event);
 			cq_census_xact_event(event);
 			cq_queues_xact_event(event);
 			cq_xact_relid = InvalidOid;

@@ -144,7 +144,7 @@ cq_flow_period_of(const char *queue_name, const Interval *rate_period)
  * The queue's bucket at now as its row has it: full if the row has no
  * record of a bucket (its first use, or a new rate: alter_queue clears
  * it), else the recorded tokens refilled to now and, with the preload, no
- * more than have refilled since cq_flow_started.  Used both to make a
+ * more than have refilled since cq_buckets_started.  Used both to make a
  * bucket in shared memory and by a claim on the row.  A bucket in shared
  * memory starts no fuller than its row would give and only spends after,
  * so one that is full when its slot is taken over is made again full.
@@ -160,7 +160,7 @@ cq_flow_row_tokens(int32 rate_limit, int64 period, bool no_record,
 		return rate_limit;
 	tokens = rate_tokens + (double) Max(now - rate_at, 0) * per_usec;
 	if (cq_shmem_ready)
-		tokens = Min(tokens, (double) Max(now - cq_flow_started(now), 0) * per_usec);
+		tokens = Min(tokens, (double) Max(now - cq_buckets_started(now), 0) * per_usec);
 	return Min((double) rate_limit, tokens);
 }
 
@@ -214,7 +214,7 @@ cq_flow_read_row(const CqQueue *queue, TimestampTz now, CqFlowRow *row)
 /*
  * Steps 1 and 2 of a claim with the preload (see the file header): step 1
  * in the queue's slot, reading the row first if the slot's bucket is not
- * the one the claim expects (cq_flow_reserve), then the count.  Returns
+ * the one the claim expects (cq_bucket_reserve), then the count.  Returns
  * false, having changed nothing, if the queue has no slot and none can be
  * had: the claim then takes turns on the queue's row.
  */
@@ -230,8 +230,8 @@ cq_flow_shared(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 
 	if (queue->rate_limit > 0)
 		period = cq_flow_period_of(queue->name, &queue->rate_period);
-	while ((done = cq_flow_reserve(queue, period, max_jobs, now, &row,
-								   &read_for, ticket, &others)) == CQ_FLOW_READ_ROW)
+	while ((done = cq_bucket_reserve(queue, period, max_jobs, now, &row,
+									 &read_for, ticket, &others)) == CQ_FLOW_READ_ROW)
 	{
 		cq_flow_read_row(queue, now, &row);
 		if (!row.found)
@@ -304,7 +304,7 @@ cq_flow_allowance(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 	{
 		bool		on_row = false;
 
-		(void) cq_flow_started(GetCurrentTimestamp());
+		(void) cq_buckets_started(GetCurrentTimestamp());
 
 		/*
 		 * Shared memory if the queue has a slot or can have one; else its
@@ -319,7 +319,7 @@ cq_flow_allowance(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 
 			if (cq_flow_shared(queue, max_jobs, ticket))
 				return ticket->allowed;
-			on_row = cq_flow_row_enter(queue->queue_id, &too_many);
+			on_row = cq_bucket_row_enter(queue->queue_id, &too_many);
 			if (too_many)
 				return 0;
 		}
@@ -374,15 +374,15 @@ cq_flow_allowance(const CqQueue *queue, int32 max_jobs, CqFlowTicket *ticket)
 												rate_at, ticket->at);
 		allowed = (int32) Max(0, Min((double) allowed, floor(ticket->row_tokens)));
 		if (ticket->row_tokens < 1)
-			ticket->refill_ms = cq_flow_refill_ms(ticket->row_tokens,
-												  queue->rate_limit, period);
+			ticket->refill_ms = cq_bucket_refill_ms(ticket->row_tokens,
+													queue->rate_limit, period);
 	}
 	return allowed;
 }
 
 /*
  * After a claim that took n jobs: give back the slots and tokens it did not
- * use (shared memory: cq_flow_give_back), or store the bucket in the
+ * use (shared memory: cq_bucket_give_back), or store the bucket in the
  * queue's row (this runs SPI).
  */
 void
@@ -394,7 +394,7 @@ cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket, int32 n)
 
 	if (ticket->slot != NULL)
 	{
-		cq_flow_give_back(ticket, n);
+		cq_bucket_give_back(ticket, n);
 		return;
 	}
 	if (!ticket->row_bucket || n == 0)
@@ -419,7 +419,7 @@ cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket, int32 n)
  * bucket new and full).  Each pass looks again, so a record whose
  * transaction failed is written by the next.  A bucket unused since its
  * record was written may give its slot to another queue (buckets.c's
- * cq_flow_evictable), to be made again from the record when its queue is
+ * cq_bucket_evictable), to be made again from the record when its queue is
  * claimed from next: so a table full of slow queues' buckets (full again
  * only after a whole rate_period, up to a day) does not keep other limited
  * queues on their rows for long.  A row that another transaction holds
@@ -441,7 +441,7 @@ cq_flow_upkeep(void)
 	if (!cq_shmem_ready)
 		return;
 	now = GetCurrentTimestamp();
-	n = cq_flow_buckets(now, &buckets);
+	n = cq_buckets_of_database(now, &buckets);
 	if (n == 0)
 		return;
 
@@ -492,6 +492,6 @@ cq_flow_upkeep(void)
 		CqFlowBucket *b = &buckets[DatumGetInt64(cq_spi_value(r, 1, &isnull)) - 1];
 
 		if (b->idle)
-			cq_flow_recorded(b);
+			cq_bucket_recorded(b);
 	}
 }

@@ -387,7 +387,7 @@ cq_launcher_sync(void)
 	/* Room in shared memory: what dropped databases left there goes. */
 	cq_census_free_dropped();
 	cq_counters_free_dropped();
-	cq_flow_free_dropped();
+	cq_buckets_free_dropped();
 	CommitTransactionCommand();
 
 	/* Stop serving databases taken off the list. */

@@ -149,6 +149,24 @@ class _Lane:
         self.threads: List[threading.Thread] = []
         self.slots: Optional[asyncio.Semaphore] = None              # AsyncWorker only
 
+    def room(self, held: int) -> int:
+        """How many jobs a claim may take with `held` held: none while every
+        handler is busy, else up to the batch (what exceeds the handlers
+        waits for one)."""
+        return 0 if held >= self.concurrency else max(self.prefetch - held, 0)
+
+    def claimed(self, n: int, now: float, idle: float, max_idle: float) -> bool:
+        """After a claim that took n jobs at `now`: claim again at once, or
+        back off, doubling up to max_idle while the queue gives nothing."""
+        if n == 0:
+            self.next_claim = now + self.idle
+            self.idle = min(self.idle * 2, max_idle)
+            return False
+        self.idle = idle
+        self.next_claim = 0.0
+        log.debug("claimed %d jobs of %s", n, self.queue)
+        return True
+
 
 class _Base:
     """What both workers share: settings, the jobs held, and the outcomes."""
@@ -364,23 +382,17 @@ class Worker(_Base):
             if now < lane.next_claim:
                 continue
             with self.lock:
-                n = self._held_in(lane)
-            room = lane.prefetch - n
-            if n >= lane.concurrency or room <= 0:
+                room = lane.room(self._held_in(lane))
+            if room == 0:
                 continue
             try:
                 jobs = self._db(lambda c: c.claim(lane.queue, room, lease=self.lease,
                                                   worker=self.name), give_up=self.stopping)
             except ConnectionError:
                 jobs = []
-            if not jobs:
-                lane.next_claim = time.monotonic() + lane.idle
-                lane.idle = min(lane.idle * 2, self.max_idle)
+            if not lane.claimed(len(jobs), time.monotonic(), self.idle, self.max_idle):
                 continue
             got = True
-            lane.idle = self.idle
-            lane.next_claim = 0.0
-            log.debug("claimed %d jobs of %s", len(jobs), lane.queue)
             with self.lock:
                 for job in jobs:
                     self.held[_key(job)] = job
@@ -683,11 +695,8 @@ class AsyncWorker(_Base):
                 for lane in self.lanes:
                     if self.stopping.is_set() or loop.time() < lane.next_claim:
                         continue
-                    # As Worker: claim while a handler is free, up to the
-                    # batch; what exceeds the handlers waits for a slot.
-                    n = self._held_in(lane)
-                    room = lane.prefetch - n
-                    if n >= lane.concurrency or room <= 0:
+                    room = lane.room(self._held_in(lane))
+                    if room == 0:
                         continue
                     try:
                         rows = await self._db(
@@ -696,14 +705,9 @@ class AsyncWorker(_Base):
                             retry=False)
                     except ConnectionError:
                         rows = []
-                    if not rows:
-                        lane.next_claim = loop.time() + lane.idle
-                        lane.idle = min(lane.idle * 2, self.max_idle)
+                    if not lane.claimed(len(rows), loop.time(), self.idle, self.max_idle):
                         continue
                     got = True
-                    lane.idle = self.idle
-                    lane.next_claim = 0.0
-                    log.debug("claimed %d jobs of %s", len(rows), lane.queue)
                     for r in rows:
                         job = job_of(r, lane.queue)
                         self.held[_key(job)] = job

@@ -229,16 +229,6 @@ extern void cq_counters_free_dropped(void);
 extern void cq_latency_add(CqCountBatch *batch, int32 queue_id,
 						   CqLatencyKind kind, int64 usecs);
 
-/*
- * The end of a transaction (ledger.c): the one pair of callbacks,
- * registered when the library is loaded, which calls each module's
- * function below, in the order ledger.c states.
- */
-extern void cq_ledger_init(void);
-extern void cq_buckets_xact_event(XactEvent event);
-extern void cq_census_xact_event(XactEvent event);
-extern void cq_census_subxact_event(SubXactEvent event);
-
 /* Jobs per queue and state, kept as changes commit (census.c) */
 extern Size cq_census_shmem_size(void);
 extern void cq_census_shmem_init(LWLock *lock, LWLock *gate);
@@ -247,6 +237,8 @@ extern void cq_census_move(Oid relid, int32 queue_id, CqState from,
 						   CqState to, int64 n);
 extern void cq_census_free_dropped(void);
 extern void cq_census_free_database(void);
+extern void cq_census_xact_event(XactEvent event);
+extern void cq_census_subxact_event(SubXactEvent event);
 
 /* The background reclaimer (reclaimer.c) */
 extern Size cq_reclaimer_shmem_size(void);
@@ -279,18 +271,6 @@ extern void cq_wait_sleep(bool waiting, long recheck_ms, long *poll_ms,
 						  TimestampTz deadline);
 extern void cq_wake_waiters(const int32 *queue_ids, int n, bool all,
 							bool finished);
-
-/*
- * What a transaction does to the set of pending jobs (ledger.c), besides
- * the moves that tell it: jobs made pending wake waiting claims and lower
- * the queue's claim floor once the commit is visible; jobs claimed lower
- * it again if the claim aborts; jobs finished or removed wake wait_for.
- */
-extern void cq_made_ready(int32 queue_id, TimestampTz run_at);
-extern void cq_finished_on_commit(void);
-extern void cq_claimed_in_xact(int32 queue_id, TimestampTz run_at);
-extern TimestampTz cq_xact_ready_run_at(int32 queue_id);
-extern void cq_freed_on_commit(int32 queue_id);
 
 /* Claim floors (floor.c) */
 typedef struct CqFloor
@@ -381,7 +361,6 @@ extern void cq_groups_note(CqGroups *groups, int32 queue_id, Datum key);
 extern void cq_groups_sync_noted(CqGroups *groups);
 extern TimestampTz cq_groups_sync_one(int32 queue_id, Datum keys);
 extern uint64 cq_groups_upkeep(CqGroups *groups);
-extern void cq_ledger_groups_freed(const CqGroups *groups); /* ledger.c */
 
 /*
  * Queue-wide limits (limits.c): max_in_flight and rate_limit, and a
@@ -459,6 +438,7 @@ extern bool cq_bucket_row_enter(int32 queue_id, bool *too_many);
 extern void cq_bucket_give_back(CqFlowTicket *ticket, int32 n);
 extern int	cq_buckets_of_database(TimestampTz now, CqFlowBucket **buckets);
 extern void cq_bucket_recorded(const CqFlowBucket *bucket);
+extern void cq_buckets_xact_event(XactEvent event);
 
 /*
  * The ledger (ledger.c).  Every change of jobs' states that claimq makes is
@@ -496,6 +476,29 @@ extern void cq_move_init(CqMove *move, int32 queue_id, CqState from,
 extern void cq_ledger_note(CqLedgerCall *call, const CqMove *move);
 extern void cq_ledger_close(CqLedgerCall *call);
 extern CqState cq_state_of(Datum state);
+
+/*
+ * The ledger's one pair of transaction callbacks, registered when the
+ * library is loaded (cq_ledger_init), which call the modules' end of
+ * transaction functions (cq_buckets_xact_event, cq_census_xact_event and
+ * cq_census_subxact_event) in the order ledger.c states.
+ */
+extern void cq_ledger_init(void);
+
+/*
+ * What a transaction does to the set of pending jobs, besides the moves
+ * that tell it: jobs made pending wake waiting claims and lower the
+ * queue's claim floor once the commit is visible (and the floor at once,
+ * for the transaction's own claims); jobs claimed lower it again if the
+ * claim aborts; jobs finished or removed wake wait_for; a sync of groups
+ * that freed held jobs makes them ready.
+ */
+extern void cq_made_ready(int32 queue_id, TimestampTz run_at);
+extern void cq_finished_on_commit(void);
+extern void cq_claimed_in_xact(int32 queue_id, TimestampTz run_at);
+extern TimestampTz cq_xact_ready_run_at(int32 queue_id);
+extern void cq_freed_on_commit(int32 queue_id);
+extern void cq_ledger_groups_freed(const CqGroups *groups);
 
 /*
  * The census's guard (census.c) stands aside while claimq's own statements

@@ -50,28 +50,27 @@
  * after the snapshot.  It marks the census valid unless the epoch moved
  * meanwhile.
  *
- * What makes a database's census unknown, from the moment it commits: a
- * server start (shared memory is new), a write to claimq.job that is not
- * claimq's own (the guard), PREPARE TRANSACTION of a transaction that changed jobs
- * (another backend decides its fate; the recount waits until no prepared
- * transaction holds a lock on claimq.job), and no room for a queue's
- * entry when the table is full (the notes without one are dropped).
- * When the table is full, room is made of the entries whose counts are all
- * zero and of other databases' entries while their census is unknown (a
- * commit there may have made an entry that holds only its own change, say
- * pending = -1, which only their next recount sets right; removing it
- * moves their epoch on, so that a recount of theirs under way adds
- * nothing).  A recount sets right the queues that have entries before it
- * makes new ones, which brings the entries of queues without jobs to zero.
- * Those of dropped databases are freed by the launcher (and by a recount
- * that finds no room), those of a database whose claimq was dropped by its
- * reclaimer, and those of an earlier installation by the recount of the
- * next one.  Writes with the guard disabled (ALTER TABLE ...
- * DISABLE TRIGGER, pg_restore --disable-triggers) are not seen:
- * claimq.census_recount() counts again.  On a standby nothing is counted.
- * While a database's census is not valid, claimq.census() says so and
- * metrics() reads queue_stats instead; so it does to a transaction that
- * changed jobs itself, whose changes the census does not hold yet.
+ * What makes a database's census unknown, from the moment it commits: a server
+ * start (shared memory is new), a write to claimq.job that is not claimq's own
+ * (the guard), PREPARE TRANSACTION of a transaction that changed jobs (another
+ * backend decides its fate; the recount waits until no prepared transaction
+ * holds a lock on claimq.job), and no room for a queue's entry when the table
+ * is full (the notes without one are dropped). When the table is full, room is
+ * made of the entries whose counts are all zero and of other databases'
+ * entries while their census is unknown (a commit there may have made an entry
+ * that holds only its own change, say pending = -1, which only their next
+ * recount sets right; removing it moves their epoch on, so that a recount of
+ * theirs under way adds nothing).  A recount sets right the queues that have
+ * entries before it makes new ones, which brings the entries of queues without
+ * jobs to zero. Those of dropped databases are freed by the launcher (and by a
+ * recount that finds no room), those of a database whose claimq was dropped by
+ * its reclaimer, and those of an earlier installation by the recount of the
+ * next one.  Writes with the guard disabled (ALTER TABLE ... DISABLE TRIGGER,
+ * pg_restore --disable-triggers) are not seen: claimq.census_recount() counts
+ * again.  On a standby nothing is counted. While a database's census is not
+ * valid, claimq.census() says so and metrics() reads queue_stats instead; so
+ * it does to a transaction that changed jobs itself, whose changes the census
+ * does not hold yet.
  *
  *-------------------------------------------------------------------------
  */
@@ -117,7 +116,7 @@ typedef struct CqCensusEntry
 	pg_atomic_uint64 counts[CQ_NSTATES];	/* int64, two's complement */
 	/* The header's: */
 	pg_atomic_uint64 epoch;		/* bumped by whatever makes it unknown */
-	uint64		valid_epoch;	/* set by a recount, under the exclusive lock */
+	uint64		valid_epoch;	/* set by a recount, lock exclusive */
 } CqCensusEntry;
 
 /* A backend's commit, from its pre-commit until its notes are added. */

@@ -20,12 +20,13 @@
  *		status.c	reading jobs' states: status, wait_for
  *		schedule.c	schedules: (due occurrence) -> pending, fire_schedules
  *		cron.c		schedules' expressions and their next occurrence
- *		reclaim.c	expired claimed -> pending, expired running -> pending | dead
+ *		reclaim.c	expired claimed -> pending; expired running -> pending |
+ *					dead
  *		prune.c		done | dead | cancelled past retention -> deleted
  *		keys.c		dedup key claims: claim, release, sweep
- *		reclaimer.c	the background worker that runs reclaim.c, schedule.c,
- *					prune.c, the key sweep and census.c's recount on a
- *					timer
+ *		reclaimer.c	the background worker whose passes run six steps on
+ *					a timer: reclaim.c, schedule.c, prune.c, the key
+ *					sweep, flow control's upkeep and census.c's recount
  *		wakeup.c	the wait slots of waiting claims and wait_for, and their
  *					wake-ups
  *		ledger.c	what a transaction did to jobs, reported once per move:
@@ -416,7 +417,7 @@ typedef struct CqFlowBucket
 	int32		rate_limit;
 	Interval	period;			/* its time only */
 	double		tokens;
-	bool		idle;			/* unused since the last look, not in its row */
+	bool		idle;			/* unused since the last look, unrecorded */
 	void	   *slot;			/* for cq_bucket_recorded */
 	uint64		generation;
 	uint64		bucket;
@@ -600,7 +601,7 @@ typedef struct CqPairKey
 typedef struct CqPairEntry
 {
 	CqPairKey	key;
-	int64		value;			/* settle: the result row; keys: the token won */
+	int64		value;			/* settle: the result row; keys: the token */
 	bool		done;			/* keys: already returned */
 } CqPairEntry;
 

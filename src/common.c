@@ -352,8 +352,8 @@ cq_job_ids_arg(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
- * Prepare a statement once per backend and keep its generic plan.  The
- * plan cache re-plans by itself when the extension's tables are dropped and created
+ * Prepare a statement once per backend and keep its generic plan.  The plan
+ * cache re-plans by itself when the extension's tables are dropped and created
  * again, since the statement text names them, not their OIDs.
  */
 SPIPlanPtr

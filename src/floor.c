@@ -34,19 +34,19 @@
  *	  transaction that made jobs of more queues ready than its list holds
  *	  drops the database's floors once, at its end).
  *
- * So a job skipped as locked by a claim that then rolls back, or committed
- * by a transaction the claim could not see yet, lowers the floor again
- * before or after the claim raises it; either way no later claim starts
- * past it.  Whatever else makes a job pending behind the claims' back is
- * caught by the age limit: a floor older than CQ_FLOOR_MAX_AGE_MS since a
- * claim last started at the head of the index is not used, so the next
- * claim starts at the head again and sets it anew.  Such cases: a
- * superuser's UPDATE; ROLLBACK PREPARED; a drop_queue or purge_queue that deleted pending jobs and then failed
- * (claims skipped the rows it had locked); and a claim whose snapshot saw a
- * job pending that another claim then took and released, both committing
- * before this claim locked it: the lock lands on the released version,
- * which the claim's snapshot cannot update, so the job stays pending and
- * locked until the claim's transaction ends.
+ * So a job skipped as locked by a claim that then rolls back, or committed by
+ * a transaction the claim could not see yet, lowers the floor again before or
+ * after the claim raises it; either way no later claim starts past it.
+ * Whatever else makes a job pending behind the claims' back is caught by the
+ * age limit: a floor older than CQ_FLOOR_MAX_AGE_MS since a claim last started
+ * at the head of the index is not used, so the next claim starts at the head
+ * again and sets it anew.  Such cases: a superuser's UPDATE; ROLLBACK
+ * PREPARED; a drop_queue or purge_queue that deleted pending jobs and then
+ * failed (claims skipped the rows it had locked); and a claim whose snapshot
+ * saw a job pending that another claim then took and released, both committing
+ * before this claim locked it: the lock lands on the released version, which
+ * the claim's snapshot cannot update, so the job stays pending and locked
+ * until the claim's transaction ends.
  *
  * Slots are keyed by database, the OID of claimq.job (a dropped and
  * re-created extension starts afresh) and queue id.  One spinlock guards

@@ -193,7 +193,7 @@ typedef struct CqXactQueue
 {
 	int32		queue_id;
 	bool		ready;
-	bool		freed;			/* took jobs of a limited queue out of flight */
+	bool		freed;			/* jobs of a limited queue left flight */
 	bool		claimed;
 	TimestampTz ready_run_at;
 	TimestampTz claimed_run_at;

@@ -110,7 +110,7 @@ claimq_check_flow_settings(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/* The queue's jobs in flight ($1): every claimed or running job has a lease. */
+/* The queue's jobs in flight: every claimed or running job has a lease. */
 #define CQ_IN_FLIGHT_SQL \
 	"(SELECT pg_catalog.count(*) FROM claimq.job j" \
 	"  WHERE j.expires_at IS NOT NULL AND j.queue_id = $1)"

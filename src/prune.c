@@ -5,13 +5,14 @@
  *		are older than their queue's keep_done or keep_dead (cancelled jobs
  *		are kept as long as dead ones).
  *
- * The background reclaimer prunes on every pass; without it, prune() can
- * be called from any scheduler (it sweeps expired key claims too).  Candidates are found per queue and state
- * through the partial index over finished jobs, oldest first.  The DELETE
- * re-checks that the row still has a finished_at, which only done, dead
- * and cancelled jobs have, so a dead job redriven by retry_dead() meanwhile is not
- * deleted.  (Re-checking the state instead would invite the planner to
- * scan that partial index in full rather than look the ids up.)
+ * The background reclaimer prunes on every pass; without it, prune() can be
+ * called from any scheduler (it sweeps expired key claims too).  Candidates
+ * are found per queue and state through the partial index over finished jobs,
+ * oldest first.  The DELETE re-checks that the row still has a finished_at,
+ * which only done, dead and cancelled jobs have, so a dead job redriven by
+ * retry_dead() meanwhile is not deleted.  (Re-checking the state instead would
+ * invite the planner to scan that partial index in full rather than look the
+ * ids up.)
  *
  * A job that jobs ran after (workflows) is kept until they are all
  * finished or removed: this pass leaves such jobs alone (the DELETE

@@ -33,14 +33,15 @@
  *	census		the census recounted, if it is unknown
  *
  * Queue SQL runs as the extension's owner inside a security-restricted
- * operation with search_path pinned, never as the bootstrap superuser
- * with whatever search_path the server was given; each step gives up on a lock after 200 ms (it gives way to DDL) and
- * commits with synchronous_commit = local, so that a synchronous standby
- * that is away does not stop it (docs/operations.md).  When the extension
- * is not installed in the database, a pass does nothing but give back
- * the census entries the database held.  A failing pass is logged once
- * (again only if the error changes), recorded in reclaimer_status, and
- * retried after a growing pause, up to CQ_MAX_BACKOFF_MS.
+ * operation with search_path pinned, never as the bootstrap superuser with
+ * whatever search_path the server was given; each step gives up on a lock
+ * after 200 ms (it gives way to DDL) and commits with synchronous_commit =
+ * local, so that a synchronous standby that is away does not stop it
+ * (docs/operations.md).  When the extension is not installed in the database,
+ * a pass does nothing but give back the census entries the database held.  A
+ * failing pass is logged once (again only if the error changes), recorded in
+ * reclaimer_status, and retried after a growing pause, up to
+ * CQ_MAX_BACKOFF_MS.
  *
  * A worker stays connected to its database between passes, which would
  * make DROP DATABASE fail ("being accessed by other users"): so at least

@@ -123,7 +123,7 @@ typedef struct CqSettleOp
 	int			nextra;			/* parameters after $1..$3 */
 	Oid			extratypes[3];
 	int			ncols;			/* result columns: job_id, outcome, ... */
-	bool		report_started; /* a running job under the token is "started" */
+	bool		report_started; /* report a running job as "started" */
 	int			spi_ok;			/* the statement's SPI result code */
 	int			counter;		/* CqCounter of a settled pair, or -1 */
 	SPIPlanPtr	plan;

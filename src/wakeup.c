@@ -5,14 +5,15 @@
  *		on a queue sleeps on its latch until a transaction that made jobs
  *		of that queue ready commits.
  *
- * With shared_preload_libraries = 'claimq', shared memory holds one slot
- * per backend.  A waiting claim publishes (database, queue) in its slot
- * before it looks for jobs, then sleeps; a transaction that enqueued or
- * released jobs has them in its ledger (ledger.c), which, once its commit
- * is visible to others (XACT_EVENT_COMMIT), has cq_wake_waiters set the
- * latch of every backend waiting on one of their queues.  Because the slot is published before the waiter's own
- * look, and a latch stays set until reset, no wake-up is lost: either the
- * waiter's look sees the commit, or the committer sees the waiter.
+ * With shared_preload_libraries = 'claimq', shared memory holds one slot per
+ * backend.  A waiting claim publishes (database, queue) in its slot before it
+ * looks for jobs, then sleeps; a transaction that enqueued or released jobs
+ * has them in its ledger (ledger.c), which, once its commit is visible to
+ * others (XACT_EVENT_COMMIT), has cq_wake_waiters set the latch of every
+ * backend waiting on one of their queues.  Because the slot is published
+ * before the waiter's own look, and a latch stays set until reset, no wake-up
+ * is lost: either the waiter's look sees the commit, or the committer sees the
+ * waiter.
  *
  * The slots are read without a lock.  A slot's owner writes its queue
  * first and the flag after a write barrier; a reader checks the flag,

@@ -148,9 +148,10 @@ cq_deleted_set(CqFinishes *finishes, int64 set_id)
 
 /*
  * Have the dependents of the jobs noted judged at the commit
- * (claimq.judge_dependents), and forget the sets that no job names any more (claimq.forget_after): those
- * noted, and, if the jobs noted were deleted, those that named them.  Runs
- * nothing when nothing was noted.  The caller has connected SPI.
+ * (claimq.judge_dependents), and forget the sets that no job names any more
+ * (claimq.forget_after): those noted, and, if the jobs noted were deleted,
+ * those that named them.  Runs nothing when nothing was noted.  The caller has
+ * connected SPI.
  */
 void
 cq_finishes_settle(CqFinishes *finishes, bool deleted)

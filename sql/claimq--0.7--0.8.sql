@@ -1,4 +1,4 @@
-/* claimq--0.7--0.8.sql: tokens that never repeat (the register of token epochs); workflows that never run a job early, never refuse a holder, never deadlock between settles; metrics() shows flow control's row path and slots; drop_queue without a pass over the job table */
+/* claimq--0.7--0.8.sql: tokens that never repeat (the register of token epochs); workflows that never run a job early, never refuse a holder, never deadlock between settles; metrics() shows flow control's row path and slots; drop_queue without a pass over the job table; one door to the ledger */
 
 -- @extension
 \echo Use "ALTER EXTENSION claimq UPDATE TO '0.8'" to load this file. \quit
@@ -283,8 +283,9 @@ BEGIN
 	END IF;
 	DELETE FROM claimq.schedule s WHERE s.queue_id OPERATOR(pg_catalog.=) q.queue_id;
 	DELETE FROM claimq.queue t WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
-	PERFORM claimq.ledger_end(q.queue_id, NULL, COALESCE(states, '{}'),
-							  COALESCE(counts, '{}'));
+	PERFORM claimq.ledger_note(q.queue_id, NULL, COALESCE(states, '{}'),
+							   COALESCE(counts, '{}'));
+	PERFORM claimq.ledger_end();
 	/*
 	 * Jobs of other queues waiting on its unfinished jobs count them as
 	 * cancelled.
@@ -400,8 +401,7 @@ BEGIN
 			RETURNING j.job_id, j.queue_id, j.state, j.group_key, j.held,
 					  j.dependents)
 		SELECT (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-							'queue_id', g.queue_id, 'to_state', g.state,
-							'from_states', '{waiting}'::text[], 'counts', ARRAY[g.n],
+							'queue_id', g.queue_id, 'to_state', g.state, 'n', g.n,
 							'groups', g.groups))
 				  FROM (SELECT x.queue_id, x.state, pg_catalog.count(*) AS n,
 							   pg_catalog.array_agg(DISTINCT x.group_key)
@@ -412,7 +412,11 @@ BEGIN
 		  INTO moves, finished;
 
 		/* Tell the ledger, one move per queue and state. */
-		PERFORM claimq.ledger_end_moves(moves);
+		PERFORM claimq.ledger_note((x OPERATOR(pg_catalog.->>) 'queue_id')::integer,
+								   x OPERATOR(pg_catalog.->>) 'to_state', '{waiting}',
+								   ARRAY[(x OPERATOR(pg_catalog.->>) 'n')::bigint])
+		   FROM pg_catalog.jsonb_array_elements(COALESCE(moves, '[]')) AS x;
+		PERFORM claimq.ledger_end();
 
 		/* Jobs made pending in limited groups go in held, then are synced. */
 		FOR m IN SELECT (x OPERATOR(pg_catalog.->>) 'queue_id')::integer AS queue_id,
@@ -547,7 +551,8 @@ BEGIN
 		   pg_catalog.array_agg(r.job_id) FILTER (WHERE r.dependents)
 	  INTO n, groups, redriven_after
 	  FROM redriven r;
-	PERFORM claimq.ledger_end(q.queue_id, 'pending', '{dead}', ARRAY[n]);
+	PERFORM claimq.ledger_note(q.queue_id, 'pending', '{dead}', ARRAY[n]);
+	PERFORM claimq.ledger_end();
 	IF groups IS NOT NULL THEN
 		PERFORM claimq.sync_groups(q.queue_id, groups);
 	END IF;
@@ -741,5 +746,336 @@ DROP FUNCTION claimq.metrics_0_7();
 
 CREATE INDEX job_kept_back_idx ON claimq.job (queue_id)
 	WHERE state OPERATOR(pg_catalog.=) 'waiting' OR held;
+
+/*------------------------------------------------------------------------
+ * 6. One door to the ledger for the SQL-language transitions:
+ * ledger_note() any number of times, then ledger_end(); ledger_wake() in
+ * place of note_change(); the functions that called them replaced
+ * (drop_queue, judge_finished and retry_dead above already call the new
+ * ones)
+ *-----------------------------------------------------------------------*/
+
+/*
+ * Private: the one door of the SQL-language transitions to the ledger
+ * (src/ledger.c), through which they report as claimq's C paths do:
+ * ledger_begin() before their statements, so that the census's guard
+ * stands aside; ledger_note() with the jobs moved, per queue, state
+ * entered and states left, as often as needed; ledger_end() when the
+ * statements are done.  ledger_wake() is for the changes that move no
+ * job (resume_queue, alter_queue freeing held jobs): at commit it wakes
+ * the claims waiting on the queue and lowers its claim floor, or wakes
+ * wait_for calls.
+ */
+CREATE FUNCTION claimq.ledger_note(queue_id integer, to_state text,
+								   from_states text[], counts bigint[])
+RETURNS void
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_ledger_note';
+
+COMMENT ON FUNCTION claimq.ledger_note(integer,text,text[],bigint[]) IS
+'private: in the scope of ledger_begin(), counts[i] jobs of the queue went from from_states[i] to to_state (NULL: deleted)';
+
+CREATE FUNCTION claimq.ledger_end()
+RETURNS void
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_ledger_end';
+
+COMMENT ON FUNCTION claimq.ledger_end() IS
+'private: ends the scope of the last ledger_begin()';
+
+CREATE FUNCTION claimq.ledger_wake(queue_id integer, made_ready boolean,
+								   finished boolean)
+RETURNS void
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_ledger_wake';
+
+COMMENT ON FUNCTION claimq.ledger_wake(integer,boolean,boolean) IS
+'private: at commit, wake the claims waiting on the queue and lower its claim floor (made_ready), or wake wait_for calls (finished)';
+
+REVOKE ALL ON FUNCTION claimq.ledger_note(integer, text, text[], bigint[]),
+	claimq.ledger_end(), claimq.ledger_wake(integer, boolean, boolean) FROM PUBLIC;
+
+ALTER FUNCTION claimq.alter_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval) RENAME TO alter_queue_0_7_door;
+
+CREATE FUNCTION claimq.alter_queue(
+	queue text,
+	lease interval DEFAULT NULL,
+	run_lease interval DEFAULT NULL,
+	max_attempts integer DEFAULT NULL,
+	retry_base interval DEFAULT NULL,
+	retry_max interval DEFAULT NULL,
+	keep_done interval DEFAULT NULL,
+	keep_dead interval DEFAULT NULL,
+	notify boolean DEFAULT NULL,
+	group_limit integer DEFAULT NULL,
+	group_fifo boolean DEFAULT NULL,
+	max_in_flight integer DEFAULT NULL,
+	rate_limit integer DEFAULT NULL,
+	rate_period interval DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue;
+	old claimq.queue;
+BEGIN
+	PERFORM claimq.check_queue_name(queue);
+	/* 0 removes a limit. */
+	PERFORM claimq.check_flow_settings(
+		NULLIF(alter_queue.group_limit, 0), NULLIF(alter_queue.max_in_flight, 0),
+		NULLIF(alter_queue.rate_limit, 0), alter_queue.rate_period);
+	IF alter_queue.group_limit IS NOT NULL OR alter_queue.group_fifo IS NOT NULL THEN
+		PERFORM claimq.lock_producers(queue);
+	END IF;
+	q := claimq.lock_queue(queue);
+	old := q;
+	q.lease := COALESCE(lease, q.lease);
+	q.run_lease := COALESCE(run_lease, q.run_lease);
+	q.max_attempts := COALESCE(max_attempts, q.max_attempts);
+	q.retry_base := COALESCE(retry_base, q.retry_base);
+	q.retry_max := COALESCE(retry_max, q.retry_max);
+	q.keep_done := COALESCE(keep_done, q.keep_done);
+	q.keep_dead := COALESCE(keep_dead, q.keep_dead);
+	q.notify := COALESCE(notify, q.notify);
+	IF alter_queue.group_limit IS NOT NULL THEN
+		q.group_limit := NULLIF(alter_queue.group_limit, 0);
+	END IF;
+	q.group_fifo := COALESCE(alter_queue.group_fifo, q.group_fifo);
+	IF alter_queue.max_in_flight IS NOT NULL THEN
+		q.max_in_flight := NULLIF(alter_queue.max_in_flight, 0);
+	END IF;
+	IF alter_queue.rate_limit IS NOT NULL THEN
+		q.rate_limit := NULLIF(alter_queue.rate_limit, 0);
+	END IF;
+	q.rate_period := COALESCE(alter_queue.rate_period, q.rate_period);
+	IF (q.rate_limit, q.rate_period) IS DISTINCT FROM (old.rate_limit, old.rate_period) THEN
+		/* A new bucket, full. */
+		q.rate_tokens := NULL;
+		q.rate_at := NULL;
+	END IF;
+	PERFORM claimq.check_queue_settings(q.lease, q.run_lease, q.max_attempts,
+										q.retry_base, q.retry_max,
+										q.keep_done, q.keep_dead);
+	UPDATE claimq.queue t
+	   SET lease = q.lease, run_lease = q.run_lease,
+		   max_attempts = q.max_attempts, retry_base = q.retry_base,
+		   retry_max = q.retry_max, keep_done = q.keep_done,
+		   keep_dead = q.keep_dead, notify = q.notify,
+		   group_limit = q.group_limit, group_fifo = q.group_fifo,
+		   max_in_flight = q.max_in_flight, rate_limit = q.rate_limit,
+		   rate_period = q.rate_period, rate_tokens = q.rate_tokens,
+		   rate_at = q.rate_at
+	 WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+
+	IF (q.group_limit, q.group_fifo) IS DISTINCT FROM (old.group_limit, old.group_fifo) THEN
+		PERFORM 1 FROM claimq.job j
+		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+		   AND j.group_key IS NOT NULL
+		   AND j.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[])
+		   FOR UPDATE OF j;
+		UPDATE claimq.job j
+		   SET held = (q.group_limit IS NOT NULL OR q.group_fifo)
+		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+		   AND j.group_key IS NOT NULL
+		   AND j.state OPERATOR(pg_catalog.=) 'pending'
+		   AND j.held OPERATOR(pg_catalog.<>) (q.group_limit IS NOT NULL OR q.group_fifo);
+		IF q.group_limit IS NULL AND NOT q.group_fifo THEN
+			DELETE FROM claimq.job_group x
+			 WHERE x.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+		ELSE
+			PERFORM claimq.sync_groups(q.queue_id, ARRAY(
+				SELECT DISTINCT j.group_key FROM claimq.job j
+				 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+				   AND j.group_key IS NOT NULL
+				   AND j.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[])));
+		END IF;
+		PERFORM claimq.ledger_wake(q.queue_id, true, false);
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval) IS
+'change a queue''s settings; a NULL setting stays as it is, and a limit of 0 is removed';
+
+REVOKE ALL ON FUNCTION claimq.alter_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval) FROM PUBLIC;
+
+SELECT claimq.copy_grants('claimq.alter_queue_0_7_door(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)'::regprocedure,
+						  'claimq.alter_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)'::regprocedure,
+						  'pg_catalog.pg_proc');
+
+DROP FUNCTION claimq.alter_queue_0_7_door(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval);
+
+ALTER FUNCTION claimq.resume_queue(text) RENAME TO resume_queue_0_7_door;
+
+CREATE FUNCTION claimq.resume_queue(queue text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue := claimq.lock_queue(queue);
+BEGIN
+	UPDATE claimq.queue t SET paused = false
+	 WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+	IF q.paused THEN
+		PERFORM claimq.ledger_wake(q.queue_id, true, false);
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.resume_queue(text) IS
+'let a paused queue hand out jobs again';
+
+REVOKE ALL ON FUNCTION claimq.resume_queue(text) FROM PUBLIC;
+
+SELECT claimq.copy_grants('claimq.resume_queue_0_7_door(text)'::regprocedure,
+						  'claimq.resume_queue(text)'::regprocedure,
+						  'pg_catalog.pg_proc');
+
+DROP FUNCTION claimq.resume_queue_0_7_door(text);
+
+ALTER FUNCTION claimq.purge_queue(text) RENAME TO purge_queue_0_7_door;
+
+CREATE FUNCTION claimq.purge_queue(queue text)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	q claimq.queue := claimq.lock_queue(queue);
+	n bigint;
+	waiting bigint;
+	groups text[];
+	removed bigint[];
+	sets bigint[];
+BEGIN
+	PERFORM claimq.ledger_begin();
+	WITH purged AS (
+		DELETE FROM claimq.job j
+		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+		   AND j.state OPERATOR(pg_catalog.=) ANY ('{pending,waiting}'::text[])
+		RETURNING j.group_key, j.state, j.job_id, j.dependents, j.after_set)
+	SELECT pg_catalog.count(*),
+		   pg_catalog.count(*) FILTER (WHERE p.state OPERATOR(pg_catalog.=) 'waiting'),
+		   pg_catalog.array_agg(DISTINCT p.group_key) FILTER (WHERE p.group_key IS NOT NULL),
+		   pg_catalog.array_agg(p.job_id) FILTER (WHERE p.dependents),
+		   pg_catalog.array_agg(DISTINCT p.after_set) FILTER (WHERE p.after_set IS NOT NULL)
+	  INTO n, waiting, groups, removed, sets
+	  FROM purged p;
+	PERFORM claimq.ledger_note(q.queue_id, NULL, '{pending,waiting}',
+							   ARRAY[n OPERATOR(pg_catalog.-) waiting, waiting]);
+	PERFORM claimq.ledger_end();
+	IF groups IS NOT NULL THEN
+		PERFORM claimq.sync_groups(q.queue_id, groups);
+	END IF;
+	/* Jobs waiting on the jobs purged count them as cancelled. */
+	IF removed IS NOT NULL THEN
+		PERFORM claimq.judge_dependents(removed);
+	END IF;
+	IF removed IS NOT NULL OR sets IS NOT NULL THEN
+		PERFORM claimq.forget_after(COALESCE(sets, '{}'), COALESCE(removed, '{}'));
+	END IF;
+	RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.purge_queue(text) IS
+'delete a queue''s pending jobs (ready and scheduled) and waiting jobs; returns how many';
+
+REVOKE ALL ON FUNCTION claimq.purge_queue(text) FROM PUBLIC;
+
+SELECT claimq.copy_grants('claimq.purge_queue_0_7_door(text)'::regprocedure,
+						  'claimq.purge_queue(text)'::regprocedure,
+						  'pg_catalog.pg_proc');
+
+DROP FUNCTION claimq.purge_queue_0_7_door(text);
+
+ALTER FUNCTION claimq.prune_after(integer) RENAME TO prune_after_0_7_door;
+
+CREATE FUNCTION claimq.prune_after(max_jobs integer)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	now timestamptz := pg_catalog.clock_timestamp();
+	due bigint[];
+	moves jsonb;
+	gone bigint[];
+	sets bigint[];
+BEGIN
+	due := ARRAY(
+		SELECT j.job_id FROM claimq.job j
+		 WHERE j.job_id OPERATOR(pg_catalog.=) ANY (ARRAY(
+				SELECT f.job_id
+				  FROM claimq.queue q
+				 CROSS JOIN LATERAL (
+					SELECT f.job_id FROM claimq.job f
+					 WHERE f.queue_id OPERATOR(pg_catalog.=) q.queue_id
+					   AND f.state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[])
+					   AND f.dependents
+					   AND f.finished_at OPERATOR(pg_catalog.<) (now OPERATOR(pg_catalog.-)
+							CASE WHEN f.state OPERATOR(pg_catalog.=) 'done'
+								 THEN q.keep_done ELSE q.keep_dead END)
+					 LIMIT max_jobs) f
+				 LIMIT max_jobs))
+		   AND j.finished_at IS NOT NULL
+		   FOR UPDATE SKIP LOCKED);
+	IF pg_catalog.cardinality(due) OPERATOR(pg_catalog.=) 0 THEN
+		RETURN 0;
+	END IF;
+
+	PERFORM claimq.ledger_begin();
+	WITH pruned AS (
+		DELETE FROM claimq.job j
+		 WHERE j.job_id OPERATOR(pg_catalog.=) ANY (due)
+		   AND NOT EXISTS (
+				SELECT 1 FROM claimq.job_after e
+				  JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
+				 WHERE e.after_id OPERATOR(pg_catalog.=) j.job_id
+				   AND w.state OPERATOR(pg_catalog.<>) ALL ('{done,dead,cancelled}'::text[]))
+		RETURNING j.job_id, j.queue_id, j.state, j.after_set)
+	SELECT (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+						'queue_id', g.queue_id, 'from_states', g.states,
+						'counts', g.counts))
+			  FROM (SELECT c.queue_id, pg_catalog.array_agg(c.state) AS states,
+						   pg_catalog.array_agg(c.n) AS counts
+					  FROM (SELECT p.queue_id, p.state, pg_catalog.count(*) AS n
+							  FROM pruned p GROUP BY p.queue_id, p.state) c
+					 GROUP BY c.queue_id) g),
+		   (SELECT pg_catalog.array_agg(p.job_id) FROM pruned p),
+		   (SELECT pg_catalog.array_agg(DISTINCT p.after_set) FROM pruned p
+			 WHERE p.after_set IS NOT NULL)
+	  INTO moves, gone, sets;
+	PERFORM claimq.ledger_note((x OPERATOR(pg_catalog.->>) 'queue_id')::integer, NULL,
+							   ARRAY(SELECT pg_catalog.jsonb_array_elements_text(x OPERATOR(pg_catalog.->) 'from_states')),
+							   ARRAY(SELECT pg_catalog.jsonb_array_elements_text(x OPERATOR(pg_catalog.->) 'counts'))::bigint[])
+	   FROM pg_catalog.jsonb_array_elements(COALESCE(moves, '[]')) AS x;
+	PERFORM claimq.ledger_end();
+	IF gone IS NOT NULL THEN
+		PERFORM claimq.forget_after(COALESCE(sets, '{}'), gone);
+	END IF;
+	RETURN COALESCE(pg_catalog.cardinality(gone), 0);
+END
+$$;
+
+COMMENT ON FUNCTION claimq.prune_after(integer) IS
+'private: delete up to max_jobs finished jobs that jobs ran after, once every job after them is finished or removed and their queue''s keep_done / keep_dead has passed';
+
+REVOKE ALL ON FUNCTION claimq.prune_after(integer) FROM PUBLIC;
+
+SELECT claimq.copy_grants('claimq.prune_after_0_7_door(integer)'::regprocedure,
+						  'claimq.prune_after(integer)'::regprocedure,
+						  'pg_catalog.pg_proc');
+
+DROP FUNCTION claimq.prune_after_0_7_door(integer);
+
+DROP FUNCTION claimq.ledger_end_moves(jsonb);
+DROP FUNCTION claimq.ledger_end(integer, text, text[], bigint[]);
+DROP FUNCTION claimq.note_change(integer, boolean, boolean);
 
 -- @include portable/update--0.7--0.8.sql

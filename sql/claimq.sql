@@ -511,26 +511,15 @@ COMMENT ON FUNCTION claimq.check_flow_settings(integer,integer,integer,interval)
 'private: raise 22023 unless the flow control options are within the limits create_queue and alter_queue accept';
 
 /*
- * Private: the SQL-language transitions tell the C side what they did, so
- * that waiting claims and wait_for are woken and claim floors lowered when
- * the transaction commits.
- */
-CREATE FUNCTION claimq.note_change(queue_id integer, made_pending boolean,
-								   finished boolean)
-RETURNS void
-LANGUAGE c VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'claimq_note_change';
-
-COMMENT ON FUNCTION claimq.note_change(integer,boolean,boolean) IS
-'private: at commit, wake claims waiting on the queue (made_pending) or wait_for calls (finished)';
-
-/*
- * Private: the SQL-language functions that move jobs between states
- * (drop_queue, purge_queue, retry_dead) report it to the ledger
- * (src/ledger.c) as claimq's C paths do: ledger_begin() before their
- * statements, so that the census's guard stands aside, and ledger_end()
- * with the jobs moved, per state left.
+ * Private: the one door of the SQL-language transitions to the ledger
+ * (src/ledger.c), through which they report as claimq's C paths do:
+ * ledger_begin() before their statements, so that the census's guard
+ * stands aside; ledger_note() with the jobs moved, per queue, state
+ * entered and states left, as often as needed; ledger_end() when the
+ * statements are done.  ledger_wake() is for the changes that move no
+ * job (resume_queue, alter_queue freeing held jobs): at commit it wakes
+ * the claims waiting on the queue and lowers its claim floor, or wakes
+ * wait_for calls.
  */
 CREATE FUNCTION claimq.ledger_begin()
 RETURNS void
@@ -541,50 +530,34 @@ AS 'MODULE_PATHNAME', 'claimq_ledger_begin';
 COMMENT ON FUNCTION claimq.ledger_begin() IS
 'private: the statements that follow, until ledger_end(), are claimq''s own writes of jobs';
 
-CREATE FUNCTION claimq.ledger_end(queue_id integer, to_state text,
-								  from_states text[], counts bigint[])
+CREATE FUNCTION claimq.ledger_note(queue_id integer, to_state text,
+								   from_states text[], counts bigint[])
+RETURNS void
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_ledger_note';
+
+COMMENT ON FUNCTION claimq.ledger_note(integer,text,text[],bigint[]) IS
+'private: in the scope of ledger_begin(), counts[i] jobs of the queue went from from_states[i] to to_state (NULL: deleted)';
+
+CREATE FUNCTION claimq.ledger_end()
 RETURNS void
 LANGUAGE c VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'claimq_ledger_end';
 
-COMMENT ON FUNCTION claimq.ledger_end(integer,text,text[],bigint[]) IS
-'private: counts[i] jobs of the queue went from from_states[i] to to_state (NULL: deleted); ends the scope of ledger_begin()';
+COMMENT ON FUNCTION claimq.ledger_end() IS
+'private: ends the scope of the last ledger_begin()';
 
-/*
- * The end of a ledger_begin() scope whose statements moved jobs of several
- * queues, or to several states: moves is a JSON array of objects
- * {queue_id, to_state (null: deleted), from_states, counts}, each reported
- * with one ledger_end() (all but the first in a scope of its own).
- */
-CREATE FUNCTION claimq.ledger_end_moves(moves jsonb)
+CREATE FUNCTION claimq.ledger_wake(queue_id integer, made_ready boolean,
+								   finished boolean)
 RETURNS void
-LANGUAGE plpgsql
+LANGUAGE c VOLATILE
 SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	first boolean := true;
-	m record;
-BEGIN
-	FOR m IN SELECT (x OPERATOR(pg_catalog.->>) 'queue_id')::integer AS queue_id,
-					x OPERATOR(pg_catalog.->>) 'to_state' AS to_state,
-					ARRAY(SELECT pg_catalog.jsonb_array_elements_text(x OPERATOR(pg_catalog.->) 'from_states')) AS from_states,
-					ARRAY(SELECT pg_catalog.jsonb_array_elements_text(x OPERATOR(pg_catalog.->) 'counts'))::bigint[] AS counts
-			   FROM pg_catalog.jsonb_array_elements(COALESCE(moves, '[]')) AS x LOOP
-		IF NOT first THEN
-			PERFORM claimq.ledger_begin();
-		END IF;
-		first := false;
-		PERFORM claimq.ledger_end(m.queue_id, m.to_state, m.from_states, m.counts);
-	END LOOP;
-	IF first THEN
-		PERFORM claimq.ledger_end(0, NULL, '{}', '{}');
-	END IF;
-END
-$$;
+AS 'MODULE_PATHNAME', 'claimq_ledger_wake';
 
-COMMENT ON FUNCTION claimq.ledger_end_moves(jsonb) IS
-'private: end the scope of the last ledger_begin() with several moves (objects queue_id, to_state, from_states, counts), one ledger_end() each';
+COMMENT ON FUNCTION claimq.ledger_wake(integer,boolean,boolean) IS
+'private: at commit, wake the claims waiting on the queue and lower its claim floor (made_ready), or wake wait_for calls (finished)';
 
 -- @portable
 /*
@@ -749,7 +722,7 @@ BEGIN
 				   AND j.group_key IS NOT NULL
 				   AND j.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[])));
 		END IF;
-		PERFORM claimq.note_change(q.queue_id, true, false);
+		PERFORM claimq.ledger_wake(q.queue_id, true, false);
 	END IF;
 END
 $$;
@@ -859,8 +832,9 @@ BEGIN
 	END IF;
 	DELETE FROM claimq.schedule s WHERE s.queue_id OPERATOR(pg_catalog.=) q.queue_id;
 	DELETE FROM claimq.queue t WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
-	PERFORM claimq.ledger_end(q.queue_id, NULL, COALESCE(states, '{}'),
-							  COALESCE(counts, '{}'));
+	PERFORM claimq.ledger_note(q.queue_id, NULL, COALESCE(states, '{}'),
+							   COALESCE(counts, '{}'));
+	PERFORM claimq.ledger_end();
 	/*
 	 * Jobs of other queues waiting on its unfinished jobs count them as
 	 * cancelled.
@@ -904,7 +878,7 @@ BEGIN
 	UPDATE claimq.queue t SET paused = false
 	 WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
 	IF q.paused THEN
-		PERFORM claimq.note_change(q.queue_id, true, false);
+		PERFORM claimq.ledger_wake(q.queue_id, true, false);
 	END IF;
 END
 $$;
@@ -938,8 +912,9 @@ BEGIN
 		   pg_catalog.array_agg(DISTINCT p.after_set) FILTER (WHERE p.after_set IS NOT NULL)
 	  INTO n, waiting, groups, removed, sets
 	  FROM purged p;
-	PERFORM claimq.ledger_end(q.queue_id, NULL, '{pending,waiting}',
-							  ARRAY[n OPERATOR(pg_catalog.-) waiting, waiting]);
+	PERFORM claimq.ledger_note(q.queue_id, NULL, '{pending,waiting}',
+							   ARRAY[n OPERATOR(pg_catalog.-) waiting, waiting]);
+	PERFORM claimq.ledger_end();
 	IF groups IS NOT NULL THEN
 		PERFORM claimq.sync_groups(q.queue_id, groups);
 	END IF;
@@ -1674,8 +1649,7 @@ BEGIN
 			RETURNING j.job_id, j.queue_id, j.state, j.group_key, j.held,
 					  j.dependents)
 		SELECT (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-							'queue_id', g.queue_id, 'to_state', g.state,
-							'from_states', '{waiting}'::text[], 'counts', ARRAY[g.n],
+							'queue_id', g.queue_id, 'to_state', g.state, 'n', g.n,
 							'groups', g.groups))
 				  FROM (SELECT x.queue_id, x.state, pg_catalog.count(*) AS n,
 							   pg_catalog.array_agg(DISTINCT x.group_key)
@@ -1686,7 +1660,11 @@ BEGIN
 		  INTO moves, finished;
 
 		/* Tell the ledger, one move per queue and state. */
-		PERFORM claimq.ledger_end_moves(moves);
+		PERFORM claimq.ledger_note((x OPERATOR(pg_catalog.->>) 'queue_id')::integer,
+								   x OPERATOR(pg_catalog.->>) 'to_state', '{waiting}',
+								   ARRAY[(x OPERATOR(pg_catalog.->>) 'n')::bigint])
+		   FROM pg_catalog.jsonb_array_elements(COALESCE(moves, '[]')) AS x;
+		PERFORM claimq.ledger_end();
 
 		/* Jobs made pending in limited groups go in held, then are synced. */
 		FOR m IN SELECT (x OPERATOR(pg_catalog.->>) 'queue_id')::integer AS queue_id,
@@ -1819,8 +1797,8 @@ BEGIN
 				   AND w.state OPERATOR(pg_catalog.<>) ALL ('{done,dead,cancelled}'::text[]))
 		RETURNING j.job_id, j.queue_id, j.state, j.after_set)
 	SELECT (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-						'queue_id', g.queue_id, 'to_state', NULL,
-						'from_states', g.states, 'counts', g.counts))
+						'queue_id', g.queue_id, 'from_states', g.states,
+						'counts', g.counts))
 			  FROM (SELECT c.queue_id, pg_catalog.array_agg(c.state) AS states,
 						   pg_catalog.array_agg(c.n) AS counts
 					  FROM (SELECT p.queue_id, p.state, pg_catalog.count(*) AS n
@@ -1830,7 +1808,11 @@ BEGIN
 		   (SELECT pg_catalog.array_agg(DISTINCT p.after_set) FROM pruned p
 			 WHERE p.after_set IS NOT NULL)
 	  INTO moves, gone, sets;
-	PERFORM claimq.ledger_end_moves(moves);
+	PERFORM claimq.ledger_note((x OPERATOR(pg_catalog.->>) 'queue_id')::integer, NULL,
+							   ARRAY(SELECT pg_catalog.jsonb_array_elements_text(x OPERATOR(pg_catalog.->) 'from_states')),
+							   ARRAY(SELECT pg_catalog.jsonb_array_elements_text(x OPERATOR(pg_catalog.->) 'counts'))::bigint[])
+	   FROM pg_catalog.jsonb_array_elements(COALESCE(moves, '[]')) AS x;
+	PERFORM claimq.ledger_end();
 	IF gone IS NOT NULL THEN
 		PERFORM claimq.forget_after(COALESCE(sets, '{}'), gone);
 	END IF;
@@ -2054,7 +2036,8 @@ BEGIN
 		   pg_catalog.array_agg(r.job_id) FILTER (WHERE r.dependents)
 	  INTO n, groups, redriven_after
 	  FROM redriven r;
-	PERFORM claimq.ledger_end(q.queue_id, 'pending', '{dead}', ARRAY[n]);
+	PERFORM claimq.ledger_note(q.queue_id, 'pending', '{dead}', ARRAY[n]);
+	PERFORM claimq.ledger_end();
 	IF groups IS NOT NULL THEN
 		PERFORM claimq.sync_groups(q.queue_id, groups);
 	END IF;

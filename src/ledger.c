@@ -9,7 +9,7 @@
  * A move is n jobs of a queue going from one state to another (CQ_IS_ABSENT
  * before an insert and after a delete), reported by the path that made it
  * (enqueue.c, claim.c, settle.c, cancel.c, reclaim.c, prune.c, schedule.c,
- * and through claimq.ledger_end() the SQL-language ones, workflows'
+ * and through claimq.ledger_note() the SQL-language ones, workflows'
  * judgements among them).  The path knows
  * both states: each statement that moves jobs returns, per row, enough to
  * tell the state it left (a deleted row's own state; where an update's
@@ -74,6 +74,7 @@
 static Oid	cq_ledger_relid(void);
 
 PG_FUNCTION_INFO_V1(claimq_ledger_begin);
+PG_FUNCTION_INFO_V1(claimq_ledger_note);
 PG_FUNCTION_INFO_V1(claimq_ledger_end);
 
 
@@ -384,15 +385,18 @@ cq_finished_on_commit(void)
 }
 
 /*
- * note_change(queue_id, made_pending, finished) returns void: jobs that
- * became claimable, or finished, without a move: resume_queue and a
- * change of alter_queue's group limits, which frees held jobs.  (The
- * SQL-language moves report through ledger_end.)  In no duty.
+ * ledger_wake(queue_id, made_ready, finished) returns void: jobs that
+ * became claimable, or finished, without a move (resume_queue, and a
+ * change of alter_queue's group limits, which frees held jobs): at commit,
+ * wake the claims waiting on the queue and lower its floor, or wake
+ * wait_for.  (The SQL-language moves report through ledger_note.)  In no
+ * duty.
  */
+PG_FUNCTION_INFO_V1(claimq_ledger_wake);
 PG_FUNCTION_INFO_V1(claimq_note_change);
 
 Datum
-claimq_note_change(PG_FUNCTION_ARGS)
+claimq_ledger_wake(PG_FUNCTION_ARGS)
 {
 	cq_arg_not_null(fcinfo, 0, "queue_id");
 	if (!PG_ARGISNULL(1) && PG_GETARG_BOOL(1))
@@ -400,6 +404,16 @@ claimq_note_change(PG_FUNCTION_ARGS)
 	if (!PG_ARGISNULL(2) && PG_GETARG_BOOL(2))
 		cq_finished_on_commit();
 	PG_RETURN_VOID();
+}
+
+/*
+ * note_change(), ledger_wake()'s name before 0.8: the update scripts of
+ * earlier versions create it, and an install not yet updated calls it.
+ */
+Datum
+claimq_note_change(PG_FUNCTION_ARGS)
+{
+	return claimq_ledger_wake(fcinfo);
 }
 
 /*
@@ -506,7 +520,7 @@ cq_ledger_init(void)
  * ledger_begin() returns void: the SQL-language functions that move jobs
  * (drop_queue, purge_queue, retry_dead) open a scope before their
  * statements, in which the census's guard stands aside, and report what
- * the statements did with ledger_end().  In no duty.
+ * the statements did with ledger_note(), then ledger_end().  In no duty.
  */
 Datum
 claimq_ledger_begin(PG_FUNCTION_ARGS)
@@ -517,12 +531,12 @@ claimq_ledger_begin(PG_FUNCTION_ARGS)
 }
 
 /*
- * ledger_end(queue_id, to_state, from_states, counts) returns void: counts[i]
- * jobs of the queue moved from from_states[i] to to_state (NULL: deleted),
- * and the scope of the last ledger_begin() ends.  In no duty.
+ * ledger_note(queue_id, to_state, from_states, counts) returns void: in the
+ * scope of ledger_begin(), counts[i] jobs of the queue moved from
+ * from_states[i] to to_state (NULL: deleted).  In no duty.
  */
 Datum
-claimq_ledger_end(PG_FUNCTION_ARGS)
+claimq_ledger_note(PG_FUNCTION_ARGS)
 {
 	CqLedgerCall call = {0};
 	int32		queue_id;
@@ -540,7 +554,7 @@ claimq_ledger_end(PG_FUNCTION_ARGS)
 	if (cq_sql_scopes == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("ledger_end() without ledger_begin()")));
+				 errmsg("ledger_note() without ledger_begin()")));
 	queue_id = PG_GETARG_INT32(0);
 	to = PG_ARGISNULL(1) ? CQ_IS_ABSENT : cq_state_of(PG_GETARG_DATUM(1));
 	deconstruct_array(PG_GETARG_ARRAYTYPE_P(2), TEXTOID, -1, false,
@@ -568,6 +582,24 @@ claimq_ledger_end(PG_FUNCTION_ARGS)
 		cq_ledger_note(&call, &move);
 	}
 	cq_ledger_close(&call);
+	PG_RETURN_VOID();
+}
+
+/*
+ * ledger_end() returns void: the scope of the last ledger_begin() ends.
+ * In no duty.  (Before 0.8 it took a move, as ledger_note does, and ended
+ * the scope: with four arguments, from an install not yet updated to 0.8,
+ * it still does.)
+ */
+Datum
+claimq_ledger_end(PG_FUNCTION_ARGS)
+{
+	if (PG_NARGS() == 4)
+		(void) claimq_ledger_note(fcinfo);
+	if (cq_sql_scopes == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("ledger_end() without ledger_begin()")));
 	cq_sql_scopes--;
 	cq_own_statements--;
 	PG_RETURN_VOID();

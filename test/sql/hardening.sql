@@ -13,7 +13,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(359);
+SELECT plan(367);
 
 -- The functions and relations that belong to the extension.
 CREATE TEMP VIEW hard_functions AS
@@ -230,7 +230,9 @@ INSERT INTO hard_calls(duties, call) VALUES
 	('{}', $$SELECT claimq.duty_functions('work')$$),
 	('{}', $$SELECT claimq.check_queue_name('hq')$$),
 	('{}', $$SELECT claimq.lock_queue('hq')$$),
-	('{}', $$SELECT claimq.note_change(1, true, true)$$),
+	('{}', $$SELECT claimq.ledger_wake(1, true, true)$$),
+	('{}', $$SELECT claimq.ledger_note(1, NULL, '{pending}', '{1}')$$),
+	('{}', $$SELECT claimq.ledger_end()$$),
 	('{}', $$SELECT claimq.cron_next('@daily', 'UTC', now())$$),
 	('{}', $$SELECT * FROM claimq.latency_histogram()$$),
 	('{}', $$SELECT * FROM claimq.schedule$$),

@@ -48,7 +48,7 @@ $(OBJS): src/claimq.h
 # Both editions come from sql/claimq.sql (see sql/edition).
 PORTABLE_BODIES = $(wildcard $(srcdir)/sql/portable/*)
 
-claimq--$(EXTVERSION).sql: sql/claimq.sql sql/edition claimq.control
+claimq--$(EXTVERSION).sql: sql/claimq.sql sql/edition src/claimq.h claimq.control
 	perl $(srcdir)/sql/edition c $(EXTVERSION) $< >$@.tmp && mv $@.tmp $@
 
 # The portable edition: claimq-portable.sql, a plain script that a
@@ -57,7 +57,7 @@ claimq--$(EXTVERSION).sql: sql/claimq.sql sql/edition claimq.control
 .PHONY: portable
 portable: claimq-portable.sql claimq-pgtle.sql
 
-claimq-portable.sql: sql/claimq.sql sql/edition claimq.control $(PORTABLE_BODIES)
+claimq-portable.sql: sql/claimq.sql sql/edition src/claimq.h claimq.control $(PORTABLE_BODIES)
 	{ printf '%s\n' \
 		'-- claimq $(EXTVERSION), the portable edition, as a plain script: run it' \
 		'-- as the database'"'"'s owner with psql -f; it creates schema claimq, in' \
@@ -68,7 +68,7 @@ claimq-portable.sql: sql/claimq.sql sql/edition claimq.control $(PORTABLE_BODIES
 	  printf '%s\n' '\if :{?claimq_in_transaction}' '\else' 'COMMIT;' '\endif'; \
 	} >$@.tmp && mv $@.tmp $@
 
-claimq-pgtle.sql: sql/claimq.sql sql/edition claimq.control $(PORTABLE_BODIES)
+claimq-pgtle.sql: sql/claimq.sql sql/edition src/claimq.h claimq.control $(PORTABLE_BODIES)
 	{ printf '%s\n' \
 		'-- claimq $(EXTVERSION), the portable edition, for pg_tle: run it as a role' \
 		'-- granted pgtle_admin, then CREATE EXTENSION claimq.' \
@@ -87,7 +87,7 @@ PORTABLE_UPDATE = claimq-portable--$(PORTABLE_FROM)--$(EXTVERSION).sql \
 	claimq-pgtle--$(PORTABLE_FROM)--$(EXTVERSION).sql
 portable: $(PORTABLE_UPDATE)
 
-claimq-portable--$(PORTABLE_FROM)--$(EXTVERSION).sql: sql/claimq--$(PORTABLE_FROM)--$(EXTVERSION).sql sql/edition $(PORTABLE_BODIES)
+claimq-portable--$(PORTABLE_FROM)--$(EXTVERSION).sql: sql/claimq--$(PORTABLE_FROM)--$(EXTVERSION).sql sql/edition src/claimq.h $(PORTABLE_BODIES)
 	{ printf '%s\n' \
 		'-- claimq $(PORTABLE_FROM) to $(EXTVERSION), the portable edition, as a plain script:' \
 		'-- run it as the database'"'"'s owner with psql -f where the plain script of' \
@@ -98,7 +98,7 @@ claimq-portable--$(PORTABLE_FROM)--$(EXTVERSION).sql: sql/claimq--$(PORTABLE_FRO
 	  printf '%s\n' '\if :{?claimq_in_transaction}' '\else' 'COMMIT;' '\endif'; \
 	} >$@.tmp && mv $@.tmp $@
 
-claimq-pgtle--$(PORTABLE_FROM)--$(EXTVERSION).sql: sql/claimq--$(PORTABLE_FROM)--$(EXTVERSION).sql sql/edition $(PORTABLE_BODIES)
+claimq-pgtle--$(PORTABLE_FROM)--$(EXTVERSION).sql: sql/claimq--$(PORTABLE_FROM)--$(EXTVERSION).sql sql/edition src/claimq.h $(PORTABLE_BODIES)
 	{ printf '%s\n' \
 		'-- claimq $(PORTABLE_FROM) to $(EXTVERSION), the portable edition, for pg_tle: run it as' \
 		'-- a role granted pgtle_admin, then ALTER EXTENSION claimq UPDATE TO '"'"'$(EXTVERSION)'"'"'' \

@@ -866,8 +866,6 @@ cq_reclaimer_main(Datum arg)
 	}
 }
 
-/* Jobs or key claims each step of maintain() handles at most. */
-#define CQ_MAINTAIN_BATCH	10000
 
 /*
  * maintain() returns table(step text, count bigint): one pass of the

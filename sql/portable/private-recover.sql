@@ -49,8 +49,8 @@ BEGIN
 		RAISE EXCEPTION 'argument "max_jobs" must not be null'
 			USING ERRCODE = '22004';
 	END IF;
-	IF max_jobs OPERATOR(pg_catalog.<) 1 OR max_jobs OPERATOR(pg_catalog.>) 10000 THEN
-		RAISE EXCEPTION 'max_jobs must be between 1 and 10000'
+	IF max_jobs OPERATOR(pg_catalog.<) 1 OR max_jobs OPERATOR(pg_catalog.>) @CQ_MAX_BATCH@ THEN
+		RAISE EXCEPTION 'max_jobs must be between 1 and @CQ_MAX_BATCH@'
 			USING ERRCODE = '22023';
 	END IF;
 	IF queue_name IS NOT NULL THEN

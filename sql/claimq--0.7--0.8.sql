@@ -216,9 +216,9 @@ BEGIN
 		DELETE FROM claimq.job j
 		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
 		   AND ((j.state OPERATOR(pg_catalog.=) 'pending' AND NOT j.held)
-				OR j.state OPERATOR(pg_catalog.=) 'waiting' OR j.held
-				OR (force AND j.expires_at IS NOT NULL)
-				OR j.state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[]))
+				OR j.state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled,waiting}'::text[])
+				OR j.held
+				OR (force AND j.expires_at IS NOT NULL))
 		RETURNING j.state, j.job_id, j.dependents, j.after_set),
 	/*
 	 * A job that finished before was counted off by its dependents then:
@@ -741,11 +741,13 @@ DROP FUNCTION claimq.metrics_0_7();
 
 /*------------------------------------------------------------------------
  * 5. drop_queue finds a queue's jobs through indexes (section 2 replaced
- * it): an index of the jobs kept back (waiting or held) by queue
+ * it): the index of finished jobs holds waiting and held jobs too
  *-----------------------------------------------------------------------*/
 
-CREATE INDEX job_kept_back_idx ON claimq.job (queue_id)
-	WHERE state OPERATOR(pg_catalog.=) 'waiting' OR held;
+DROP INDEX claimq.job_finished_idx;
+CREATE INDEX job_finished_idx ON claimq.job (queue_id, state, finished_at)
+	WHERE state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled,waiting}'::text[])
+	   OR held;
 
 /*------------------------------------------------------------------------
  * 6. One door to the ledger for the SQL-language transitions:

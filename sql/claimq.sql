@@ -160,7 +160,10 @@ ALTER SEQUENCE claimq.queue_id_seq OWNED BY claimq.queue.queue_id;
  *					running) jobs, unique: this index is what makes dedup
  *					race-free.
  *	job_finished_idx done, dead and cancelled jobs by queue and age, for
- *					retention and redrive.
+ *					retention and redrive; and the jobs kept back other
+ *					than by time (waiting, or held by their group's
+ *					limit), so that every job of a queue is found through
+ *					an index led by its queue (drop_queue).
  *	job_group_idx, job_group_due_idx  a group's live jobs, for its limit
  *					(a waiting job is in no group's count until it is
  *					pending).
@@ -289,9 +292,13 @@ CREATE UNIQUE INDEX job_dedup_idx ON claimq.job (queue_id, dedup_key)
 	WHERE dedup_key IS NOT NULL
 	  AND state OPERATOR(pg_catalog.=) ANY ('{waiting,pending,claimed,running}'::text[]);
 
-/* Finished jobs by age, for the reclaimer's pruning. */
+/*
+ * Finished jobs by age, for the reclaimer's pruning; and waiting and held
+ * jobs, which no other index led by queue_id holds (drop_queue).
+ */
 CREATE INDEX job_finished_idx ON claimq.job (queue_id, state, finished_at)
-	WHERE state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[]);
+	WHERE state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled,waiting}'::text[])
+	   OR held;
 
 /*
  * A group's live jobs, the free ones (in flight, or pending and not held)
@@ -309,14 +316,6 @@ CREATE INDEX job_group_due_idx ON claimq.job (queue_id, group_key, run_at, job_i
 /* The jobs that run after a set of jobs (section 8). */
 CREATE INDEX job_after_set_idx ON claimq.job (after_set)
 	WHERE after_set IS NOT NULL;
-
-/*
- * A queue's jobs kept back other than by time: waiting for other jobs, or
- * held by their group's limit.  With the indexes above, every job of a
- * queue is found through an index led by its queue (drop_queue).
- */
-CREATE INDEX job_kept_back_idx ON claimq.job (queue_id)
-	WHERE state OPERATOR(pg_catalog.=) 'waiting' OR held;
 
 /*
  * Workflows: the jobs an enqueue names in "after", once each, in order of
@@ -765,9 +764,9 @@ BEGIN
 		DELETE FROM claimq.job j
 		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
 		   AND ((j.state OPERATOR(pg_catalog.=) 'pending' AND NOT j.held)
-				OR j.state OPERATOR(pg_catalog.=) 'waiting' OR j.held
-				OR (force AND j.expires_at IS NOT NULL)
-				OR j.state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[]))
+				OR j.state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled,waiting}'::text[])
+				OR j.held
+				OR (force AND j.expires_at IS NOT NULL))
 		RETURNING j.state, j.job_id, j.dependents, j.after_set),
 	/*
 	 * A job that finished before was counted off by its dependents then:

@@ -109,5 +109,6 @@ claimq-pgtle--$(PORTABLE_FROM)--$(EXTVERSION).sql: sql/claimq--$(PORTABLE_FROM)-
 	  perl $(srcdir)/sql/edition extension $(EXTVERSION) $< && \
 	  printf '%s\n' '$$claimq_pgtle$$);'; } >$@.tmp && mv $@.tmp $@
 
-# The TAP tests install the portable edition from its plain script.
-installcheck: claimq-portable.sql $(PORTABLE_UPDATE)
+# The TAP tests install the portable edition from its plain script, and
+# through pg_tle where an installation with pg_tle is given (036).
+installcheck: claimq-portable.sql claimq-pgtle.sql $(PORTABLE_UPDATE)

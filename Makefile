@@ -1,11 +1,15 @@
 # claimq: PGXS build
 EXTENSION = claimq
 MODULE_big = claimq
-# The install script of the current version is built from sql/claimq.sql;
-# the scripts of earlier versions and the updates are kept as released.
+# The install script of the current version is built from sql/claimq.sql,
+# and the update from the release before (PREVIOUS) from its source in
+# sql/, both by sql/edition (which puts in the files they include); the
+# scripts of earlier versions and their updates are kept as released.
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'$$/\1/p" $(srcdir)/claimq.control)
-DATA = $(wildcard sql/claimq--*.sql)
-DATA_built = claimq--$(EXTVERSION).sql
+PREVIOUS = 0.7
+UPDATE_SCRIPT = claimq--$(PREVIOUS)--$(EXTVERSION).sql
+DATA = $(filter-out sql/$(UPDATE_SCRIPT),$(wildcard sql/claimq--*.sql))
+DATA_built = claimq--$(EXTVERSION).sql $(UPDATE_SCRIPT)
 OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
 # CQ_CPPFLAGS=-DUSE_ASSERT_CHECKING turns claimq's own Assert()s on, for
 # the test command's run with assertions (a server built without them can
@@ -45,10 +49,16 @@ include $(PGXS)
 # Every object depends on the shared header.
 $(OBJS): src/claimq.h
 
-# Both editions come from sql/claimq.sql (see sql/edition).
+# Both editions come from sql/claimq.sql (see sql/edition), with the
+# bodies of sql/portable/ in the portable edition and the other files of
+# sql/ in every edition.
 PORTABLE_BODIES = $(wildcard $(srcdir)/sql/portable/*)
+SHARED_BODIES = $(filter-out $(srcdir)/sql/claimq%,$(wildcard $(srcdir)/sql/*.sql))
 
-claimq--$(EXTVERSION).sql: sql/claimq.sql sql/edition src/claimq.h claimq.control
+claimq--$(EXTVERSION).sql: sql/claimq.sql sql/edition src/claimq.h claimq.control $(SHARED_BODIES)
+	perl $(srcdir)/sql/edition c $(EXTVERSION) $< >$@.tmp && mv $@.tmp $@
+
+$(UPDATE_SCRIPT): sql/$(UPDATE_SCRIPT) sql/edition src/claimq.h $(SHARED_BODIES)
 	perl $(srcdir)/sql/edition c $(EXTVERSION) $< >$@.tmp && mv $@.tmp $@
 
 # The portable edition: claimq-portable.sql, a plain script that a
@@ -57,7 +67,7 @@ claimq--$(EXTVERSION).sql: sql/claimq.sql sql/edition src/claimq.h claimq.contro
 .PHONY: portable
 portable: claimq-portable.sql claimq-pgtle.sql
 
-claimq-portable.sql: sql/claimq.sql sql/edition src/claimq.h claimq.control $(PORTABLE_BODIES)
+claimq-portable.sql: sql/claimq.sql sql/edition src/claimq.h claimq.control $(PORTABLE_BODIES) $(SHARED_BODIES)
 	{ printf '%s\n' \
 		'-- claimq $(EXTVERSION), the portable edition, as a plain script: run it' \
 		'-- as the database'"'"'s owner with psql -f; it creates schema claimq, in' \
@@ -68,7 +78,7 @@ claimq-portable.sql: sql/claimq.sql sql/edition src/claimq.h claimq.control $(PO
 	  printf '%s\n' '\if :{?claimq_in_transaction}' '\else' 'COMMIT;' '\endif'; \
 	} >$@.tmp && mv $@.tmp $@
 
-claimq-pgtle.sql: sql/claimq.sql sql/edition src/claimq.h claimq.control $(PORTABLE_BODIES)
+claimq-pgtle.sql: sql/claimq.sql sql/edition src/claimq.h claimq.control $(PORTABLE_BODIES) $(SHARED_BODIES)
 	{ printf '%s\n' \
 		'-- claimq $(EXTVERSION), the portable edition, for pg_tle: run it as a role' \
 		'-- granted pgtle_admin, then CREATE EXTENSION claimq.' \
@@ -82,12 +92,12 @@ claimq-pgtle.sql: sql/claimq.sql sql/edition src/claimq.h claimq.control $(PORTA
 # edition's update script: a plain script (it checks the version it
 # updates), and the update path for pg_tle (then ALTER EXTENSION claimq
 # UPDATE TO the new version in each database).
-PORTABLE_FROM = 0.7
+PORTABLE_FROM = $(PREVIOUS)
 PORTABLE_UPDATE = claimq-portable--$(PORTABLE_FROM)--$(EXTVERSION).sql \
 	claimq-pgtle--$(PORTABLE_FROM)--$(EXTVERSION).sql
 portable: $(PORTABLE_UPDATE)
 
-claimq-portable--$(PORTABLE_FROM)--$(EXTVERSION).sql: sql/claimq--$(PORTABLE_FROM)--$(EXTVERSION).sql sql/edition src/claimq.h $(PORTABLE_BODIES)
+claimq-portable--$(PORTABLE_FROM)--$(EXTVERSION).sql: sql/claimq--$(PORTABLE_FROM)--$(EXTVERSION).sql sql/edition src/claimq.h $(PORTABLE_BODIES) $(SHARED_BODIES)
 	{ printf '%s\n' \
 		'-- claimq $(PORTABLE_FROM) to $(EXTVERSION), the portable edition, as a plain script:' \
 		'-- run it as the database'"'"'s owner with psql -f where the plain script of' \
@@ -98,7 +108,7 @@ claimq-portable--$(PORTABLE_FROM)--$(EXTVERSION).sql: sql/claimq--$(PORTABLE_FRO
 	  printf '%s\n' '\if :{?claimq_in_transaction}' '\else' 'COMMIT;' '\endif'; \
 	} >$@.tmp && mv $@.tmp $@
 
-claimq-pgtle--$(PORTABLE_FROM)--$(EXTVERSION).sql: sql/claimq--$(PORTABLE_FROM)--$(EXTVERSION).sql sql/edition src/claimq.h $(PORTABLE_BODIES)
+claimq-pgtle--$(PORTABLE_FROM)--$(EXTVERSION).sql: sql/claimq--$(PORTABLE_FROM)--$(EXTVERSION).sql sql/edition src/claimq.h $(PORTABLE_BODIES) $(SHARED_BODIES)
 	{ printf '%s\n' \
 		'-- claimq $(PORTABLE_FROM) to $(EXTVERSION), the portable edition, for pg_tle: run it as' \
 		'-- a role granted pgtle_admin, then ALTER EXTENSION claimq UPDATE TO '"'"'$(EXTVERSION)'"'"'' \

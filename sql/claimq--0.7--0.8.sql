@@ -776,7 +776,7 @@ SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'claimq_ledger_note';
 
 COMMENT ON FUNCTION claimq.ledger_note(integer,text,text[],bigint[]) IS
-'private: in the scope of ledger_begin(), counts[i] jobs of the queue went from from_states[i] to to_state (NULL: deleted)';
+'private: in the scope of ledger_begin(), counts[i] jobs of the queue went from from_states[i] (NULL: inserted) to to_state (NULL: deleted)';
 
 CREATE FUNCTION claimq.ledger_end()
 RETURNS void

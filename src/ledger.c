@@ -533,7 +533,7 @@ claimq_ledger_begin(PG_FUNCTION_ARGS)
 /*
  * ledger_note(queue_id, to_state, from_states, counts) returns void: in the
  * scope of ledger_begin(), counts[i] jobs of the queue moved from
- * from_states[i] to to_state (NULL: deleted).  In no duty.
+ * from_states[i] (NULL: inserted) to to_state (NULL: deleted).  In no duty.
  */
 Datum
 claimq_ledger_note(PG_FUNCTION_ARGS)
@@ -570,11 +570,12 @@ claimq_ledger_note(PG_FUNCTION_ARGS)
 	{
 		CqMove		move;
 
-		if (fromnulls[i] || countnulls[i])
+		if (countnulls[i])
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("from_states and counts must not hold nulls")));
-		cq_move_init(&move, queue_id, cq_state_of(froms[i]), to,
+					 errmsg("counts must not hold nulls")));
+		cq_move_init(&move, queue_id,
+					 fromnulls[i] ? CQ_IS_ABSENT : cq_state_of(froms[i]), to,
 					 DatumGetInt64(counts[i]));
 		/* Jobs cancelled by the SQL paths: workflows' judgements. */
 		if (to == CQ_IS_CANCELLED)

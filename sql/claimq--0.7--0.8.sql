@@ -1,4 +1,4 @@
-/* claimq--0.7--0.8.sql: tokens that never repeat (the register of token epochs); workflows that never run a job early, never refuse a holder, never deadlock between settles; metrics() shows flow control's row path and slots; drop_queue without a pass over the job table; one door to the ledger */
+/* claimq--0.7--0.8.sql: tokens that never repeat (the register of token epochs); workflows that never run a job early, never refuse a holder, never deadlock between settles; metrics() shows flow control's row path and slots; drop_queue without a pass over the job table; one door to the ledger; one body for schedules and cron in both editions */
 
 -- @extension
 \echo Use "ALTER EXTENSION claimq UPDATE TO '0.8'" to load this file. \quit
@@ -1079,5 +1079,76 @@ DROP FUNCTION claimq.prune_after_0_7_door(integer);
 DROP FUNCTION claimq.ledger_end_moves(jsonb);
 DROP FUNCTION claimq.ledger_end(integer, text, text[], bigint[]);
 DROP FUNCTION claimq.note_change(integer, boolean, boolean);
+
+/*------------------------------------------------------------------------
+ * 7. One body for schedules and cron in both editions (sql/schedules.sql):
+ * the functions that were C in the C edition and PL/pgSQL in the portable
+ * one are replaced, each keeping its grants, and the portable edition's
+ * private helpers with them
+ *-----------------------------------------------------------------------*/
+
+ALTER FUNCTION claimq.cron_next(text, text, timestamptz, timestamptz) RENAME TO cron_next_0_7;
+ALTER FUNCTION claimq.create_schedule(text, text, text, jsonb, text, integer, text) RENAME TO create_schedule_0_7;
+ALTER FUNCTION claimq.alter_schedule(text, text, text, jsonb, text, integer, text, boolean) RENAME TO alter_schedule_0_7;
+ALTER FUNCTION claimq.drop_schedule(text) RENAME TO drop_schedule_0_7;
+ALTER FUNCTION claimq.fire_schedules(integer) RENAME TO fire_schedules_0_7;
+
+-- @portable
+DROP FUNCTION claimq.fire_due(integer);
+DROP FUNCTION claimq.schedule_first(text, text, timestamptz);
+DROP FUNCTION claimq.check_schedule_name(text);
+DROP FUNCTION claimq.cron_walk(interval, bigint, bigint, bigint, bigint, bigint, boolean, boolean, boolean, text, timestamptz, timestamptz);
+DROP FUNCTION claimq.cron_offsets(bigint, bigint);
+DROP FUNCTION claimq.cron_parse(text, boolean);
+DROP FUNCTION claimq.interval_parts(interval);
+-- @end
+
+-- @include schedules.sql
+
+REVOKE ALL ON FUNCTION claimq.job_id_base(), claimq.interval_parts(interval),
+	claimq.cron_parse(text, boolean), claimq.cron_offsets(bigint, bigint),
+	claimq.cron_walk(interval, bigint, bigint, bigint, bigint, bigint, boolean, boolean, boolean, text, timestamptz, timestamptz),
+	claimq.check_schedule_name(text),
+	claimq.schedule_first(text, text, timestamptz) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION claimq.cron_next(text, text, timestamptz, timestamptz) FROM PUBLIC;
+
+SELECT claimq.copy_grants('claimq.cron_next_0_7(text, text, timestamptz, timestamptz)'::regprocedure,
+						  'claimq.cron_next(text, text, timestamptz, timestamptz)'::regprocedure,
+						  'pg_catalog.pg_proc');
+
+DROP FUNCTION claimq.cron_next_0_7(text, text, timestamptz, timestamptz);
+
+REVOKE ALL ON FUNCTION claimq.create_schedule(text, text, text, jsonb, text, integer, text) FROM PUBLIC;
+
+SELECT claimq.copy_grants('claimq.create_schedule_0_7(text, text, text, jsonb, text, integer, text)'::regprocedure,
+						  'claimq.create_schedule(text, text, text, jsonb, text, integer, text)'::regprocedure,
+						  'pg_catalog.pg_proc');
+
+DROP FUNCTION claimq.create_schedule_0_7(text, text, text, jsonb, text, integer, text);
+
+REVOKE ALL ON FUNCTION claimq.alter_schedule(text, text, text, jsonb, text, integer, text, boolean) FROM PUBLIC;
+
+SELECT claimq.copy_grants('claimq.alter_schedule_0_7(text, text, text, jsonb, text, integer, text, boolean)'::regprocedure,
+						  'claimq.alter_schedule(text, text, text, jsonb, text, integer, text, boolean)'::regprocedure,
+						  'pg_catalog.pg_proc');
+
+DROP FUNCTION claimq.alter_schedule_0_7(text, text, text, jsonb, text, integer, text, boolean);
+
+REVOKE ALL ON FUNCTION claimq.drop_schedule(text) FROM PUBLIC;
+
+SELECT claimq.copy_grants('claimq.drop_schedule_0_7(text)'::regprocedure,
+						  'claimq.drop_schedule(text)'::regprocedure,
+						  'pg_catalog.pg_proc');
+
+DROP FUNCTION claimq.drop_schedule_0_7(text);
+
+REVOKE ALL ON FUNCTION claimq.fire_schedules(integer) FROM PUBLIC;
+
+SELECT claimq.copy_grants('claimq.fire_schedules_0_7(integer)'::regprocedure,
+						  'claimq.fire_schedules(integer)'::regprocedure,
+						  'pg_catalog.pg_proc');
+
+DROP FUNCTION claimq.fire_schedules_0_7(integer);
 
 -- @include portable/update--0.7--0.8.sql

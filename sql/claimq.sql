@@ -372,8 +372,8 @@ CREATE INDEX key_claim_expiry_idx ON claimq.key_claim (expires_at);
 
 /*
  * Schedules: one row per schedule, keeping the next occurrence not yet
- * enqueued.  The C side (schedule.c, cron.c) parses the expressions and
- * fires the occurrences.
+ * enqueued.  sql/schedules.sql parses the expressions and fires the
+ * occurrences.
  */
 CREATE TABLE claimq.schedule (
 	name			text NOT NULL,
@@ -1896,66 +1896,7 @@ COMMENT ON FUNCTION claimq.release_keys(text,text[],bigint[]) IS
  * 10. Schedules
  *-----------------------------------------------------------------------*/
 
-CREATE FUNCTION claimq.cron_next(cron text, time_zone text, after timestamptz,
-								 anchor timestamptz DEFAULT NULL)
-RETURNS timestamptz
-LANGUAGE c VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'claimq_cron_next';
-
-COMMENT ON FUNCTION claimq.cron_next(text,text,timestamp with time zone,timestamp with time zone) IS
-'private: the first occurrence of cron in time_zone after after (for @every, counted from anchor); NULL if none';
-
-CREATE FUNCTION claimq.create_schedule(
-	schedule text,
-	queue text,
-	cron text,
-	payload jsonb DEFAULT '{}',
-	time_zone text DEFAULT 'UTC',
-	priority integer DEFAULT 0,
-	missed text DEFAULT 'once')
-RETURNS void
-LANGUAGE c VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'claimq_create_schedule';
-
-COMMENT ON FUNCTION claimq.create_schedule(text,text,text,jsonb,text,integer,text) IS
-'enqueue a job into queue whenever cron matches in time_zone; raises 42710 if the schedule exists';
-
-CREATE FUNCTION claimq.alter_schedule(
-	schedule text,
-	queue text DEFAULT NULL,
-	cron text DEFAULT NULL,
-	payload jsonb DEFAULT NULL,
-	time_zone text DEFAULT NULL,
-	priority integer DEFAULT NULL,
-	missed text DEFAULT NULL,
-	enabled boolean DEFAULT NULL)
-RETURNS void
-LANGUAGE c VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'claimq_alter_schedule';
-
-COMMENT ON FUNCTION claimq.alter_schedule(text,text,text,jsonb,text,integer,text,boolean) IS
-'change a schedule; a NULL option stays as it is, a new cron or time_zone counts from now';
-
-CREATE FUNCTION claimq.drop_schedule(schedule text)
-RETURNS void
-LANGUAGE c VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'claimq_drop_schedule';
-
-COMMENT ON FUNCTION claimq.drop_schedule(text) IS
-'drop a schedule; jobs it enqueued stay';
-
-CREATE FUNCTION claimq.fire_schedules(max_jobs integer DEFAULT 1000)
-RETURNS bigint
-LANGUAGE c VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'claimq_fire_schedules';
-
-COMMENT ON FUNCTION claimq.fire_schedules(integer) IS
-'enqueue the due occurrences of every enabled schedule, up to max_jobs; returns how many (the reclaimer calls it on every pass)';
+-- @include schedules.sql
 
 CREATE VIEW claimq.schedules AS
 SELECT s.name AS schedule, q.name AS queue, s.cron, s.time_zone, s.payload,

@@ -18,8 +18,8 @@
  *					runs after finish (the C paths' calls into section 8
  *					of sql/claimq.sql, which makes the transition)
  *		status.c	reading jobs' states: status, wait_for
- *		schedule.c	schedules: (due occurrence) -> pending, fire_schedules
- *		cron.c		schedules' expressions and their next occurrence
+ *		schedule.c	schedules: the reclaimer's call of fire_schedules (the
+ *					transition is sql/schedules.sql's, in both editions)
  *		reclaim.c	expired claimed -> pending; expired running -> pending |
  *					dead
  *		prune.c		done | dead | cancelled past retention -> deleted
@@ -67,7 +67,6 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
-#include "pgtime.h"
 #include "storage/lwlock.h"
 #include "utils/acl.h"
 #include "utils/array.h"
@@ -296,28 +295,7 @@ extern void cq_floor_lower(Oid dboid, Oid relid, int32 queue_id,
 extern void cq_floor_drop_database(Oid dboid);
 extern Oid	cq_job_relid(void);
 
-/* Schedules' expressions (cron.c) */
-typedef struct CqCron
-{
-	bool		every;			/* @every: the interval below */
-	Interval	interval;
-	uint64		minutes;		/* bit n: n matches */
-	uint32		hours;
-	uint32		mdays;
-	uint16		months;
-	uint8		wdays;			/* 0-6, Sunday 0 (7 folded into it) */
-	bool		hour_star;		/* the field starts with "*" */
-	bool		mday_star;
-	bool		wday_star;
-} CqCron;
-
-extern void cq_cron_parse(const char *text, CqCron *cron, bool check_every);
-extern void cq_cron_check_fires(const char *text, const CqCron *cron);
-extern TimestampTz cq_cron_next(const CqCron *cron, pg_tz *tz,
-								TimestampTz after, TimestampTz anchor);
-extern pg_tz *cq_time_zone(const char *name);
-
-/* Firing schedules (schedule.c), also by the reclaimer */
+/* Firing schedules (schedule.c): fire_schedules through SPI */
 extern uint64 cq_fire_schedules(int32 max_jobs);
 
 /* The sweep of expired key claims (keys.c) */

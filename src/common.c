@@ -696,6 +696,18 @@ cq_job_id_base(void)
 }
 
 /*
+ * job_id_base() returns bigint: the same, for the SQL paths that insert
+ * jobs (fire_schedules).  In no duty.
+ */
+PG_FUNCTION_INFO_V1(claimq_job_id_base);
+
+Datum
+claimq_job_id_base(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT64(cq_job_id_base());
+}
+
+/*
  * node_of(job_id) returns integer: the node number in a job id, for a
  * router.
  */

@@ -8,9 +8,9 @@
  *
  * A move is n jobs of a queue going from one state to another (CQ_IS_ABSENT
  * before an insert and after a delete), reported by the path that made it
- * (enqueue.c, claim.c, settle.c, cancel.c, reclaim.c, prune.c, schedule.c,
- * and through claimq.ledger_note() the SQL-language ones, workflows'
- * judgements among them).  The path knows
+ * (enqueue.c, claim.c, settle.c, cancel.c, reclaim.c, prune.c, and through
+ * claimq.ledger_note() the SQL-language ones, workflows' judgements and
+ * fired schedules among them).  The path knows
  * both states: each statement that moves jobs returns, per row, enough to
  * tell the state it left (a deleted row's own state; where an update's
  * RETURNING sees only the new row, a rule that holds of claimq's rows: a

@@ -4,7 +4,7 @@
  *		The background reclaimer: a launcher, and one worker per database
  *		named in claimq.databases, which every claimq.reclaim_interval
  *		reclaims expired claims (reclaim.c), fires due schedules
- *		(schedule.c), prunes finished jobs past their retention (prune.c),
+ *		(sql/schedules.sql, through schedule.c), prunes finished jobs past their retention (prune.c),
  *		sweeps expired key claims (keys.c), keeps flow control (limits.c's
  *		bucket records, groups.c's groups left behind) and recounts the
  *		census when it is unknown (census.c).

@@ -1,6 +1,5 @@
 -- @include portable/private-produce.sql
 -- @include portable/private-work.sql
 -- @include portable/private-keys.sql
--- @include portable/private-schedules.sql
 -- @include portable/private-recover.sql
 -- @include portable/private-observe.sql

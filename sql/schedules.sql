@@ -1,10 +1,37 @@
--- The portable edition's private helpers: schedules.
-
--- cron
+/*
+ * sql/schedules.sql: schedules and their cron expressions, one body for
+ * every edition (sql/claimq.sql and the update to 0.8 include it; see
+ * sql/edition).  PL/pgSQL, but for job_id_base, a thin C function (with
+ * its portable body in sql/portable): the parser and the next occurrence
+ * run once per schedule and occurrence, on a path that fires at most once
+ * a second (docs/performance.md, "Schedules in PL/pgSQL").
+ *
+ * An expression is five fields (minute, hour, day of month, month, day of
+ * week) with "*", lists, ranges and steps, month and day names wherever a
+ * number may stand; or @yearly, @monthly, @weekly, @daily, @hourly; or
+ * "@every <interval>".  Occurrences are wall-clock times in the
+ * schedule's time zone, turned into instants through the TimeZone setting
+ * of the call (PostgreSQL's own time-zone code):
+ *
+ *	- a local time that does not exist (it falls in the gap of a change to
+ *	  daylight saving time) fires at the first existing minute after the
+ *	  gap, the instant of the change, merged with whatever fires then;
+ *	- a local time that exists twice (the change back) fires at its first
+ *	  instance, or at both when the hour field starts with "*".
+ *
+ * A schedule's row keeps the next occurrence that has not been enqueued
+ * (next_run_at).  fire_schedules locks the rows of due schedules (FOR
+ * UPDATE SKIP LOCKED), enqueues their occurrences and moves next_run_at
+ * on, in the caller's transaction: the jobs and the schedule's advance
+ * commit together, so each occurrence is enqueued once whoever fires it,
+ * however many fire at once, and after a crash or a failover that lost
+ * the commit it is fired again.  Its jobs are reported to the ledger
+ * (ledger_begin, ledger_note, ledger_end), as the C paths report theirs.
+ */
 
 /*
- * An interval's months, days and microseconds, as the C edition reads
- * its fields; +-infinity (PostgreSQL 17 and later) has every part at its
+ * An interval's months, days and microseconds, as PostgreSQL keeps
+ * them; +-infinity (PostgreSQL 17 and later) has every part at its
  * limit.
  */
 CREATE FUNCTION claimq.interval_parts(span interval, OUT months bigint,
@@ -35,11 +62,11 @@ END
 $$;
 
 COMMENT ON FUNCTION claimq.interval_parts(interval) IS
-'private (portable edition): an interval''s months, days and microseconds, for the cron code';
+'private: an interval''s months, days and microseconds, for the cron code';
 
 /*
- * A cron expression parsed as src/cron.c (cq_cron_parse) parses it, with
- * the same errors: every is the interval of "@every <interval>" (the rest
+ * A cron expression parsed, or refused with an error that names the
+ * field (22023): every is the interval of "@every <interval>" (the rest
  * NULL); otherwise minutes to wdays are bit sets (bit n: n matches; day of
  * week 0-6, Sunday 0, 7 folded into it) and the stars say whether the
  * hour, day of month and day of week fields start with "*".  With
@@ -293,7 +320,7 @@ END
 $$;
 
 COMMENT ON FUNCTION claimq.cron_parse(text,boolean) IS
-'private (portable edition): a cron expression parsed as src/cron.c parses it (its @every interval, or its fields as bit sets and which start with "*"), with its errors';
+'private: a cron expression parsed (its @every interval, or its fields as bit sets and which start with "*"), with its errors';
 
 /*
  * The changes of offset of the session's TimeZone over the instants
@@ -347,13 +374,12 @@ END
 $$;
 
 COMMENT ON FUNCTION claimq.cron_offsets(bigint,bigint) IS
-'private (portable edition): the offset of the session''s time zone at w_lo and its changes up to w_hi, for cron_walk';
+'private: the offset of the session''s time zone at w_lo and its changes up to w_hi, for cron_walk';
 
 /*
  * The first occurrence, strictly after after, of an expression parsed by
  * claimq.cron_parse, in time_zone (anchor: when an @every schedule was
- * set); NULL if there is none within 9 years.  As src/cron.c computes it
- * (cq_cron_next), with the session's TimeZone set to time_zone for the
+ * set); NULL if there is none within 9 years.  With the session's TimeZone set to time_zone for the
  * call (reverted when it returns): local wall-clock times are "naive"
  * seconds since 1970-01-01 00:00 of that reading; the matching local
  * minutes are walked field by field from a little before after's local
@@ -733,14 +759,14 @@ END
 $$;
 
 COMMENT ON FUNCTION claimq.cron_walk(interval,bigint,bigint,bigint,bigint,bigint,boolean,boolean,boolean,text,timestamp with time zone,timestamp with time zone) IS
-'private (portable edition): the first occurrence after after of an expression parsed by claimq.cron_parse, in time_zone, as src/cron.c computes it; NULL if none within 9 years';
+'private: the first occurrence after after of an expression parsed by claimq.cron_parse, in time_zone; NULL if none within 9 years';
 
--- end of cron
 
 /*
  * The schedule-name rule's check for create_schedule, alter_schedule and
- * drop_schedule, with the C edition's errors (src/common.c, cq_name_arg):
- * 22004 for NULL, 22023 for a bad name, quoting at most a name's worth.
+ * drop_schedule, with the errors of the queue name's (src/common.c,
+ * cq_name_arg): 22004 for NULL, 22023 for a bad name, quoting at most a
+ * name's worth.
  */
 CREATE FUNCTION claimq.check_schedule_name(schedule text)
 RETURNS void
@@ -767,14 +793,14 @@ END
 $$;
 
 COMMENT ON FUNCTION claimq.check_schedule_name(text) IS
-'private (portable edition): raise 22004 or 22023 unless schedule is a valid schedule name';
+'private: raise 22004 or 22023 unless schedule is a valid schedule name';
 
 /*
  * The first occurrence after moment of an expression being set by
- * create_schedule or alter_schedule (src/schedule.c, cq_schedule_next):
+ * create_schedule or alter_schedule:
  * parsed with the checks of an @every interval, refused (22023) if it can
  * never fire (with the day of week "*", no listed month has a listed day
- * of the month, February counting 29; src/cron.c, cq_cron_check_fires),
+ * of the month, February counting 29),
  * and only then judged in time_zone.  NULL if there is none.
  */
 CREATE FUNCTION claimq.schedule_first(cron text, time_zone text,
@@ -808,18 +834,259 @@ END
 $$;
 
 COMMENT ON FUNCTION claimq.schedule_first(text,text,timestamp with time zone) IS
-'private (portable edition): the first occurrence after moment of a schedule''s expression being set, checked as create_schedule and alter_schedule check it; NULL if none';
+'private: the first occurrence after moment of a schedule''s expression being set, checked as create_schedule and alter_schedule check it; NULL if none';
 
 /*
- * fire_schedules' work (src/schedule.c, cq_fire_schedules), max_jobs
- * checked: enqueue the due occurrences of every enabled schedule, up to
- * max_jobs jobs, and return how many.  Its statements run with jit off
- * and generic plans, as the C edition's kept plans do (src/common.c,
+ * The next occurrence of an expression, for tests and for anyone who wants
+ * to see one without a schedule.
+ */
+CREATE FUNCTION claimq.cron_next(cron text, time_zone text, after timestamptz,
+								 anchor timestamptz DEFAULT NULL)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	parsed record;
+BEGIN
+	IF cron_next.cron IS NULL THEN
+		RAISE EXCEPTION 'argument "cron" must not be null'
+			USING ERRCODE = '22004';
+	END IF;
+	IF cron_next.time_zone IS NULL THEN
+		RAISE EXCEPTION 'argument "time_zone" must not be null'
+			USING ERRCODE = '22004';
+	END IF;
+	IF cron_next.after IS NULL THEN
+		RAISE EXCEPTION 'argument "after" must not be null'
+			USING ERRCODE = '22004';
+	END IF;
+	parsed := claimq.cron_parse(cron_next.cron, true);
+	RETURN claimq.cron_walk(parsed.every, parsed.minutes, parsed.hours,
+							parsed.mdays, parsed.months, parsed.wdays,
+							parsed.hour_star, parsed.mday_star, parsed.wday_star,
+							cron_next.time_zone, cron_next.after,
+							COALESCE(cron_next.anchor, cron_next.after));
+END
+$$;
+
+COMMENT ON FUNCTION claimq.cron_next(text,text,timestamp with time zone,timestamp with time zone) IS
+'private: the first occurrence of cron in time_zone after after (for @every, counted from anchor); NULL if none';
+
+CREATE FUNCTION claimq.create_schedule(
+	schedule text,
+	queue text,
+	cron text,
+	payload jsonb DEFAULT '{}',
+	time_zone text DEFAULT 'UTC',
+	priority integer DEFAULT 0,
+	missed text DEFAULT 'once')
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	now_ts timestamptz := pg_catalog.clock_timestamp();
+	next_at timestamptz;
+	qid integer;
+BEGIN
+	IF pg_catalog.pg_is_in_recovery() THEN
+		RAISE EXCEPTION 'cannot run claimq.create_schedule() during recovery'
+			USING ERRCODE = '25006',
+				  DETAIL = 'This server is a standby: claimq''s jobs, key claims and schedules change only on the primary.',
+				  HINT = 'Connect to the primary server.';
+	END IF;
+	PERFORM claimq.check_schedule_name(create_schedule.schedule);
+	PERFORM claimq.check_queue_name(create_schedule.queue);
+	IF create_schedule.cron IS NULL THEN
+		RAISE EXCEPTION 'argument "cron" must not be null'
+			USING ERRCODE = '22004';
+	END IF;
+	IF create_schedule.payload IS NULL THEN
+		RAISE EXCEPTION 'argument "payload" must not be null'
+			USING ERRCODE = '22004';
+	END IF;
+	IF create_schedule.time_zone IS NULL THEN
+		RAISE EXCEPTION 'argument "time_zone" must not be null'
+			USING ERRCODE = '22004';
+	END IF;
+	IF create_schedule.priority IS NULL THEN
+		RAISE EXCEPTION 'argument "priority" must not be null'
+			USING ERRCODE = '22004';
+	END IF;
+	IF create_schedule.missed IS NULL THEN
+		RAISE EXCEPTION 'argument "missed" must not be null'
+			USING ERRCODE = '22004';
+	END IF;
+	IF create_schedule.missed OPERATOR(pg_catalog.<>) ALL ('{skip,once,all}'::text[]) THEN
+		RAISE EXCEPTION 'missed must be "skip", "once" or "all"'
+			USING ERRCODE = '22023';
+	END IF;
+	next_at := claimq.schedule_first(create_schedule.cron,
+									 create_schedule.time_zone, now_ts);
+
+	SELECT t.queue_id INTO qid FROM claimq.queue t
+	 WHERE t.name OPERATOR(pg_catalog.=) create_schedule.queue;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'queue "%" does not exist', create_schedule.queue
+			USING ERRCODE = '42704';
+	END IF;
+	INSERT INTO claimq.schedule AS s
+		(name, queue_id, cron, payload, time_zone, priority, missed,
+		 anchor, next_run_at)
+	VALUES (create_schedule.schedule, qid, create_schedule.cron,
+			create_schedule.payload, create_schedule.time_zone,
+			create_schedule.priority, create_schedule.missed, now_ts, next_at)
+	ON CONFLICT ON CONSTRAINT schedule_pkey DO NOTHING;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'schedule "%" already exists', create_schedule.schedule
+			USING ERRCODE = '42710';
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.create_schedule(text,text,text,jsonb,text,integer,text) IS
+'enqueue a job into queue whenever cron matches in time_zone; raises 42710 if the schedule exists';
+
+/*
+ * A NULL option stays as it is; a new cron or time zone counts from the
+ * moment of the call.
+ */
+CREATE FUNCTION claimq.alter_schedule(
+	schedule text,
+	queue text DEFAULT NULL,
+	cron text DEFAULT NULL,
+	payload jsonb DEFAULT NULL,
+	time_zone text DEFAULT NULL,
+	priority integer DEFAULT NULL,
+	missed text DEFAULT NULL,
+	enabled boolean DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	now_ts timestamptz := pg_catalog.clock_timestamp();
+	s claimq.schedule;
+	cron_text text;
+	zone text;
+	next_at timestamptz;
+	anchor_at timestamptz;
+	qid integer;
+BEGIN
+	IF pg_catalog.pg_is_in_recovery() THEN
+		RAISE EXCEPTION 'cannot run claimq.alter_schedule() during recovery'
+			USING ERRCODE = '25006',
+				  DETAIL = 'This server is a standby: claimq''s jobs, key claims and schedules change only on the primary.',
+				  HINT = 'Connect to the primary server.';
+	END IF;
+	PERFORM claimq.check_schedule_name(alter_schedule.schedule);
+	IF alter_schedule.missed OPERATOR(pg_catalog.<>) ALL ('{skip,once,all}'::text[]) THEN
+		RAISE EXCEPTION 'missed must be "skip", "once" or "all"'
+			USING ERRCODE = '22023';
+	END IF;
+
+	SELECT * INTO s FROM claimq.schedule t
+	 WHERE t.name OPERATOR(pg_catalog.=) alter_schedule.schedule FOR UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'schedule "%" does not exist', alter_schedule.schedule
+			USING ERRCODE = '42704';
+	END IF;
+	qid := s.queue_id;
+	cron_text := COALESCE(alter_schedule.cron, s.cron);
+	zone := COALESCE(alter_schedule.time_zone, s.time_zone);
+	anchor_at := s.anchor;
+	next_at := s.next_run_at;
+
+	/* A new expression or zone counts from the moment of the call. */
+	IF alter_schedule.cron IS NOT NULL OR alter_schedule.time_zone IS NOT NULL THEN
+		anchor_at := now_ts;
+		next_at := claimq.schedule_first(cron_text, zone, now_ts);
+	END IF;
+	IF alter_schedule.queue IS NOT NULL THEN
+		PERFORM claimq.check_queue_name(alter_schedule.queue);
+		SELECT t.queue_id INTO qid FROM claimq.queue t
+		 WHERE t.name OPERATOR(pg_catalog.=) alter_schedule.queue;
+		IF NOT FOUND THEN
+			RAISE EXCEPTION 'queue "%" does not exist', alter_schedule.queue
+				USING ERRCODE = '42704';
+		END IF;
+	END IF;
+
+	UPDATE claimq.schedule t
+	   SET queue_id = qid, cron = cron_text,
+		   payload = COALESCE(alter_schedule.payload, t.payload),
+		   time_zone = zone,
+		   priority = COALESCE(alter_schedule.priority, t.priority),
+		   missed = COALESCE(alter_schedule.missed, t.missed),
+		   enabled = COALESCE(alter_schedule.enabled, t.enabled),
+		   anchor = anchor_at, next_run_at = next_at,
+		   catch_up_to = CASE WHEN cron_text OPERATOR(pg_catalog.=) t.cron
+								AND zone OPERATOR(pg_catalog.=) t.time_zone
+							  THEN t.catch_up_to END
+	 WHERE t.name OPERATOR(pg_catalog.=) alter_schedule.schedule;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.alter_schedule(text,text,text,jsonb,text,integer,text,boolean) IS
+'change a schedule; a NULL option stays as it is, a new cron or time_zone counts from now';
+
+CREATE FUNCTION claimq.drop_schedule(schedule text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF pg_catalog.pg_is_in_recovery() THEN
+		RAISE EXCEPTION 'cannot run claimq.drop_schedule() during recovery'
+			USING ERRCODE = '25006',
+				  DETAIL = 'This server is a standby: claimq''s jobs, key claims and schedules change only on the primary.',
+				  HINT = 'Connect to the primary server.';
+	END IF;
+	PERFORM claimq.check_schedule_name(drop_schedule.schedule);
+	DELETE FROM claimq.schedule s
+	 WHERE s.name OPERATOR(pg_catalog.=) drop_schedule.schedule;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'schedule "%" does not exist', drop_schedule.schedule
+			USING ERRCODE = '42704';
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.drop_schedule(text) IS
+'drop a schedule; jobs it enqueued stay';
+
+/*
+ * The high bits of the job ids this server issues (claimq.node_id, in the
+ * C edition), which fire_schedules adds to the values of job_id_seq as
+ * enqueue does (src/common.c, cq_job_id_base).
+ */
+CREATE FUNCTION claimq.job_id_base()
+RETURNS bigint
+LANGUAGE c STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_job_id_base';
+
+COMMENT ON FUNCTION claimq.job_id_base() IS
+'private: the high bits of the job ids this server issues (claimq.node_id)';
+
+/*
+ * Enqueue the due occurrences of every enabled schedule, up to max_jobs
+ * jobs, and return how many; the reclaimer calls it on every pass.  When
+ * more than one occurrence of a schedule is due at once (the schedule
+ * was disabled, or nothing fired it for a while), its "missed" policy
+ * decides: skip (none), once (the latest), all (each, oldest first, at
+ * most the latest 1,000).  The latest are found by looking back from now,
+ * not by stepping through every missed occurrence.  If max_jobs stops a
+ * call part-way through "all", the row remembers how far the policy
+ * reached (catch_up_to), and the next call enqueues the rest without
+ * applying the policy again.  Its statements run with jit off and
+ * generic plans, as the C edition's kept plans do (src/common.c,
  * cq_execute; test/sql/jit.sql).
  */
-CREATE FUNCTION claimq.fire_due(max_jobs integer)
+CREATE FUNCTION claimq.fire_schedules(max_jobs integer DEFAULT 1000)
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET jit = off
 SET plan_cache_mode = force_generic_plan
@@ -829,11 +1096,12 @@ DECLARE
 	missed_max constant integer := 1000;
 	/*
 	 * Where to look back from now for the latest occurrences, rather than
-	 * step through every one since the first due (src/schedule.c): an
-	 * hour, a day, a week, 31 days, 366 days, 9 x 366 days, as exact spans.
+	 * step through every one since the first due: an hour, a day, a
+	 * week, 31 days, 366 days, 9 x 366 days, as exact spans.
 	 */
 	windows constant interval[] := '{1:00:00,24:00:00,168:00:00,744:00:00,8784:00:00,79056:00:00}';
 	now_ts timestamptz := pg_catalog.clock_timestamp();
+	id_base bigint;
 	fired bigint := 0;
 	budget integer;
 	r record;
@@ -849,6 +1117,25 @@ DECLARE
 	catch_up timestamptz;
 	counted integer;
 BEGIN
+	IF pg_catalog.pg_is_in_recovery() THEN
+		RAISE EXCEPTION 'cannot run claimq.fire_schedules() during recovery'
+			USING ERRCODE = '25006',
+				  DETAIL = 'This server is a standby: claimq''s jobs, key claims and schedules change only on the primary.',
+				  HINT = 'Connect to the primary server.';
+	END IF;
+	IF max_jobs IS NULL THEN
+		RAISE EXCEPTION 'argument "max_jobs" must not be null'
+			USING ERRCODE = '22004';
+	END IF;
+	IF max_jobs OPERATOR(pg_catalog.<) 1 OR max_jobs OPERATOR(pg_catalog.>) @CQ_MAX_BATCH@ THEN
+		RAISE EXCEPTION 'max_jobs must be between 1 and @CQ_MAX_BATCH@'
+			USING ERRCODE = '22023';
+	END IF;
+
+	/* The high bits of this server's job ids (claimq.node_id) */
+	id_base := claimq.job_id_base();
+	/* The jobs enqueued below are claimq's own writes (see ledger_begin). */
+	PERFORM claimq.ledger_begin();
 	/*
 	 * Every due schedule is locked (SKIP LOCKED: another caller is firing
 	 * it) before the first is fired: the sort reads them all.  A second
@@ -873,7 +1160,7 @@ BEGIN
 		 * exclusive) is passed over until the next call: waiting for the
 		 * lock while holding the schedule's row could deadlock.
 		 */
-		CONTINUE WHEN NOT pg_catalog.pg_try_advisory_xact_lock_shared(1668050289,
+		CONTINUE WHEN NOT pg_catalog.pg_try_advisory_xact_lock_shared(@CQ_PRODUCER_LOCK_KEY@,
 			pg_catalog.hashtext(r.queue_name COLLATE pg_catalog."C"));
 		/* As stored: an @every that would now be refused still steps. */
 		parsed := claimq.cron_parse(r.cron, false);
@@ -994,7 +1281,7 @@ BEGIN
 		WITH ins AS (
 			INSERT INTO claimq.job AS j
 				(job_id, queue_id, state, priority, run_at, enqueued_at, payload)
-			SELECT pg_catalog.nextval('claimq.job_id_seq'::pg_catalog.regclass),
+			SELECT id_base OPERATOR(pg_catalog.+) pg_catalog.nextval('claimq.job_id_seq'::pg_catalog.regclass),
 				   r.queue_id, 'pending', r.priority, o.run_at, now_ts, r.payload
 			  FROM pg_catalog.unnest(occurrences) WITH ORDINALITY AS o(run_at, n)
 			 ORDER BY o.n
@@ -1008,14 +1295,20 @@ BEGIN
 		 WHERE s.name OPERATOR(pg_catalog.=) r.name
 		   AND s.queue_id OPERATOR(pg_catalog.=) r.queue_id;
 		n := pg_catalog.cardinality(occurrences);
-		IF n OPERATOR(pg_catalog.>) 0 AND r.notify THEN
-			PERFORM pg_catalog.pg_notify('claimq', r.queue_name);
+		IF n OPERATOR(pg_catalog.>) 0 THEN
+			/* New jobs, pending: counted, and waiting claims woken at commit. */
+			PERFORM claimq.ledger_note(r.queue_id, 'pending', ARRAY[NULL]::text[],
+									   ARRAY[n::bigint]);
+			IF r.notify THEN
+				PERFORM pg_catalog.pg_notify('claimq', r.queue_name);
+			END IF;
 		END IF;
 		fired := fired OPERATOR(pg_catalog.+) n;
 	END LOOP;
+	PERFORM claimq.ledger_end();
 	RETURN fired;
 END
 $$;
 
-COMMENT ON FUNCTION claimq.fire_due(integer) IS
-'private (portable edition): fire_schedules'' work: enqueue the due occurrences of every enabled schedule, up to max_jobs; returns how many';
+COMMENT ON FUNCTION claimq.fire_schedules(integer) IS
+'enqueue the due occurrences of every enabled schedule, up to max_jobs; returns how many (the reclaimer calls it on every pass)';

@@ -75,38 +75,10 @@ BEGIN
 	END IF;
 	/*
 	 * The pairs not settled are told apart by their jobs as they are now
-	 * (the decision was made under lock by the statement above): no row is
-	 * missing, a job cancelled while the pair's token held it cancelled,
-	 * anything else stale.
-	 * A repeat of a settled pair is ok too.
+	 * (claimq.settle_outcomes); a repeat of a settled pair is ok too.
 	 */
 	RETURN QUERY
-	WITH input AS MATERIALIZED (
-		SELECT i.job_id, i.token, i.ord
-		  FROM ROWS FROM (pg_catalog.unnest((SELECT job_ids)), pg_catalog.unnest((SELECT tokens)))
-			   WITH ORDINALITY AS i(job_id, token, ord)
-	), settled AS MATERIALIZED (
-		SELECT s.job_id, s.token, s.run_at
-		  FROM ROWS FROM (pg_catalog.unnest(s_ids), pg_catalog.unnest(s_tokens), pg_catalog.unnest(s_run_ats)) AS s(job_id, token, run_at)
-	), unsettled AS MATERIALIZED (
-		SELECT j.job_id, j.token, j.state
-		  FROM claimq.job j
-		 WHERE j.job_id OPERATOR(pg_catalog.=) ANY (ARRAY(
-				SELECT i.job_id FROM input i
-				 WHERE NOT EXISTS (SELECT 1 FROM settled s
-									WHERE s.job_id OPERATOR(pg_catalog.=) i.job_id
-									  AND s.token OPERATOR(pg_catalog.=) i.token)))
-	)
-	SELECT i.job_id,
-		   CASE WHEN s.job_id IS NOT NULL THEN 'ok'
-				WHEN u.job_id IS NULL THEN 'missing'
-				WHEN u.state OPERATOR(pg_catalog.=) 'cancelled'
-					 AND COALESCE(u.token, 0) OPERATOR(pg_catalog.=) i.token THEN 'cancelled'
-				ELSE 'stale' END,
-		   s.run_at
-	  FROM input i
-	  LEFT JOIN settled s ON s.job_id OPERATOR(pg_catalog.=) i.job_id
-						 AND s.token OPERATOR(pg_catalog.=) i.token
-	  LEFT JOIN unsettled u ON u.job_id OPERATOR(pg_catalog.=) i.job_id
-	 ORDER BY i.ord;
+	SELECT o.job_id, o.outcome, s_run_ats[o.settled]
+	  FROM claimq.settle_outcomes(job_ids, tokens, s_ids, s_tokens, false) o
+	 ORDER BY o.ord;
 END

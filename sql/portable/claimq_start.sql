@@ -57,38 +57,11 @@ BEGIN
 		RETURN;
 	END IF;
 	/*
-	 * The pairs not settled, explained by their jobs as they are now (a
-	 * statement of its own, which sees what made the fence refuse them); a
-	 * repeat of a settled pair is ok too.
+	 * The pairs not settled are told apart by their jobs as they are now
+	 * (claimq.settle_outcomes); a repeat of a settled pair is ok too.
 	 */
 	RETURN QUERY
-	WITH input AS MATERIALIZED (
-		SELECT i.job_id, i.token, i.ord
-		  FROM ROWS FROM (pg_catalog.unnest((SELECT job_ids)), pg_catalog.unnest((SELECT tokens)))
-			   WITH ORDINALITY AS i(job_id, token, ord)
-	), settled AS MATERIALIZED (
-		SELECT s.job_id, s.token, s.expires_at
-		  FROM ROWS FROM (pg_catalog.unnest(s_ids), pg_catalog.unnest(s_tokens),
-						 pg_catalog.unnest(s_expires)) AS s(job_id, token, expires_at)
-	), unsettled AS MATERIALIZED (
-		SELECT j.job_id, j.token, j.state
-		  FROM claimq.job j
-		 WHERE j.job_id OPERATOR(pg_catalog.=) ANY (ARRAY(
-				SELECT i.job_id FROM input i
-				 WHERE NOT EXISTS (SELECT 1 FROM settled s
-									WHERE s.job_id OPERATOR(pg_catalog.=) i.job_id
-									  AND s.token OPERATOR(pg_catalog.=) i.token)))
-	)
-	SELECT i.job_id,
-		   CASE WHEN s.job_id IS NOT NULL THEN 'ok'
-				WHEN u.job_id IS NULL THEN 'missing'
-				WHEN u.state OPERATOR(pg_catalog.=) 'cancelled'
-					 AND COALESCE(u.token, 0) OPERATOR(pg_catalog.=) i.token THEN 'cancelled'
-				ELSE 'stale' END,
-		   s.expires_at
-	  FROM input i
-	  LEFT JOIN settled s ON s.job_id OPERATOR(pg_catalog.=) i.job_id
-						 AND s.token OPERATOR(pg_catalog.=) i.token
-	  LEFT JOIN unsettled u ON u.job_id OPERATOR(pg_catalog.=) i.job_id
-	 ORDER BY i.ord;
+	SELECT o.job_id, o.outcome, s_expires[o.settled]
+	  FROM claimq.settle_outcomes(job_ids, tokens, s_ids, s_tokens, false) o
+	 ORDER BY o.ord;
 END

@@ -49,3 +49,5 @@ $$;
 
 COMMENT ON FUNCTION claimq.settle_check_interval(interval,text,boolean,interval,text) IS
 'private (portable edition): raise 22023 unless now < now + span <= now + max (now <= now + span when zero_ok), as the C edition judges lease, retry_in and delay';
+
+-- @include portable/settle-outcomes.sql

@@ -103,3 +103,48 @@ SELECT claimq.copy_grants('claimq.complete_0_7(bigint, bigint, jsonb)'::regproce
 DROP FUNCTION claimq.complete_0_7(bigint, bigint, jsonb);
 
 /* (end of Workflows) */
+
+/*------------------------------------------------------------------------
+ * Settles: the outcomes of the pairs a batch settle left, told apart by
+ * one function (claimq.settle_outcomes) for the six of them
+ *-----------------------------------------------------------------------*/
+
+-- @include portable/settle-outcomes.sql
+
+REVOKE ALL ON FUNCTION claimq.settle_outcomes(bigint[], bigint[], bigint[], bigint[], boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION claimq.start(job_ids bigint[], tokens bigint[],
+							 lease interval DEFAULT NULL)
+RETURNS TABLE(job_id bigint, outcome text, expires_at timestamptz)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_start';
+
+CREATE OR REPLACE FUNCTION claimq.extend(job_ids bigint[], tokens bigint[],
+							  lease interval DEFAULT NULL)
+RETURNS TABLE(job_id bigint, outcome text, expires_at timestamptz)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_extend';
+
+CREATE OR REPLACE FUNCTION claimq.fail(job_ids bigint[], tokens bigint[],
+							error text DEFAULT NULL,
+							retry_in interval DEFAULT NULL,
+							permanent boolean DEFAULT false)
+RETURNS TABLE(job_id bigint, outcome text, state text, run_at timestamptz)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_fail';
+
+CREATE OR REPLACE FUNCTION claimq.release(job_ids bigint[], tokens bigint[])
+RETURNS TABLE(job_id bigint, outcome text)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_release';
+
+CREATE OR REPLACE FUNCTION claimq.snooze(job_ids bigint[], tokens bigint[],
+							  delay interval)
+RETURNS TABLE(job_id bigint, outcome text, run_at timestamptz)
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_snooze';

@@ -7,12 +7,7 @@ DECLARE
 	settled boolean := false;
 BEGIN
 	-- @include portable/check-primary.sql function=complete
-	IF complete.job_id IS NULL THEN
-		RAISE EXCEPTION 'argument "job_id" must not be null' USING ERRCODE = '22004';
-	END IF;
-	IF complete.token IS NULL THEN
-		RAISE EXCEPTION 'argument "token" must not be null' USING ERRCODE = '22004';
-	END IF;
+	-- @include portable/check-settle-pair.sql function=complete
 
 	/*
 	 * As the array form: one DELETE while no queue keeps done jobs, and a

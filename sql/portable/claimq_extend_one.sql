@@ -1,11 +1,6 @@
 BEGIN
 	-- @include portable/check-primary.sql function=extend
-	IF extend.job_id IS NULL THEN
-		RAISE EXCEPTION 'argument "job_id" must not be null' USING ERRCODE = '22004';
-	END IF;
-	IF extend.token IS NULL THEN
-		RAISE EXCEPTION 'argument "token" must not be null' USING ERRCODE = '22004';
-	END IF;
+	-- @include portable/check-settle-pair.sql function=extend
 	IF extend.lease IS NOT NULL THEN
 		PERFORM claimq.settle_check_interval(extend.lease, 'lease', false, '7 days', '7 days');
 	END IF;

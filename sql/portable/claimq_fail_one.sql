@@ -5,12 +5,7 @@ DECLARE
 	judge_id bigint;
 BEGIN
 	-- @include portable/check-primary.sql function=fail
-	IF fail.job_id IS NULL THEN
-		RAISE EXCEPTION 'argument "job_id" must not be null' USING ERRCODE = '22004';
-	END IF;
-	IF fail.token IS NULL THEN
-		RAISE EXCEPTION 'argument "token" must not be null' USING ERRCODE = '22004';
-	END IF;
+	-- @include portable/check-settle-pair.sql function=fail
 	IF fail.retry_in IS NOT NULL THEN
 		PERFORM claimq.settle_check_interval(fail.retry_in, 'retry_in', true, '100 years', '100 years');
 	END IF;

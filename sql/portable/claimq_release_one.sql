@@ -3,12 +3,7 @@ DECLARE
 	gkey text;
 BEGIN
 	-- @include portable/check-primary.sql function=release
-	IF release.job_id IS NULL THEN
-		RAISE EXCEPTION 'argument "job_id" must not be null' USING ERRCODE = '22004';
-	END IF;
-	IF release.token IS NULL THEN
-		RAISE EXCEPTION 'argument "token" must not be null' USING ERRCODE = '22004';
-	END IF;
+	-- @include portable/check-settle-pair.sql function=release
 	/* Release touches claimed jobs only; a running one reports started. */
 	UPDATE claimq.job j
 	   SET state = 'pending', expires_at = NULL

@@ -3,12 +3,7 @@ DECLARE
 	gkey text;
 BEGIN
 	-- @include portable/check-primary.sql function=snooze
-	IF snooze.job_id IS NULL THEN
-		RAISE EXCEPTION 'argument "job_id" must not be null' USING ERRCODE = '22004';
-	END IF;
-	IF snooze.token IS NULL THEN
-		RAISE EXCEPTION 'argument "token" must not be null' USING ERRCODE = '22004';
-	END IF;
+	-- @include portable/check-settle-pair.sql function=snooze
 	IF snooze.delay IS NULL THEN
 		RAISE EXCEPTION 'argument "delay" must not be null' USING ERRCODE = '22004';
 	END IF;

@@ -2,12 +2,7 @@ DECLARE
 	now_ timestamptz;
 BEGIN
 	-- @include portable/check-primary.sql function=start
-	IF start.job_id IS NULL THEN
-		RAISE EXCEPTION 'argument "job_id" must not be null' USING ERRCODE = '22004';
-	END IF;
-	IF start.token IS NULL THEN
-		RAISE EXCEPTION 'argument "token" must not be null' USING ERRCODE = '22004';
-	END IF;
+	-- @include portable/check-settle-pair.sql function=start
 	IF start.lease IS NOT NULL THEN
 		PERFORM claimq.settle_check_interval(start.lease, 'lease', false, '7 days', '7 days');
 	END IF;

@@ -106,6 +106,7 @@
 /* Limits from the API contract. */
 #define CQ_MAX_BATCH		10000	/* max_jobs per claim, elements per call */
 #define CQ_MAINTAIN_BATCH	10000	/* per step of maintain() */
+#define CQ_MAX_LIMIT		1000000 /* group_limit, max_in_flight, rate_limit */
 #define CQ_QUEUE_NAME_MAX	63
 
 /* At most this many databases are served by the reclaimer. */

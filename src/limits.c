@@ -74,8 +74,7 @@
 
 #include "claimq.h"
 
-/* A limit's range, and rate_period's bound. */
-#define CQ_MAX_LIMIT	1000000
+/* rate_period's bound (a limit's is CQ_MAX_LIMIT). */
 static const Interval cq_max_rate_period = {.time = 0,.day = 1,.month = 0};
 
 PG_FUNCTION_INFO_V1(claimq_check_flow_settings);

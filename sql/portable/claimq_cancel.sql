@@ -51,7 +51,7 @@ BEGIN
 				   token = CASE WHEN j.state OPERATOR(pg_catalog.=) 'pending' THEN NULL
 							ELSE j.token END
 			 WHERE j.job_id OPERATOR(pg_catalog.=) ANY (cancel.job_ids)
-			   AND j.state OPERATOR(pg_catalog.=) ANY ('{waiting,pending,claimed,running}'::text[])
+			   AND j.state OPERATOR(pg_catalog.=) ANY (@CQ_LIVE_STATES@)
 			RETURNING j.job_id, j.queue_id, j.group_key, j.dependents)
 		SELECT cancelled OPERATOR(pg_catalog.||) COALESCE(pg_catalog.array_agg(c.job_id), '{}'),
 			   pg_catalog.array_agg(c.queue_id) FILTER (WHERE c.group_key IS NOT NULL),

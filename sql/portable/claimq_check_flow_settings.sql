@@ -2,16 +2,16 @@ DECLARE
 	t0 timestamptz;
 	t1 timestamptz;
 BEGIN
-	IF group_limit OPERATOR(pg_catalog.<) 1 OR group_limit OPERATOR(pg_catalog.>) 1000000 THEN
-		RAISE EXCEPTION 'group_limit must be between 1 and 1000000'
+	IF group_limit OPERATOR(pg_catalog.<) 1 OR group_limit OPERATOR(pg_catalog.>) @CQ_MAX_LIMIT@ THEN
+		RAISE EXCEPTION 'group_limit must be between 1 and @CQ_MAX_LIMIT@'
 			USING ERRCODE = '22023';
 	END IF;
-	IF max_in_flight OPERATOR(pg_catalog.<) 1 OR max_in_flight OPERATOR(pg_catalog.>) 1000000 THEN
-		RAISE EXCEPTION 'max_in_flight must be between 1 and 1000000'
+	IF max_in_flight OPERATOR(pg_catalog.<) 1 OR max_in_flight OPERATOR(pg_catalog.>) @CQ_MAX_LIMIT@ THEN
+		RAISE EXCEPTION 'max_in_flight must be between 1 and @CQ_MAX_LIMIT@'
 			USING ERRCODE = '22023';
 	END IF;
-	IF rate_limit OPERATOR(pg_catalog.<) 1 OR rate_limit OPERATOR(pg_catalog.>) 1000000 THEN
-		RAISE EXCEPTION 'rate_limit must be between 1 and 1000000'
+	IF rate_limit OPERATOR(pg_catalog.<) 1 OR rate_limit OPERATOR(pg_catalog.>) @CQ_MAX_LIMIT@ THEN
+		RAISE EXCEPTION 'rate_limit must be between 1 and @CQ_MAX_LIMIT@'
 			USING ERRCODE = '22023';
 	END IF;
 	IF rate_period IS NULL THEN

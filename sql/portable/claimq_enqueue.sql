@@ -124,7 +124,7 @@ BEGIN
 			SELECT j.job_id INTO id FROM claimq.job j
 			 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
 			   AND j.dedup_key OPERATOR(pg_catalog.=) enqueue.dedup_key
-			   AND j.state OPERATOR(pg_catalog.=) ANY ('{waiting,pending,claimed,running}'::text[]);
+			   AND j.state OPERATOR(pg_catalog.=) ANY (@CQ_LIVE_STATES@);
 			EXIT WHEN FOUND;
 		END IF;
 		INSERT INTO claimq.job AS j
@@ -141,7 +141,7 @@ BEGIN
 				CASE WHEN link_set IS NOT NULL THEN enqueue.after_failed END)
 		ON CONFLICT (queue_id, dedup_key)
 			WHERE j.dedup_key IS NOT NULL
-			  AND j.state OPERATOR(pg_catalog.=) ANY ('{waiting,pending,claimed,running}'::text[])
+			  AND j.state OPERATOR(pg_catalog.=) ANY (@CQ_LIVE_STATES@)
 		DO NOTHING
 		RETURNING j.job_id INTO id;
 		IF FOUND THEN
@@ -162,7 +162,7 @@ BEGIN
 		SELECT j.job_id INTO id FROM claimq.job j
 		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
 		   AND j.dedup_key OPERATOR(pg_catalog.=) enqueue.dedup_key
-		   AND j.state OPERATOR(pg_catalog.=) ANY ('{waiting,pending,claimed,running}'::text[]);
+		   AND j.state OPERATOR(pg_catalog.=) ANY (@CQ_LIVE_STATES@);
 		EXIT WHEN FOUND;
 		id := NULL;
 	END LOOP;

@@ -19,38 +19,7 @@ DECLARE
 	new_state text := 'pending';
 BEGIN
 	/* src/enqueue.c: the checks first, in the C edition's order. */
-	-- @include portable/check-primary.sql function=enqueue_many
-	IF NOT COALESCE(claimq.valid_name(enqueue_many.queue), false) THEN
-		PERFORM claimq.check_queue_name(enqueue_many.queue);
-	END IF;
-	IF enqueue_many.priority IS NULL THEN
-		RAISE EXCEPTION 'argument "priority" must not be null'
-			USING ERRCODE = '22004';
-	END IF;
-	t0 := pg_catalog.clock_timestamp();
-	IF enqueue_many.max_attempts OPERATOR(pg_catalog.<) 1
-	   OR enqueue_many.max_attempts OPERATOR(pg_catalog.>) 1000 THEN
-		RAISE EXCEPTION 'max_attempts must be between 1 and 1000'
-			USING ERRCODE = '22023';
-	END IF;
-	IF enqueue_many.on_duplicate IS NULL THEN
-		RAISE EXCEPTION 'argument "on_duplicate" must not be null'
-			USING ERRCODE = '22004';
-	END IF;
-	replace := enqueue_many.on_duplicate OPERATOR(pg_catalog.=) 'replace';
-	IF NOT replace AND enqueue_many.on_duplicate OPERATOR(pg_catalog.<>) 'keep' THEN
-		RAISE EXCEPTION 'on_duplicate must be "keep" or "replace"'
-			USING ERRCODE = '22023';
-	END IF;
-	/* after_failed, with or without after (src/workflow.c, cq_after_args). */
-	IF enqueue_many.after_failed IS NULL THEN
-		RAISE EXCEPTION 'argument "after_failed" must not be null'
-			USING ERRCODE = '22004';
-	END IF;
-	IF enqueue_many.after_failed OPERATOR(pg_catalog.<>) ALL ('{cancel,run}'::text[]) THEN
-		RAISE EXCEPTION 'after_failed must be "cancel" or "run"'
-			USING ERRCODE = '22023';
-	END IF;
+	-- @include portable/check-enqueue.sql function=enqueue_many
 	IF enqueue_many.payloads IS NULL THEN
 		RAISE EXCEPTION 'argument "payloads" must not be null'
 			USING ERRCODE = '22004';
@@ -91,7 +60,7 @@ BEGIN
 	END IF;
 
 	/* The producer lock, shared (src/common.c), before the look-up. */
-	PERFORM pg_catalog.pg_advisory_xact_lock_shared(1668050289,
+	PERFORM pg_catalog.pg_advisory_xact_lock_shared(@CQ_PRODUCER_LOCK_KEY@,
 		pg_catalog.hashtext(enqueue_many.queue COLLATE "C"));
 	SELECT t.queue_id, t.notify, t.group_limit, t.group_fifo INTO q
 	  FROM claimq.queue t WHERE t.name OPERATOR(pg_catalog.=) enqueue_many.queue;

@@ -890,12 +890,7 @@ DECLARE
 	next_at timestamptz;
 	qid integer;
 BEGIN
-	IF pg_catalog.pg_is_in_recovery() THEN
-		RAISE EXCEPTION 'cannot run claimq.create_schedule() during recovery'
-			USING ERRCODE = '25006',
-				  DETAIL = 'This server is a standby: claimq''s jobs, key claims and schedules change only on the primary.',
-				  HINT = 'Connect to the primary server.';
-	END IF;
+	-- @include check-primary.sql function=create_schedule
 	PERFORM claimq.check_schedule_name(create_schedule.schedule);
 	PERFORM claimq.check_queue_name(create_schedule.queue);
 	IF create_schedule.cron IS NULL THEN
@@ -974,12 +969,7 @@ DECLARE
 	anchor_at timestamptz;
 	qid integer;
 BEGIN
-	IF pg_catalog.pg_is_in_recovery() THEN
-		RAISE EXCEPTION 'cannot run claimq.alter_schedule() during recovery'
-			USING ERRCODE = '25006',
-				  DETAIL = 'This server is a standby: claimq''s jobs, key claims and schedules change only on the primary.',
-				  HINT = 'Connect to the primary server.';
-	END IF;
+	-- @include check-primary.sql function=alter_schedule
 	PERFORM claimq.check_schedule_name(alter_schedule.schedule);
 	IF alter_schedule.missed OPERATOR(pg_catalog.<>) ALL ('{skip,once,all}'::text[]) THEN
 		RAISE EXCEPTION 'missed must be "skip", "once" or "all"'
@@ -1037,12 +1027,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-	IF pg_catalog.pg_is_in_recovery() THEN
-		RAISE EXCEPTION 'cannot run claimq.drop_schedule() during recovery'
-			USING ERRCODE = '25006',
-				  DETAIL = 'This server is a standby: claimq''s jobs, key claims and schedules change only on the primary.',
-				  HINT = 'Connect to the primary server.';
-	END IF;
+	-- @include check-primary.sql function=drop_schedule
 	PERFORM claimq.check_schedule_name(drop_schedule.schedule);
 	DELETE FROM claimq.schedule s
 	 WHERE s.name OPERATOR(pg_catalog.=) drop_schedule.schedule;
@@ -1117,12 +1102,7 @@ DECLARE
 	catch_up timestamptz;
 	counted integer;
 BEGIN
-	IF pg_catalog.pg_is_in_recovery() THEN
-		RAISE EXCEPTION 'cannot run claimq.fire_schedules() during recovery'
-			USING ERRCODE = '25006',
-				  DETAIL = 'This server is a standby: claimq''s jobs, key claims and schedules change only on the primary.',
-				  HINT = 'Connect to the primary server.';
-	END IF;
+	-- @include check-primary.sql function=fire_schedules
 	IF max_jobs IS NULL THEN
 		RAISE EXCEPTION 'argument "max_jobs" must not be null'
 			USING ERRCODE = '22004';

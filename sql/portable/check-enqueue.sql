@@ -1,7 +1,7 @@
 -- The options both enqueues take, "-- @include portable/check-enqueue.sql
 -- function=enqueue|enqueue_many", checked in the C edition's order
 -- (src/enqueue.c); it sets t0 (after priority) and replace.
-	-- @include portable/check-primary.sql function=@function@
+	-- @include check-primary.sql function=@function@
 	IF NOT COALESCE(claimq.valid_name(@function@.queue), false) THEN
 		PERFORM claimq.check_queue_name(@function@.queue);
 	END IF;

@@ -11,7 +11,7 @@ DECLARE
 	t timestamptz;
 	to_judge bigint[] := '{}';
 BEGIN
-	-- @include portable/check-primary.sql function=cancel
+	-- @include check-primary.sql function=cancel
 	/* The job_ids rule of cancel, status and wait_for (src/common.c). */
 	IF cancel.job_ids IS NULL THEN
 		RAISE EXCEPTION 'argument "job_ids" must not be null'

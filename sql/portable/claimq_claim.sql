@@ -22,7 +22,7 @@ BEGIN
 	 * refused, and when no queue of that name was found (a queue's name is
 	 * valid, so a claim that found its queue had a valid name).
 	 */
-	-- @include portable/check-primary.sql function=claim
+	-- @include check-primary.sql function=claim
 	IF claim.queue IS NULL THEN
 		PERFORM claimq.check_queue_name(claim.queue);
 	END IF;

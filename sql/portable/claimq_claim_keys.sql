@@ -6,7 +6,7 @@ DECLARE
 	token_epoch integer;
 	epoch_durable boolean;
 BEGIN
-	-- @include portable/check-primary.sql function=claim_keys
+	-- @include check-primary.sql function=claim_keys
 	IF scope IS NULL THEN
 		RAISE EXCEPTION 'argument "scope" must not be null'
 			USING ERRCODE = '22004';

@@ -21,7 +21,7 @@ DECLARE
 	m_forget bigint[];
 	s_judge bigint[];
 BEGIN
-	-- @include portable/check-primary.sql function=complete
+	-- @include check-primary.sql function=complete
 	-- @include portable/check-settle-pairs.sql
 	IF complete.results IS NOT NULL THEN
 		IF pg_catalog.array_ndims(complete.results) OPERATOR(pg_catalog.>) 1 THEN

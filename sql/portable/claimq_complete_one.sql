@@ -6,7 +6,7 @@ DECLARE
 	forget_set bigint;
 	settled boolean := false;
 BEGIN
-	-- @include portable/check-primary.sql function=complete
+	-- @include check-primary.sql function=complete
 	-- @include portable/check-settle-pair.sql function=complete
 
 	/*

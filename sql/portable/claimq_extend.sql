@@ -8,7 +8,7 @@ DECLARE
 	id1 bigint;
 	tok1 bigint;
 BEGIN
-	-- @include portable/check-primary.sql function=extend
+	-- @include check-primary.sql function=extend
 	-- @include portable/check-settle-pairs.sql
 	IF extend.lease IS NOT NULL THEN
 		PERFORM claimq.settle_check_interval(extend.lease, 'lease', false, '7 days', '7 days');

@@ -1,5 +1,5 @@
 BEGIN
-	-- @include portable/check-primary.sql function=extend
+	-- @include check-primary.sql function=extend
 	-- @include portable/check-settle-pair.sql function=extend
 	IF extend.lease IS NOT NULL THEN
 		PERFORM claimq.settle_check_interval(extend.lease, 'lease', false, '7 days', '7 days');

@@ -15,7 +15,7 @@ DECLARE
 	judge1 bigint;
 	s_judge bigint[];
 BEGIN
-	-- @include portable/check-primary.sql function=fail
+	-- @include check-primary.sql function=fail
 	-- @include portable/check-settle-pairs.sql
 	IF fail.retry_in IS NOT NULL THEN
 		PERFORM claimq.settle_check_interval(fail.retry_in, 'retry_in', true, '100 years', '100 years');

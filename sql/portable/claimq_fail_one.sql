@@ -4,7 +4,7 @@ DECLARE
 	gkey text;
 	judge_id bigint;
 BEGIN
-	-- @include portable/check-primary.sql function=fail
+	-- @include check-primary.sql function=fail
 	-- @include portable/check-settle-pair.sql function=fail
 	IF fail.retry_in IS NOT NULL THEN
 		PERFORM claimq.settle_check_interval(fail.retry_in, 'retry_in', true, '100 years', '100 years');

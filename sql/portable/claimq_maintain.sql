@@ -6,7 +6,7 @@ DECLARE
 	pruned bigint;
 	swept bigint;
 BEGIN
-	-- @include portable/check-primary.sql function=maintain
+	-- @include check-primary.sql function=maintain
 	/* A new lifetime's epoch is registered here, if no claim did yet. */
 	PERFORM claimq.lifetime_epoch();
 	SELECT COALESCE(pg_catalog.sum(r.released OPERATOR(pg_catalog.+) r.retried

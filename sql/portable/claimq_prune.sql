@@ -1,5 +1,5 @@
 BEGIN
-	-- @include portable/check-primary.sql function=prune
+	-- @include check-primary.sql function=prune
 	IF max_jobs IS NULL THEN
 		RAISE EXCEPTION 'argument "max_jobs" must not be null'
 			USING ERRCODE = '22004';

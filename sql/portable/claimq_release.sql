@@ -6,7 +6,7 @@ DECLARE
 	g_queues integer[];
 	g_keys text[];
 BEGIN
-	-- @include portable/check-primary.sql function=release
+	-- @include check-primary.sql function=release
 	-- @include portable/check-settle-pairs.sql
 	IF n OPERATOR(pg_catalog.=) 0 THEN
 		RETURN;

@@ -1,5 +1,5 @@
 BEGIN
-	-- @include portable/check-primary.sql function=release_keys
+	-- @include check-primary.sql function=release_keys
 	IF scope IS NULL THEN
 		RAISE EXCEPTION 'argument "scope" must not be null'
 			USING ERRCODE = '22004';

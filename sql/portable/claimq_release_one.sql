@@ -2,7 +2,7 @@ DECLARE
 	qid integer;
 	gkey text;
 BEGIN
-	-- @include portable/check-primary.sql function=release
+	-- @include check-primary.sql function=release
 	-- @include portable/check-settle-pair.sql function=release
 	/* Release touches claimed jobs only; a running one reports started. */
 	UPDATE claimq.job j

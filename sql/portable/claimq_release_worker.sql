@@ -3,7 +3,7 @@ DECLARE
 	n bigint;
 	keys text[];
 BEGIN
-	-- @include portable/check-primary.sql function=release_worker
+	-- @include check-primary.sql function=release_worker
 	PERFORM claimq.check_queue_name(release_worker.queue);
 	IF release_worker.worker IS NULL THEN
 		RAISE EXCEPTION 'argument "worker" must not be null' USING ERRCODE = '22004';

@@ -8,7 +8,7 @@ DECLARE
 	g_queues integer[];
 	g_keys text[];
 BEGIN
-	-- @include portable/check-primary.sql function=snooze
+	-- @include check-primary.sql function=snooze
 	-- @include portable/check-settle-pairs.sql
 	IF snooze.delay IS NULL THEN
 		RAISE EXCEPTION 'argument "delay" must not be null' USING ERRCODE = '22004';

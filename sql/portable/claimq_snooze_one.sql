@@ -2,7 +2,7 @@ DECLARE
 	qid integer;
 	gkey text;
 BEGIN
-	-- @include portable/check-primary.sql function=snooze
+	-- @include check-primary.sql function=snooze
 	-- @include portable/check-settle-pair.sql function=snooze
 	IF snooze.delay IS NULL THEN
 		RAISE EXCEPTION 'argument "delay" must not be null' USING ERRCODE = '22004';

@@ -7,7 +7,7 @@ DECLARE
 	s_expires timestamptz[];
 BEGIN
 	/* src/settle.c: the checks first, in the C edition's order. */
-	-- @include portable/check-primary.sql function=start
+	-- @include check-primary.sql function=start
 	-- @include portable/check-settle-pairs.sql
 	IF start.lease IS NOT NULL THEN
 		PERFORM claimq.settle_check_interval(start.lease, 'lease', false, '7 days', '7 days');

@@ -1,7 +1,7 @@
 DECLARE
 	now_ timestamptz;
 BEGIN
-	-- @include portable/check-primary.sql function=start
+	-- @include check-primary.sql function=start
 	-- @include portable/check-settle-pair.sql function=start
 	IF start.lease IS NOT NULL THEN
 		PERFORM claimq.settle_check_interval(start.lease, 'lease', false, '7 days', '7 days');

@@ -36,12 +36,7 @@ DECLARE
 	n bigint := 0;
 	to_judge bigint[];
 BEGIN
-	IF pg_catalog.pg_is_in_recovery() THEN
-		RAISE EXCEPTION 'cannot run claimq.reclaim() during recovery'
-			USING ERRCODE = '25006',
-				  DETAIL = 'This server is a standby: claimq''s jobs, key claims and schedules change only on the primary.',
-				  HINT = 'Connect to the primary server.';
-	END IF;
+	-- @include check-primary.sql function=reclaim
 	IF queue_name IS NOT NULL THEN
 		PERFORM claimq.check_queue_name(queue_name);
 	END IF;

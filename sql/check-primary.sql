@@ -1,4 +1,4 @@
--- A portable body's first check, "-- @include portable/check-primary.sql
+-- The first check of a body that writes, "-- @include check-primary.sql
 -- function=NAME": claimq changes its jobs, key claims and schedules only
 -- on a primary (src/common.c, cq_require_primary).
 	IF pg_catalog.pg_is_in_recovery() THEN

@@ -1169,4 +1169,67 @@ SELECT claimq.copy_grants('claimq.fire_schedules_0_7(integer)'::regprocedure,
 
 DROP FUNCTION claimq.fire_schedules_0_7(integer);
 
+/*------------------------------------------------------------------------
+ * 8. The calls about enqueued jobs take the jobs' queue (sql/job-calls.sql)
+ *-----------------------------------------------------------------------*/
+
+ALTER FUNCTION claimq.cancel(bigint[]) RENAME TO cancel_0_7;
+ALTER FUNCTION claimq.status(bigint[]) RENAME TO status_0_7;
+ALTER FUNCTION claimq.wait_for(bigint[], interval) RENAME TO wait_for_0_7;
+ALTER FUNCTION claimq.start(bigint[], bigint[], interval) RENAME TO start_0_7;
+ALTER FUNCTION claimq.start(bigint, bigint, interval) RENAME TO start_0_7;
+ALTER FUNCTION claimq.extend(bigint[], bigint[], interval) RENAME TO extend_0_7;
+ALTER FUNCTION claimq.extend(bigint, bigint, interval) RENAME TO extend_0_7;
+ALTER FUNCTION claimq.complete(bigint[], bigint[], jsonb[]) RENAME TO complete_0_7;
+ALTER FUNCTION claimq.complete(bigint, bigint, jsonb) RENAME TO complete_0_7;
+ALTER FUNCTION claimq.fail(bigint[], bigint[], text, interval, boolean) RENAME TO fail_0_7;
+ALTER FUNCTION claimq.fail(bigint, bigint, text, interval, boolean) RENAME TO fail_0_7;
+ALTER FUNCTION claimq.release(bigint[], bigint[]) RENAME TO release_0_7;
+ALTER FUNCTION claimq.release(bigint, bigint) RENAME TO release_0_7;
+ALTER FUNCTION claimq.snooze(bigint[], bigint[], interval) RENAME TO snooze_0_7;
+ALTER FUNCTION claimq.snooze(bigint, bigint, interval) RENAME TO snooze_0_7;
+ALTER FUNCTION claimq.dependencies(bigint[]) RENAME TO dependencies_0_7;
+
+-- @include portable/job-states.sql
+-- @include job-calls.sql
+
+REVOKE ALL ON FUNCTION claimq.check_in_queue(text, bigint[]) FROM PUBLIC;
+
+DO $claimq_job_calls$
+DECLARE
+	f record;
+BEGIN
+	FOR f IN SELECT v.old, v.new
+			   FROM (VALUES
+					  ('claimq.cancel_0_7(bigint[])', 'claimq.cancel(bigint[], text)'),
+					  ('claimq.status_0_7(bigint[])', 'claimq.status(bigint[], text)'),
+					  ('claimq.wait_for_0_7(bigint[], interval)', 'claimq.wait_for(bigint[], interval, text)'),
+					  ('claimq.start_0_7(bigint[], bigint[], interval)', 'claimq.start(bigint[], bigint[], interval, text)'),
+					  ('claimq.start_0_7(bigint, bigint, interval)', 'claimq.start(bigint, bigint, interval, text)'),
+					  ('claimq.extend_0_7(bigint[], bigint[], interval)', 'claimq.extend(bigint[], bigint[], interval, text)'),
+					  ('claimq.extend_0_7(bigint, bigint, interval)', 'claimq.extend(bigint, bigint, interval, text)'),
+					  ('claimq.complete_0_7(bigint[], bigint[], jsonb[])', 'claimq.complete(bigint[], bigint[], jsonb[], text)'),
+					  ('claimq.complete_0_7(bigint, bigint, jsonb)', 'claimq.complete(bigint, bigint, jsonb, text)'),
+					  ('claimq.fail_0_7(bigint[], bigint[], text, interval, boolean)', 'claimq.fail(bigint[], bigint[], text, interval, boolean, text)'),
+					  ('claimq.fail_0_7(bigint, bigint, text, interval, boolean)', 'claimq.fail(bigint, bigint, text, interval, boolean, text)'),
+					  ('claimq.release_0_7(bigint[], bigint[])', 'claimq.release(bigint[], bigint[], text)'),
+					  ('claimq.release_0_7(bigint, bigint)', 'claimq.release(bigint, bigint, text)'),
+					  ('claimq.snooze_0_7(bigint[], bigint[], interval)', 'claimq.snooze(bigint[], bigint[], interval, text)'),
+					  ('claimq.snooze_0_7(bigint, bigint, interval)', 'claimq.snooze(bigint, bigint, interval, text)'),
+					  ('claimq.dependencies_0_7(bigint[])', 'claimq.dependencies(bigint[], text)')) AS v(old, new) LOOP
+		EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f.new);
+		PERFORM claimq.copy_grants(f.old::pg_catalog.regprocedure,
+								   f.new::pg_catalog.regprocedure,
+								   'pg_catalog.pg_proc');
+		EXECUTE pg_catalog.format('DROP FUNCTION %s', f.old);
+	END LOOP;
+END
+$claimq_job_calls$;
+
+DROP FUNCTION claimq.duty_functions(text);
+
+-- @include duties.sql
+
+REVOKE ALL ON FUNCTION claimq.duty_functions(text) FROM PUBLIC;
+
 -- @include portable/update--0.7--0.8.sql

@@ -111,9 +111,11 @@ claimq_cancel(PG_FUNCTION_ARGS)
 	HTAB	   *jobs;
 	CqLedgerCall call = {0};
 	CqFinishes	finishes = {0};
+	CqInQueue	in_queue;
 
 	cq_require_primary(fcinfo);
 	ids = cq_job_ids_arg(fcinfo, 0);
+	cq_in_queue_begin(&in_queue, fcinfo, 1);
 	deconstruct_array(ids, INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
 					  TYPALIGN_DOUBLE, &idv, NULL, &n);
 	InitMaterializedSRF(fcinfo, 0);
@@ -136,6 +138,7 @@ claimq_cancel(PG_FUNCTION_ARGS)
 	}
 
 	SPI_connect();
+	cq_in_queue_jobs(&in_queue, PointerGetDatum(ids));
 	for (int try = 0; try < CQ_CANCEL_TRIES; try++)
 	{
 		bool		live_again = false;

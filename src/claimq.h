@@ -589,6 +589,27 @@ extern HTAB *cq_pair_table(const char *name, long size);
 extern CqPairEntry *cq_pair(HTAB *table, const char *str, int64 num,
 							int64 token, bool enter);
 extern void cq_require_queue(const char *name, CqQueue *queue);
+
+/*
+ * The trailing "queue" argument of the settle and job calls (common.c):
+ * on a single server it only checks that every job found is in that
+ * queue (22023 if one is not, 42704 if the queue does not exist).  Begin
+ * with the argument, pass each job found, then end; the queue is looked
+ * up only when a backend-local note of its id cannot vouch for it.
+ */
+typedef struct CqInQueue
+{
+	const char *name;			/* NULL: not given, nothing to check */
+	int32		queue_id;		/* the id noted for name, or 0 */
+	bool		confirmed;		/* a job of queue_id was found */
+	bool		looked_up;		/* queue_id was read by this call */
+} CqInQueue;
+
+extern void cq_in_queue_begin(CqInQueue *check, FunctionCallInfo fcinfo,
+							  int argno);
+extern void cq_in_queue_job(CqInQueue *check, int64 job_id, int32 queue_id);
+extern void cq_in_queue_end(CqInQueue *check);
+extern void cq_in_queue_jobs(CqInQueue *check, Datum ids);
 extern Datum cq_spi_value(int row, int col, bool *isnull);
 
 /*

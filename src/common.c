@@ -590,6 +590,130 @@ cq_require_queue(const char *name, CqQueue *queue)
 }
 
 /*
+ * The "queue" argument of a settle or job call, if given (argno is past
+ * the function's arguments before claimq 0.8 added it).  The id noted for
+ * a name is never wrong when it matches: a queue's id is never reused, and
+ * its jobs go with it.  So a job found in the noted queue confirms the
+ * name, and only a job in another queue, or no job found at all, sends the
+ * check to the catalogue.
+ */
+static char cq_in_queue_noted_name[CQ_QUEUE_NAME_MAX + 1];
+static int32 cq_in_queue_noted_id = 0;
+
+void
+cq_in_queue_begin(CqInQueue *check, FunctionCallInfo fcinfo, int argno)
+{
+	check->name = NULL;
+	check->queue_id = 0;
+	check->confirmed = false;
+	check->looked_up = false;
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return;
+	check->name = cq_queue_name_arg(fcinfo, argno);
+	if (strcmp(check->name, cq_in_queue_noted_name) == 0)
+		check->queue_id = cq_in_queue_noted_id;
+}
+
+/* Read the queue's id from the catalogue; the caller has connected SPI. */
+static void
+cq_in_queue_look_up(CqInQueue *check)
+{
+	CqQueue		queue;
+
+	cq_require_queue(check->name, &queue);
+	check->queue_id = queue.queue_id;
+	check->looked_up = true;
+	strlcpy(cq_in_queue_noted_name, check->name,
+			sizeof(cq_in_queue_noted_name));
+	cq_in_queue_noted_id = queue.queue_id;
+}
+
+void
+cq_in_queue_job(CqInQueue *check, int64 job_id, int32 queue_id)
+{
+	if (check->name == NULL)
+		return;
+	if (queue_id != check->queue_id && !check->looked_up)
+		cq_in_queue_look_up(check);
+	if (queue_id != check->queue_id)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("job " INT64_FORMAT " is not in queue \"%s\"",
+						job_id, check->name)));
+	check->confirmed = true;
+}
+
+void
+cq_in_queue_end(CqInQueue *check)
+{
+	if (check->name != NULL && !check->confirmed && !check->looked_up)
+		cq_in_queue_look_up(check);
+}
+
+/*
+ * The check for calls that do not read the jobs' queues themselves
+ * (cancel, status, wait_for, dependencies): one look at the jobs listed
+ * in ids (an int8[]).  The caller has connected SPI.
+ */
+void
+cq_in_queue_jobs(CqInQueue *check, Datum ids)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {INT8ARRAYOID};
+	SPITupleTable *rows;
+	uint64		nrows;
+
+	if (check->name == NULL)
+		return;
+	/* An empty list is a no-op: no look-up (as the settles, cq_settle). */
+	if (ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(ids)),
+					   ARR_DIMS(DatumGetArrayTypeP(ids))) == 0)
+		return;
+	cq_plan(&plan,
+			"SELECT j.job_id, j.queue_id FROM claimq.job j"
+			" WHERE j.job_id = ANY ($1)",
+			1, argtypes);
+	cq_execute(plan, &ids, NULL, SPI_OK_SELECT);
+	/* A look-up by the check replaces SPI_tuptable: keep the rows. */
+	rows = SPI_tuptable;
+	nrows = SPI_processed;
+	SPI_tuptable = NULL;
+	for (uint64 row = 0; row < nrows; row++)
+	{
+		bool		isnull;
+
+		cq_in_queue_job(check,
+						DatumGetInt64(SPI_getbinval(rows->vals[row],
+													rows->tupdesc, 1, &isnull)),
+						DatumGetInt32(SPI_getbinval(rows->vals[row],
+													rows->tupdesc, 2, &isnull)));
+	}
+	SPI_freetuptable(rows);
+	cq_in_queue_end(check);
+}
+
+/*
+ * check_in_queue(queue text, job_ids bigint[]) returns void: the same,
+ * for the job calls written in SQL (dependencies).  In no duty.
+ */
+PG_FUNCTION_INFO_V1(claimq_check_in_queue);
+
+Datum
+claimq_check_in_queue(PG_FUNCTION_ARGS)
+{
+	CqInQueue	check;
+	ArrayType  *ids = cq_job_ids_arg(fcinfo, 1);
+
+	cq_in_queue_begin(&check, fcinfo, 0);
+	if (check.name == NULL)
+		PG_RETURN_VOID();
+	SPI_connect();
+	cq_in_queue_jobs(&check, PointerGetDatum(ids));
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/*
  * Take the producer lock of a queue in share mode (see claimq.h); held to
  * the end of the transaction.  Keyed by name so that it can be taken
  * before the queue is looked up: the look-up then sees a drop that

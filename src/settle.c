@@ -399,7 +399,7 @@ cq_unsettled_jobs(int64 *ids, int nids)
 static void
 cq_settle_rows(CqSettleOp *op, SPITupleTable *settled, uint64 nsettled,
 			   int *rowof, CqLedgerCall *call, TimestampTz now,
-			   CqFinishes *finishes)
+			   CqFinishes *finishes, Datum *ids, CqInQueue *in_queue)
 {
 	TupleDesc	tupdesc = settled->tupdesc;
 	int			from_col = SPI_fnumber(tupdesc, "from_state");
@@ -424,6 +424,7 @@ cq_settle_rows(CqSettleOp *op, SPITupleTable *settled, uint64 nsettled,
 		Datum		value;
 
 		rowof[ord - 1] = (int) row;
+		cq_in_queue_job(in_queue, DatumGetInt64(ids[ord - 1]), queue_id);
 		if (from_col <= 0)
 			continue;			/* extend: no state changes */
 
@@ -485,7 +486,8 @@ cq_settle_statement(CqSettleOp *op, Datum *values, const char *nulls)
 /*
  * Run op over the n pairs (ids[i], tokens[i]) and report one outcome per
  * pair, in input order, into result (if given).  Returns how many pairs
- * were settled ("ok").  The caller has connected SPI.
+ * were settled ("ok").  Every job found must be in the queue in_queue
+ * names, if it names one.  The caller has connected SPI.
  *
  * The statement returns the numbers of the pairs it settled; an op with a
  * fallback runs it too, for the pairs it left (see cq_complete_op), and
@@ -500,7 +502,7 @@ cq_settle_statement(CqSettleOp *op, Datum *values, const char *nulls)
  */
 static uint64
 cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
-		  Datum *extra, const char *extranulls,
+		  Datum *extra, const char *extranulls, CqInQueue *in_queue,
 		  Tuplestorestate *result, TupleDesc desc)
 {
 	Datum		values[6];
@@ -537,7 +539,8 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 	settled = SPI_tuptable;
 	nsettled = SPI_processed;
 	SPI_tuptable = NULL;		/* keep it across the statements below */
-	cq_settle_rows(op, settled, nsettled, rowof, &call, now, &finishes);
+	cq_settle_rows(op, settled, nsettled, rowof, &call, now, &finishes,
+				   ids, in_queue);
 
 	/* The statements that follow for the pairs left, if any are. */
 	if (op->fallback)
@@ -554,7 +557,7 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 		nmore = SPI_processed;
 		SPI_tuptable = NULL;
 		cq_settle_rows(next[k], more[k], nmore, rowof, &call, now,
-					   &finishes);
+					   &finishes, ids, in_queue);
 		if (nmore > 0)
 			cq_seen_kept = true;
 		nsettled += nmore;
@@ -612,6 +615,8 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 			int64		job_id = DatumGetInt64(ids[i]);
 			CqJobEntry *job = hash_search(jobs, &job_id, HASH_FIND, NULL);
 
+			if (job != NULL)
+				cq_in_queue_job(in_queue, job_id, job->queue_id);
 			if (job == NULL)
 				outcome = "missing";
 			else if (job->cancelled && job->token == DatumGetInt64(tokens[i]))
@@ -634,6 +639,7 @@ cq_settle(CqSettleOp *op, Datum *ids, Datum *tokens, int n,
 			tuplestore_putvalues(result, desc, outvalues, outnulls);
 		}
 	}
+	cq_in_queue_end(in_queue);
 	cq_ledger_close(&call);
 	cq_finishes_settle(&finishes, false);
 	SPI_freetuptable(settled);
@@ -720,6 +726,24 @@ cq_complete_results(FunctionCallInfo fcinfo, int argno, int npairs,
 }
 
 /*
+ * Where an operation's trailing "queue" argument is: after the pairs and
+ * the operation's own arguments.
+ */
+static int
+cq_settle_queue_argno(CqSettleOp *op)
+{
+	switch (op->args)
+	{
+		case CQ_ARGS_NONE:
+			return 2;
+		case CQ_ARGS_FAIL:
+			return 5;
+		default:
+			return 3;
+	}
+}
+
+/*
  * The array form: settle every (job_ids[i], tokens[i]) and return a row per
  * pair.
  */
@@ -735,6 +759,7 @@ cq_settle_many(FunctionCallInfo fcinfo, CqSettleOp *op)
 	int			ntokens;
 	Datum		extra[3];
 	char		extranulls[3];
+	CqInQueue	in_queue;
 
 	cq_require_primary(fcinfo);
 	ids = cq_array_arg(fcinfo, 0, "job_ids", false);
@@ -755,13 +780,14 @@ cq_settle_many(FunctionCallInfo fcinfo, CqSettleOp *op)
 	cq_settle_extra(fcinfo, op, 2, extra, extranulls);
 	if (op->args == CQ_ARGS_RESULTS)
 		cq_complete_results(fcinfo, 2, n, false, extra, extranulls);
+	cq_in_queue_begin(&in_queue, fcinfo, cq_settle_queue_argno(op));
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (n == 0)
 		return (Datum) 0;
 
 	SPI_connect();
-	cq_settle(op, idv, tokenv, n, extra, extranulls,
+	cq_settle(op, idv, tokenv, n, extra, extranulls, &in_queue,
 			  rsinfo->setResult, rsinfo->setDesc);
 	SPI_finish();
 	return (Datum) 0;
@@ -778,6 +804,7 @@ cq_settle_one(FunctionCallInfo fcinfo, CqSettleOp *op)
 	Datum		extra[3];
 	char		extranulls[3];
 	uint64		settled;
+	CqInQueue	in_queue;
 
 	cq_require_primary(fcinfo);
 	cq_arg_not_null(fcinfo, 0, "job_id");
@@ -785,11 +812,13 @@ cq_settle_one(FunctionCallInfo fcinfo, CqSettleOp *op)
 	cq_settle_extra(fcinfo, op, 2, extra, extranulls);
 	if (op->args == CQ_ARGS_RESULTS)
 		cq_complete_results(fcinfo, 2, 1, true, extra, extranulls);
+	cq_in_queue_begin(&in_queue, fcinfo, cq_settle_queue_argno(op));
 	id = PG_GETARG_DATUM(0);
 	token = PG_GETARG_DATUM(1);
 
 	SPI_connect();
-	settled = cq_settle(op, &id, &token, 1, extra, extranulls, NULL, NULL);
+	settled = cq_settle(op, &id, &token, 1, extra, extranulls, &in_queue,
+						NULL, NULL);
 	SPI_finish();
 	PG_RETURN_BOOL(settled > 0);
 }

@@ -88,17 +88,20 @@ cq_put_look(ReturnSetInfo *rsinfo)
 }
 
 /*
- * status(job_ids bigint[]) returns table(job_id, queue, state, attempts,
- * run_at, finished_at, last_error, result)
+ * status(job_ids bigint[], queue text) returns table(job_id, queue, state,
+ * attempts, run_at, finished_at, last_error, result)
  */
 Datum
 claimq_status(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	ArrayType  *ids = cq_job_ids_arg(fcinfo, 0);
+	CqInQueue	in_queue;
 
+	cq_in_queue_begin(&in_queue, fcinfo, 1);
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
+	cq_in_queue_jobs(&in_queue, PointerGetDatum(ids));
 	(void) cq_look(ids);
 	cq_put_look(rsinfo);
 	SPI_finish();
@@ -106,8 +109,8 @@ claimq_status(PG_FUNCTION_ARGS)
 }
 
 /*
- * wait_for(job_ids bigint[], timeout interval) returns the same as status,
- * once every job is finished or timeout has passed.
+ * wait_for(job_ids bigint[], timeout interval, queue text) returns the
+ * same as status, once every job is finished or timeout has passed.
  */
 Datum
 claimq_wait_for(PG_FUNCTION_ARGS)
@@ -117,13 +120,16 @@ claimq_wait_for(PG_FUNCTION_ARGS)
 	TimestampTz deadline;
 	long		poll_ms = CQ_POLL_MIN_MS;
 	bool		waiting = false;
+	CqInQueue	in_queue;
 
 	cq_arg_not_null(fcinfo, 1, "timeout");
 	deadline = cq_time_plus(GetCurrentTimestamp(),
 							cq_lease_arg(fcinfo, 1, "timeout", true));
+	cq_in_queue_begin(&in_queue, fcinfo, 2);
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
+	cq_in_queue_jobs(&in_queue, PointerGetDatum(ids));
 	PG_TRY();
 	{
 		for (;;)

@@ -20,7 +20,8 @@ export interface Job<P = any> {
   expiresAt: Date;
 }
 
-export interface JobRef { id: Id; token: Id; }
+/** A claimed job; queue, when every job of a call has the same, goes with the call (checked). */
+export interface JobRef { id: Id; token: Id; queue?: string | null; }
 
 export interface EnqueueOptions {
   runAt?: Date | null;
@@ -67,10 +68,11 @@ export class Client {
   query(sql: string, params?: unknown[]): Promise<any[]>;
   enqueue(queue: string, payload: unknown, options?: EnqueueOptions): Promise<string>;
   enqueueMany(queue: string, payloads: unknown[], options?: EnqueueManyOptions): Promise<string[]>;
-  cancel(jobIds: Id[]): Promise<{ job_id: string; outcome: Outcome; state: string | null }[]>;
-  status(jobIds: Id[]): Promise<Record<string, any>[]>;
-  dependencies(jobIds: Id[]): Promise<Dependency[]>;
-  waitFor(jobIds: Id[], timeoutMs: number): Promise<Record<string, any>[]>;
+  /** queue: the queue of every listed job, checked (22023 if one is in another), or null. */
+  cancel(jobIds: Id[], queue?: string | null): Promise<{ job_id: string; outcome: Outcome; state: string | null }[]>;
+  status(jobIds: Id[], queue?: string | null): Promise<Record<string, any>[]>;
+  dependencies(jobIds: Id[], queue?: string | null): Promise<Dependency[]>;
+  waitFor(jobIds: Id[], timeoutMs: number, queue?: string | null): Promise<Record<string, any>[]>;
   claim(queue: string, maxJobs?: number,
         options?: { leaseMs?: number; worker?: string; start?: boolean; waitMs?: number }): Promise<Job[]>;
   start(jobs: JobRef[], leaseMs?: number | null): Promise<{ job_id: string; outcome: Outcome; expires_at: Date | null }[]>;

@@ -77,6 +77,13 @@ function isConnectionError(err) {
 const id = (v) => (typeof v === 'bigint' ? v.toString() : String(v));
 const secs = (ms) => (ms === null || ms === undefined ? null : `${Number(ms) / 1000} seconds`);
 const pairs = (jobs) => [jobs.map((j) => id(j.id)), jobs.map((j) => id(j.token))];
+// The queue every job of a batch is in, if they tell it and it is one: the
+// working calls pass it (it routes them on Citus, and is checked on one
+// server); else null, which checks nothing.
+function queueOf(jobs) {
+  const queues = new Set(jobs.map((j) => j.queue ?? null));
+  return queues.size === 1 ? [...queues][0] : null;
+}
 
 // enqueue's and enqueueMany's options after and afterFailed: the named
 // arguments to append, their values pushed onto params.  Only those given
@@ -139,23 +146,24 @@ class Client {
     return rows.map((r) => r.enqueue_many);
   }
 
-  async cancel(jobIds) {
-    return this.query('SELECT * FROM claimq.cancel($1::bigint[])', [jobIds.map(id)]);
+  async cancel(jobIds, queue = null) {
+    return this.query('SELECT * FROM claimq.cancel($1::bigint[], $2)', [jobIds.map(id), queue]);
   }
 
-  async status(jobIds) {
-    return this.query('SELECT * FROM claimq.status($1::bigint[])', [jobIds.map(id)]);
+  async status(jobIds, queue = null) {
+    return this.query('SELECT * FROM claimq.status($1::bigint[], $2)', [jobIds.map(id), queue]);
   }
 
   // For each listed job, one row per job it runs after:
   // { job_id, after_id, state, result, last_error }.
-  async dependencies(jobIds) {
-    return this.query('SELECT * FROM claimq.dependencies($1::bigint[])', [jobIds.map(id)]);
+  async dependencies(jobIds, queue = null) {
+    return this.query('SELECT * FROM claimq.dependencies($1::bigint[], $2)',
+      [jobIds.map(id), queue]);
   }
 
-  async waitFor(jobIds, timeoutMs) {
-    return this.query('SELECT * FROM claimq.wait_for($1::bigint[], $2::interval)',
-      [jobIds.map(id), secs(timeoutMs)]);
+  async waitFor(jobIds, timeoutMs, queue = null) {
+    return this.query('SELECT * FROM claimq.wait_for($1::bigint[], $2::interval, $3)',
+      [jobIds.map(id), secs(timeoutMs), queue]);
   }
 
   // -- working (jobs are { id, token } objects, as claim returns them)
@@ -169,33 +177,39 @@ class Client {
   }
 
   async start(jobs, leaseMs = null) {
-    return this.query('SELECT * FROM claimq.start($1::bigint[], $2::bigint[], $3::interval)',
-      [...pairs(jobs), secs(leaseMs)]);
+    return this.query(
+      'SELECT * FROM claimq.start($1::bigint[], $2::bigint[], $3::interval, queue => $4)',
+      [...pairs(jobs), secs(leaseMs), queueOf(jobs)]);
   }
 
   async extend(jobs, leaseMs = null) {
-    return this.query('SELECT * FROM claimq.extend($1::bigint[], $2::bigint[], $3::interval)',
-      [...pairs(jobs), secs(leaseMs)]);
+    return this.query(
+      'SELECT * FROM claimq.extend($1::bigint[], $2::bigint[], $3::interval, queue => $4)',
+      [...pairs(jobs), secs(leaseMs), queueOf(jobs)]);
   }
 
   async complete(jobs, results = null) {
-    return this.query('SELECT * FROM claimq.complete($1::bigint[], $2::bigint[], $3::jsonb[])',
-      [...pairs(jobs), results && results.map((r) => (r === undefined ? null : JSON.stringify(r)))]);
+    return this.query(
+      'SELECT * FROM claimq.complete($1::bigint[], $2::bigint[], $3::jsonb[], queue => $4)',
+      [...pairs(jobs), results && results.map((r) => (r === undefined ? null : JSON.stringify(r))),
+        queueOf(jobs)]);
   }
 
   async fail(jobs, error = null, o = {}) {
     return this.query(
-      'SELECT * FROM claimq.fail($1::bigint[], $2::bigint[], $3, $4::interval, $5)',
-      [...pairs(jobs), error, secs(o.retryIn), o.permanent ?? false]);
+      'SELECT * FROM claimq.fail($1::bigint[], $2::bigint[], $3, $4::interval, $5, queue => $6)',
+      [...pairs(jobs), error, secs(o.retryIn), o.permanent ?? false, queueOf(jobs)]);
   }
 
   async release(jobs) {
-    return this.query('SELECT * FROM claimq.release($1::bigint[], $2::bigint[])', pairs(jobs));
+    return this.query('SELECT * FROM claimq.release($1::bigint[], $2::bigint[], queue => $3)',
+      [...pairs(jobs), queueOf(jobs)]);
   }
 
   async snooze(jobs, delayMs) {
-    return this.query('SELECT * FROM claimq.snooze($1::bigint[], $2::bigint[], $3::interval)',
-      [...pairs(jobs), secs(delayMs)]);
+    return this.query(
+      'SELECT * FROM claimq.snooze($1::bigint[], $2::bigint[], $3::interval, queue => $4)',
+      [...pairs(jobs), secs(delayMs), queueOf(jobs)]);
   }
 
   async releaseWorker(queue, worker) {
@@ -581,8 +595,9 @@ class Worker {
       await client.query('BEGIN');
       await this.onComplete(job, result, client);
       const { rows } = await client.query(
-        'SELECT outcome FROM claimq.complete($1::bigint[], $2::bigint[], $3::jsonb[])',
-        [[id(job.id)], [id(job.token)], [result === undefined ? null : JSON.stringify(result)]]);
+        'SELECT outcome FROM claimq.complete($1::bigint[], $2::bigint[], $3::jsonb[], queue => $4)',
+        [[id(job.id)], [id(job.token)], [result === undefined ? null : JSON.stringify(result)],
+          job.queue ?? null]);
       const outcome = rows.length ? rows[0].outcome : 'missing';
       ok = outcome === 'ok';
       await client.query(ok ? 'COMMIT' : 'ROLLBACK');

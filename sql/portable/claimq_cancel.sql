@@ -12,23 +12,8 @@ DECLARE
 	to_judge bigint[] := '{}';
 BEGIN
 	-- @include check-primary.sql function=cancel
-	/* The job_ids rule of cancel, status and wait_for (src/common.c). */
-	IF cancel.job_ids IS NULL THEN
-		RAISE EXCEPTION 'argument "job_ids" must not be null'
-			USING ERRCODE = '22004';
-	END IF;
-	IF pg_catalog.array_ndims(cancel.job_ids) OPERATOR(pg_catalog.>) 1 THEN
-		RAISE EXCEPTION 'job_ids must be a one-dimensional array'
-			USING ERRCODE = '22023';
-	END IF;
-	IF pg_catalog.array_position(cancel.job_ids, NULL) IS NOT NULL THEN
-		RAISE EXCEPTION 'job_ids must not contain null elements'
-			USING ERRCODE = '22004';
-	END IF;
-	IF pg_catalog.cardinality(cancel.job_ids) OPERATOR(pg_catalog.>) @CQ_MAX_BATCH@ THEN
-		RAISE EXCEPTION 'at most @CQ_MAX_BATCH@ job ids can be given in one call'
-			USING ERRCODE = '22023';
-	END IF;
+	-- @include check-job-ids.sql function=cancel
+	-- @include portable/check-in-queue.sql function=cancel ids=cancel.job_ids
 	IF pg_catalog.cardinality(cancel.job_ids) OPERATOR(pg_catalog.=) 0 THEN
 		RETURN;
 	END IF;

@@ -32,6 +32,7 @@ BEGIN
 				USING ERRCODE = '22023';
 		END IF;
 	END IF;
+	-- @include portable/check-in-queue.sql function=complete ids=complete.job_ids
 	IF n OPERATOR(pg_catalog.=) 0 THEN
 		RETURN;
 	END IF;

@@ -8,6 +8,7 @@ DECLARE
 BEGIN
 	-- @include check-primary.sql function=complete
 	-- @include portable/check-settle-pair.sql function=complete
+	-- @include portable/check-in-queue.sql function=complete ids=ARRAY[complete.job_id]
 
 	/*
 	 * As the array form: one DELETE while no queue keeps done jobs, and a

@@ -13,6 +13,7 @@ BEGIN
 	IF extend.lease IS NOT NULL THEN
 		PERFORM claimq.settle_check_interval(extend.lease, 'lease', false, '7 days', '7 days');
 	END IF;
+	-- @include portable/check-in-queue.sql function=extend ids=extend.job_ids
 	IF n OPERATOR(pg_catalog.=) 0 THEN
 		RETURN;
 	END IF;

@@ -1,6 +1,7 @@
 BEGIN
 	-- @include check-primary.sql function=extend
 	-- @include portable/check-settle-pair.sql function=extend
+	-- @include portable/check-in-queue.sql function=extend ids=ARRAY[extend.job_id]
 	IF extend.lease IS NOT NULL THEN
 		PERFORM claimq.settle_check_interval(extend.lease, 'lease', false, '7 days', '7 days');
 	END IF;

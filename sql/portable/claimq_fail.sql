@@ -23,6 +23,7 @@ BEGIN
 	IF fail.permanent IS NULL THEN
 		RAISE EXCEPTION 'argument "permanent" must not be null' USING ERRCODE = '22004';
 	END IF;
+	-- @include portable/check-in-queue.sql function=fail ids=fail.job_ids
 	IF n OPERATOR(pg_catalog.=) 0 THEN
 		RETURN;
 	END IF;

@@ -6,6 +6,7 @@ DECLARE
 BEGIN
 	-- @include check-primary.sql function=fail
 	-- @include portable/check-settle-pair.sql function=fail
+	-- @include portable/check-in-queue.sql function=fail ids=ARRAY[fail.job_id]
 	IF fail.retry_in IS NOT NULL THEN
 		PERFORM claimq.settle_check_interval(fail.retry_in, 'retry_in', true, '100 years', '100 years');
 	END IF;

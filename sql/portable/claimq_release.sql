@@ -8,6 +8,7 @@ DECLARE
 BEGIN
 	-- @include check-primary.sql function=release
 	-- @include portable/check-settle-pairs.sql
+	-- @include portable/check-in-queue.sql function=release ids=release.job_ids
 	IF n OPERATOR(pg_catalog.=) 0 THEN
 		RETURN;
 	END IF;

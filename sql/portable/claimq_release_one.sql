@@ -4,6 +4,7 @@ DECLARE
 BEGIN
 	-- @include check-primary.sql function=release
 	-- @include portable/check-settle-pair.sql function=release
+	-- @include portable/check-in-queue.sql function=release ids=ARRAY[release.job_id]
 	/* Release touches claimed jobs only; a running one reports started. */
 	UPDATE claimq.job j
 	   SET state = 'pending', expires_at = NULL

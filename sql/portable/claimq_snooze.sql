@@ -14,6 +14,7 @@ BEGIN
 		RAISE EXCEPTION 'argument "delay" must not be null' USING ERRCODE = '22004';
 	END IF;
 	PERFORM claimq.settle_check_interval(snooze.delay, 'delay', true, '7 days', '7 days');
+	-- @include portable/check-in-queue.sql function=snooze ids=snooze.job_ids
 	IF n OPERATOR(pg_catalog.=) 0 THEN
 		RETURN;
 	END IF;

@@ -4,6 +4,7 @@ DECLARE
 BEGIN
 	-- @include check-primary.sql function=snooze
 	-- @include portable/check-settle-pair.sql function=snooze
+	-- @include portable/check-in-queue.sql function=snooze ids=ARRAY[snooze.job_id]
 	IF snooze.delay IS NULL THEN
 		RAISE EXCEPTION 'argument "delay" must not be null' USING ERRCODE = '22004';
 	END IF;

@@ -12,6 +12,7 @@ BEGIN
 	IF start.lease IS NOT NULL THEN
 		PERFORM claimq.settle_check_interval(start.lease, 'lease', false, '7 days', '7 days');
 	END IF;
+	-- @include portable/check-in-queue.sql function=start ids=start.job_ids
 	IF n OPERATOR(pg_catalog.=) 0 THEN
 		RETURN;
 	END IF;

@@ -3,6 +3,7 @@ DECLARE
 BEGIN
 	-- @include check-primary.sql function=start
 	-- @include portable/check-settle-pair.sql function=start
+	-- @include portable/check-in-queue.sql function=start ids=ARRAY[start.job_id]
 	IF start.lease IS NOT NULL THEN
 		PERFORM claimq.settle_check_interval(start.lease, 'lease', false, '7 days', '7 days');
 	END IF;

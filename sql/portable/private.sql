@@ -3,3 +3,4 @@
 -- @include portable/private-keys.sql
 -- @include portable/private-recover.sql
 -- @include portable/private-observe.sql
+-- @include portable/job-states.sql

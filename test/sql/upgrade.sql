@@ -154,19 +154,19 @@ SELECT is((SELECT count(*) FROM claimq.queue_stats WHERE cancelled = 1), 1::bigi
 -- functions, and those grants stay user grants that pg_dump keeps.
 SELECT ok(has_function_privilege('regress_claimq_up_producer',
 		'claimq.enqueue(text,jsonb,timestamptz,integer,text,integer,text,text,bigint[],text)', 'EXECUTE')
-		  AND has_function_privilege('regress_claimq_up_producer', 'claimq.cancel(bigint[])', 'EXECUTE')
-		  AND has_function_privilege('regress_claimq_up_producer', 'claimq.status(bigint[])', 'EXECUTE')
+		  AND has_function_privilege('regress_claimq_up_producer', 'claimq.cancel(bigint[],text)', 'EXECUTE')
+		  AND has_function_privilege('regress_claimq_up_producer', 'claimq.status(bigint[],text)', 'EXECUTE')
 		  AND NOT has_function_privilege('regress_claimq_up_producer',
-				'claimq.snooze(bigint[],bigint[],interval)', 'EXECUTE'),
+				'claimq.snooze(bigint[],bigint[],interval,text)', 'EXECUTE'),
 	'the producer keeps enqueue and gets cancel and status, not snooze');
 SELECT ok(has_function_privilege('regress_claimq_up_worker',
-		'claimq.complete(bigint[],bigint[],jsonb[])', 'EXECUTE')
-		  AND has_function_privilege('regress_claimq_up_worker', 'claimq.snooze(bigint,bigint,interval)', 'EXECUTE')
-		  AND has_function_privilege('regress_claimq_up_worker', 'claimq.wait_for(bigint[],interval)', 'EXECUTE')
-		  AND NOT has_function_privilege('regress_claimq_up_worker', 'claimq.cancel(bigint[])', 'EXECUTE'),
+		'claimq.complete(bigint[],bigint[],jsonb[],text)', 'EXECUTE')
+		  AND has_function_privilege('regress_claimq_up_worker', 'claimq.snooze(bigint,bigint,interval,text)', 'EXECUTE')
+		  AND has_function_privilege('regress_claimq_up_worker', 'claimq.wait_for(bigint[],interval,text)', 'EXECUTE')
+		  AND NOT has_function_privilege('regress_claimq_up_worker', 'claimq.cancel(bigint[],text)', 'EXECUTE'),
 	'the worker keeps complete and gets snooze and wait_for, not cancel');
 SELECT ok(has_function_privilege('regress_claimq_up_admin', 'claimq.retry_dead(text,bigint[])', 'EXECUTE')
-		  AND has_function_privilege('regress_claimq_up_admin', 'claimq.cancel(bigint[])', 'EXECUTE')
+		  AND has_function_privilege('regress_claimq_up_admin', 'claimq.cancel(bigint[],text)', 'EXECUTE')
 		  AND has_table_privilege('regress_claimq_up_admin', 'claimq.queue_stats', 'SELECT')
 		  AND has_table_privilege('regress_claimq_up_admin', 'claimq.counters', 'SELECT')
 		  AND has_function_privilege('regress_claimq_up_admin',
@@ -181,10 +181,10 @@ SELECT ok(has_function_privilege('regress_claimq_up_admin', 'claimq.retry_dead(t
 SELECT ok(has_function_privilege('regress_claimq_up_producer', 'claimq.node_of(bigint)', 'EXECUTE')
 		  AND has_function_privilege('regress_claimq_up_worker', 'claimq.node_of(bigint)', 'EXECUTE'),
 	'the producer and the worker get node_of');
-SELECT ok((SELECT bool_and(has_function_privilege(r, 'claimq.dependencies(bigint[])', 'EXECUTE'))
+SELECT ok((SELECT bool_and(has_function_privilege(r, 'claimq.dependencies(bigint[],text)', 'EXECUTE'))
 			 FROM unnest(ARRAY['regress_claimq_up_producer', 'regress_claimq_up_worker',
 							   'regress_claimq_up_admin']) r)
-		  AND NOT has_function_privilege('regress_claimq_up_observer', 'claimq.dependencies(bigint[])', 'EXECUTE'),
+		  AND NOT has_function_privilege('regress_claimq_up_observer', 'claimq.dependencies(bigint[],text)', 'EXECUTE'),
 	'the producer, the worker and the administrator get dependencies, the observer not');
 SELECT ok(NOT has_table_privilege('regress_claimq_up_worker', 'claimq.group_stats', 'SELECT')
 		  AND NOT has_function_privilege('regress_claimq_up_worker',
@@ -217,7 +217,7 @@ SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
 				 WHERE p.pronamespace = 'claimq'::regnamespace
 				   AND (p.proname ~ '_0_[0-9_]*[0-9]$' OR p.proname = 'upgrade_copy_grants')),
 	'{}'::text[], 'nothing of the update''s scaffolding is left');
-SELECT ok(NOT has_function_privilege('public', 'claimq.wait_for(bigint[],interval)', 'EXECUTE')
+SELECT ok(NOT has_function_privilege('public', 'claimq.wait_for(bigint[],interval,text)', 'EXECUTE')
 		  AND NOT has_table_privilege('public', 'claimq.jobs', 'SELECT'),
 	'PUBLIC gets nothing new');
 

@@ -63,6 +63,14 @@ def _interval(value: Optional[Seconds]) -> Optional[_dt.timedelta]:
     return _dt.timedelta(seconds=float(value))
 
 
+def queue_of(jobs: Iterable[Pair]) -> Optional[str]:
+    """The queue every job of a batch is in, if Jobs tell it and it is one:
+    the working calls pass it (it routes them on Citus, and is checked on
+    one server); else None, which checks nothing."""
+    queues = {j.queue if isinstance(j, Job) else None for j in jobs}
+    return queues.pop() if len(queues) == 1 else None
+
+
 def _pairs(jobs: Iterable[Pair]) -> Tuple[List[int], List[int]]:
     ids: List[int] = []
     tokens: List[int] = []
@@ -81,12 +89,12 @@ def _pairs(jobs: Iterable[Pair]) -> Tuple[List[int], List[int]]:
 # tokens come first, as bigint[].
 SQL_CLAIM = ("SELECT job_id, token, payload, attempts, priority, enqueued_at, expires_at"
              "  FROM claimq.claim(%s, %s, lease => %s, worker => %s, start => %s, wait => %s)")
-SQL_START = "SELECT * FROM claimq.start(%s::bigint[], %s::bigint[], %s)"
-SQL_EXTEND = "SELECT * FROM claimq.extend(%s::bigint[], %s::bigint[], %s)"
-SQL_COMPLETE = "SELECT * FROM claimq.complete(%s::bigint[], %s::bigint[], %s::jsonb[])"
-SQL_FAIL = "SELECT * FROM claimq.fail(%s::bigint[], %s::bigint[], %s, %s, %s)"
-SQL_RELEASE = "SELECT * FROM claimq.release(%s::bigint[], %s::bigint[])"
-SQL_SNOOZE = "SELECT * FROM claimq.snooze(%s::bigint[], %s::bigint[], %s)"
+SQL_START = "SELECT * FROM claimq.start(%s::bigint[], %s::bigint[], %s, queue => %s)"
+SQL_EXTEND = "SELECT * FROM claimq.extend(%s::bigint[], %s::bigint[], %s, queue => %s)"
+SQL_COMPLETE = "SELECT * FROM claimq.complete(%s::bigint[], %s::bigint[], %s::jsonb[], queue => %s)"
+SQL_FAIL = "SELECT * FROM claimq.fail(%s::bigint[], %s::bigint[], %s, %s, %s, queue => %s)"
+SQL_RELEASE = "SELECT * FROM claimq.release(%s::bigint[], %s::bigint[], queue => %s)"
+SQL_SNOOZE = "SELECT * FROM claimq.snooze(%s::bigint[], %s::bigint[], %s, queue => %s)"
 
 
 def _workflow(after: Optional[Sequence[int]], after_failed: Optional[str]
@@ -209,28 +217,33 @@ class Client:
              *extra)).fetchall()
         return [int(r[0]) for r in rows]
 
-    def cancel(self, job_ids: Sequence[int]) -> List[Tuple[int, Outcome, Optional[str]]]:
-        rows = self._execute("SELECT * FROM claimq.cancel(%s::bigint[])",
-                                 (list(job_ids),)).fetchall()
+    def cancel(self, job_ids: Sequence[int], queue: Optional[str] = None
+               ) -> List[Tuple[int, Outcome, Optional[str]]]:
+        rows = self._execute("SELECT * FROM claimq.cancel(%s::bigint[], %s)",
+                                 (list(job_ids), queue)).fetchall()
         return [(int(r[0]), Outcome(r[1]), r[2]) for r in rows]
 
-    def status(self, job_ids: Sequence[int]) -> List[Dict[str, Any]]:
-        cur = self._execute("SELECT * FROM claimq.status(%s::bigint[])", (list(job_ids),))
+    def status(self, job_ids: Sequence[int], queue: Optional[str] = None
+               ) -> List[Dict[str, Any]]:
+        cur = self._execute("SELECT * FROM claimq.status(%s::bigint[], %s)",
+                            (list(job_ids), queue))
         cols = [c.name for c in cur.description or ()]
         return [dict(zip(cols, r)) for r in cur.fetchall()]
 
-    def dependencies(self, job_ids: Sequence[int]) -> List[Dict[str, Any]]:
+    def dependencies(self, job_ids: Sequence[int], queue: Optional[str] = None
+                     ) -> List[Dict[str, Any]]:
         """For each listed job, one row per job it runs after: job_id, after_id,
         state, result (if done) and last_error (if dead); state, result and
         last_error are None for a job that no longer exists."""
-        cur = self._execute("SELECT * FROM claimq.dependencies(%s::bigint[])",
-                                (list(job_ids),))
+        cur = self._execute("SELECT * FROM claimq.dependencies(%s::bigint[], %s)",
+                                (list(job_ids), queue))
         cols = [c.name for c in cur.description or ()]
         return [dict(zip(cols, r)) for r in cur.fetchall()]
 
-    def wait_for(self, job_ids: Sequence[int], timeout: Seconds) -> List[Dict[str, Any]]:
-        cur = self._execute("SELECT * FROM claimq.wait_for(%s::bigint[], %s)",
-                                (list(job_ids), _interval(timeout)))
+    def wait_for(self, job_ids: Sequence[int], timeout: Seconds,
+                 queue: Optional[str] = None) -> List[Dict[str, Any]]:
+        cur = self._execute("SELECT * FROM claimq.wait_for(%s::bigint[], %s, %s)",
+                                (list(job_ids), _interval(timeout), queue))
         cols = [c.name for c in cur.description or ()]
         return [dict(zip(cols, r)) for r in cur.fetchall()]
 
@@ -245,8 +258,9 @@ class Client:
         return [job_of(r, queue, start) for r in rows]
 
     def _settle(self, sql: str, jobs: Iterable[Pair], *extra: Any) -> List[tuple]:
+        jobs = list(jobs)
         ids, tokens = _pairs(jobs)
-        return self._execute(sql, (ids, tokens, *extra)).fetchall()
+        return self._execute(sql, (ids, tokens, *extra, queue_of(jobs))).fetchall()
 
     def start(self, jobs: Iterable[Pair], lease: Optional[Seconds] = None
               ) -> List[Tuple[int, Outcome, Optional[_dt.datetime]]]:

@@ -59,7 +59,7 @@ from typing import (Any, Awaitable, Callable, Dict, List, Mapping, Optional, Set
 import psycopg
 
 from .client import (SQL_CLAIM, SQL_COMPLETE, SQL_EXTEND, SQL_FAIL, SQL_RELEASE,
-                     SQL_SNOOZE, SQL_START, Client, Job, Outcome, job_of,
+                     SQL_SNOOZE, SQL_START, Client, Job, Outcome, job_of, queue_of,
                      results_param)
 
 log = logging.getLogger("claimq.worker")
@@ -579,7 +579,7 @@ class Worker(_Base):
                 assert self.on_complete is not None
                 self.on_complete(job, result, conn)
                 row = conn.execute(SQL_COMPLETE, ([job.id], [job.token],
-                                                  results_param([result])),
+                                                  results_param([result]), job.queue),
                                    prepare=False).fetchone()
                 outcome = Outcome(row[1]) if row else Outcome.MISSING
                 if outcome is not Outcome.OK:
@@ -747,8 +747,8 @@ class AsyncWorker(_Base):
         if not rest:
             return
         try:
-            rows = await self._db(SQL_RELEASE, ([j.id for j in rest], [j.token for j in rest]),
-                                  retry=False)
+            rows = await self._db(SQL_RELEASE, ([j.id for j in rest], [j.token for j in rest],
+                                                queue_of(rest)), retry=False)
             log.info("released %d jobs it never started", sum(1 for r in rows if r[1] == "ok"))
         except Exception as e:  # noqa: BLE001
             log.warning("could not release %d jobs: %s", len(rest), e)
@@ -766,7 +766,7 @@ class AsyncWorker(_Base):
             return
         try:
             rows = await self._db(SQL_SNOOZE, ([j.id for j in jobs], [j.token for j in jobs],
-                                               _dt.timedelta(0)), retry=False)
+                                               _dt.timedelta(0), queue_of(jobs)), retry=False)
             log.warning("shutdown deadline: %d running jobs given back",
                         sum(1 for r in rows if r[1] == "ok"))
         except Exception as e:  # noqa: BLE001
@@ -789,7 +789,8 @@ class AsyncWorker(_Base):
             try:
                 rows = await self._db(
                     SQL_EXTEND, ([j.id for j in jobs], [j.token for j in jobs],
-                                 _dt.timedelta(seconds=self.lease)), retry=False)
+                                 _dt.timedelta(seconds=self.lease), queue_of(jobs)),
+                    retry=False)
             except ConnectionError:
                 continue
             # One row per job, in the order given.
@@ -802,7 +803,7 @@ class AsyncWorker(_Base):
                         task.cancel()
 
     async def _settle(self, sql: str, job: Job, *extra: Any) -> List[tuple]:
-        rows = await self._db(sql, ([job.id], [job.token], *extra))
+        rows = await self._db(sql, ([job.id], [job.token], *extra, job.queue))
         return [(r[0], Outcome(r[1]), *r[2:]) for r in rows]
 
     async def _run_job(self, lane: _Lane, job: Job) -> None:

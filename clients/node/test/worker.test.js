@@ -106,6 +106,11 @@ test('ids and tokens above 2^53 make the round trip exactly; outcomes', async ()
     assert.strictEqual(job.id, jobId);
     assert.strictEqual(typeof job.token, 'string');
     assert.strictEqual((await w.start([job]))[0].outcome, 'ok');
+    // The job's queue goes with the call, and the server checks it.
+    await newQueue('js_client_elsewhere');
+    await assert.rejects(w.extend([{ ...job, queue: 'js_client_elsewhere' }]),
+      (e) => e.code === '22023');
+    assert.strictEqual((await w.status([job.id], 'js_client'))[0].state, 'running');
     const wrong = { id: BigInt(job.id), token: BigInt(job.token) + 1n };
     assert.strictEqual((await w.complete([wrong]))[0].outcome, 'stale');
     assert.strictEqual((await w.complete([job], [{ r: 2 }]))[0].outcome, 'ok');

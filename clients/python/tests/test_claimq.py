@@ -9,6 +9,7 @@ transaction mode (run by clients/test, which sets the environment):
 """
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -193,6 +194,13 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(job.id, job_id)
             self.assertIsInstance(job.token, int)
             self.assertEqual(w.start([job])[0][1], claimq.Outcome.OK)
+            # The job's queue goes with the call, and the server checks it.
+            self.assertEqual(job.queue, "py_client")
+            new_queue("py_client_elsewhere")
+            with self.assertRaises(psycopg.Error) as refused:
+                w.extend([dataclasses.replace(job, queue="py_client_elsewhere")])
+            self.assertEqual(refused.exception.sqlstate, "22023")
+            self.assertEqual(w.status([job_id], "py_client")[0]["state"], "running")
             self.assertEqual(w.complete([(job.id, job.token + 1)])[0][1], claimq.Outcome.STALE)
             self.assertEqual(w.complete([job], [{"r": 2}])[0][1], claimq.Outcome.OK)
             self.assertEqual(w.status([job_id])[0]["state"], "done")

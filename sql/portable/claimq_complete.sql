@@ -1,4 +1,5 @@
 DECLARE
+	in_queue_id integer;
 	n integer;
 	now_ timestamptz;
 	nsettled bigint;
@@ -32,10 +33,11 @@ BEGIN
 				USING ERRCODE = '22023';
 		END IF;
 	END IF;
-	-- @include portable/check-in-queue.sql function=complete ids=complete.job_ids
 	IF n OPERATOR(pg_catalog.=) 0 THEN
+		-- @include portable/check-in-queue.sql function=complete ids=complete.job_ids
 		RETURN;
 	END IF;
+	-- @include portable/in-queue-id.sql function=complete
 
 	/*
 	 * The fence is the statement's WHERE clause: a job changes only while
@@ -69,6 +71,7 @@ BEGIN
 		DELETE FROM claimq.job j
 		 WHERE j.job_id OPERATOR(pg_catalog.=) id1
 		   AND j.token OPERATOR(pg_catalog.=) tok1
+	-- @include portable/in-queue.sql
 		   AND j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])
 		   AND NOT EXISTS (SELECT 1 FROM claimq.queue k
 							WHERE k.keep_done OPERATOR(pg_catalog.>) '0'::interval)
@@ -99,6 +102,7 @@ BEGIN
 			   AS i(job_id, token)
 		 WHERE j.job_id OPERATOR(pg_catalog.=) i.job_id
 		   AND j.token OPERATOR(pg_catalog.=) i.token
+	-- @include portable/in-queue.sql
 		   AND j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])
 		   AND NOT EXISTS (SELECT 1 FROM claimq.queue k
 							WHERE k.keep_done OPERATOR(pg_catalog.>) '0'::interval)
@@ -133,6 +137,7 @@ BEGIN
 			 USING input i, claimq.queue q
 			 WHERE j.job_id OPERATOR(pg_catalog.=) i.job_id
 			   AND j.token OPERATOR(pg_catalog.=) i.token
+	-- @include portable/in-queue.sql
 			   AND j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])
 			   AND q.queue_id OPERATOR(pg_catalog.=) j.queue_id
 			   AND q.keep_done OPERATOR(pg_catalog.<=) '0'::interval
@@ -146,6 +151,7 @@ BEGIN
 			  FROM input i, claimq.queue q
 			 WHERE j.job_id OPERATOR(pg_catalog.=) i.job_id
 			   AND j.token OPERATOR(pg_catalog.=) i.token
+	-- @include portable/in-queue.sql
 			   AND j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])
 			   AND q.queue_id OPERATOR(pg_catalog.=) j.queue_id
 			   AND (j.dependents OR q.keep_done OPERATOR(pg_catalog.>) '0'::interval)
@@ -198,6 +204,7 @@ BEGIN
 		RETURN QUERY SELECT r.job_id, 'ok'::text FROM pg_catalog.unnest(job_ids) AS r(job_id);
 		RETURN;
 	END IF;
+	-- @include portable/check-in-queue.sql function=complete ids=complete.job_ids
 	/*
 	 * The pairs not settled are told apart by their jobs as they are now
 	 * (claimq.settle_outcomes); a repeat of a settled pair is ok too.

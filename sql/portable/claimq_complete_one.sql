@@ -1,4 +1,5 @@
 DECLARE
+	in_queue_id integer;
 	now_ timestamptz;
 	qid integer;
 	gkey text;
@@ -8,7 +9,7 @@ DECLARE
 BEGIN
 	-- @include check-primary.sql function=complete
 	-- @include portable/check-settle-pair.sql function=complete
-	-- @include portable/check-in-queue.sql function=complete ids=ARRAY[complete.job_id]
+	-- @include portable/in-queue-id.sql function=complete
 
 	/*
 	 * As the array form: one DELETE while no queue keeps done jobs, and a
@@ -18,6 +19,7 @@ BEGIN
 	DELETE FROM claimq.job j
 	 WHERE j.job_id OPERATOR(pg_catalog.=) complete.job_id
 	   AND j.token OPERATOR(pg_catalog.=) complete.token
+	-- @include portable/in-queue.sql
 	   AND j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])
 	   AND NOT EXISTS (SELECT 1 FROM claimq.queue k
 						WHERE k.keep_done OPERATOR(pg_catalog.>) '0'::interval)
@@ -35,6 +37,7 @@ BEGIN
 				 USING claimq.queue q
 				 WHERE j.job_id OPERATOR(pg_catalog.=) complete.job_id
 				   AND j.token OPERATOR(pg_catalog.=) complete.token
+	-- @include portable/in-queue.sql
 				   AND j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])
 				   AND q.queue_id OPERATOR(pg_catalog.=) j.queue_id
 				   AND q.keep_done OPERATOR(pg_catalog.<=) '0'::interval
@@ -48,6 +51,7 @@ BEGIN
 				  FROM claimq.queue q
 				 WHERE j.job_id OPERATOR(pg_catalog.=) complete.job_id
 				   AND j.token OPERATOR(pg_catalog.=) complete.token
+	-- @include portable/in-queue.sql
 				   AND j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])
 				   AND q.queue_id OPERATOR(pg_catalog.=) j.queue_id
 				   AND (j.dependents OR q.keep_done OPERATOR(pg_catalog.>) '0'::interval)
@@ -61,6 +65,7 @@ BEGIN
 			EXIT WHEN settled;
 		END LOOP;
 		IF NOT settled THEN
+			-- @include portable/check-in-queue.sql function=complete ids=ARRAY[complete.job_id]
 			RETURN false;
 		END IF;
 	END IF;

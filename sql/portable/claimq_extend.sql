@@ -1,4 +1,5 @@
 DECLARE
+	in_queue_id integer;
 	n integer;
 	now_ timestamptz;
 	nsettled bigint;
@@ -13,10 +14,11 @@ BEGIN
 	IF extend.lease IS NOT NULL THEN
 		PERFORM claimq.settle_check_interval(extend.lease, 'lease', false, '7 days', '7 days');
 	END IF;
-	-- @include portable/check-in-queue.sql function=extend ids=extend.job_ids
 	IF n OPERATOR(pg_catalog.=) 0 THEN
+		-- @include portable/check-in-queue.sql function=extend ids=extend.job_ids
 		RETURN;
 	END IF;
+	-- @include portable/in-queue-id.sql function=extend
 
 	/*
 	 * The fence is the statement's WHERE clause: a job changes only while
@@ -43,6 +45,7 @@ BEGIN
 		  FROM claimq.queue q
 		 WHERE j.job_id OPERATOR(pg_catalog.=) id1
 		   AND j.token OPERATOR(pg_catalog.=) tok1
+	-- @include portable/in-queue.sql
 		   AND j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])
 		   AND q.queue_id OPERATOR(pg_catalog.=) j.queue_id
 		RETURNING j.expires_at INTO expires_at;
@@ -66,6 +69,7 @@ BEGIN
 		  FROM input i, claimq.queue q
 		 WHERE j.job_id OPERATOR(pg_catalog.=) i.job_id
 		   AND j.token OPERATOR(pg_catalog.=) i.token
+	-- @include portable/in-queue.sql
 		   AND j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])
 		   AND q.queue_id OPERATOR(pg_catalog.=) j.queue_id
 		RETURNING i.ord, i.job_id, i.token, j.expires_at
@@ -83,6 +87,7 @@ BEGIN
 					   FROM ROWS FROM (pg_catalog.unnest(s_ids), pg_catalog.unnest(s_expires)) AS r(job_id, expires_at);
 		RETURN;
 	END IF;
+	-- @include portable/check-in-queue.sql function=extend ids=extend.job_ids
 	/*
 	 * The pairs not settled are told apart by their jobs as they are now
 	 * (claimq.settle_outcomes); a repeat of a settled pair is ok too.

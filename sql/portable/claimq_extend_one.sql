@@ -1,7 +1,9 @@
+DECLARE
+	in_queue_id integer;
 BEGIN
 	-- @include check-primary.sql function=extend
 	-- @include portable/check-settle-pair.sql function=extend
-	-- @include portable/check-in-queue.sql function=extend ids=ARRAY[extend.job_id]
+	-- @include portable/in-queue-id.sql function=extend
 	IF extend.lease IS NOT NULL THEN
 		PERFORM claimq.settle_check_interval(extend.lease, 'lease', false, '7 days', '7 days');
 	END IF;
@@ -12,7 +14,12 @@ BEGIN
 	  FROM claimq.queue q
 	 WHERE j.job_id OPERATOR(pg_catalog.=) extend.job_id
 	   AND j.token OPERATOR(pg_catalog.=) extend.token
+	-- @include portable/in-queue.sql
 	   AND j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])
 	   AND q.queue_id OPERATOR(pg_catalog.=) j.queue_id;
-	RETURN FOUND;
+	IF FOUND THEN
+		RETURN true;
+	END IF;
+	-- @include portable/check-in-queue.sql function=extend ids=ARRAY[extend.job_id]
+	RETURN false;
 END

@@ -1,4 +1,5 @@
 DECLARE
+	in_queue_id integer;
 	n integer;
 	now_ timestamptz;
 	nsettled bigint;
@@ -23,10 +24,11 @@ BEGIN
 	IF fail.permanent IS NULL THEN
 		RAISE EXCEPTION 'argument "permanent" must not be null' USING ERRCODE = '22004';
 	END IF;
-	-- @include portable/check-in-queue.sql function=fail ids=fail.job_ids
 	IF n OPERATOR(pg_catalog.=) 0 THEN
+		-- @include portable/check-in-queue.sql function=fail ids=fail.job_ids
 		RETURN;
 	END IF;
+	-- @include portable/in-queue-id.sql function=fail
 
 	/*
 	 * The fence is the statement's WHERE clause: a job changes only while
@@ -75,6 +77,7 @@ BEGIN
 		  FROM claimq.queue q
 		 WHERE j.job_id OPERATOR(pg_catalog.=) id1
 		   AND j.token OPERATOR(pg_catalog.=) tok1
+	-- @include portable/in-queue.sql
 		   AND j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])
 		   AND q.queue_id OPERATOR(pg_catalog.=) j.queue_id
 		RETURNING j.queue_id, j.group_key, j.state,
@@ -119,6 +122,7 @@ BEGIN
 		  FROM input i, claimq.queue q
 		 WHERE j.job_id OPERATOR(pg_catalog.=) i.job_id
 		   AND j.token OPERATOR(pg_catalog.=) i.token
+	-- @include portable/in-queue.sql
 		   AND j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])
 		   AND q.queue_id OPERATOR(pg_catalog.=) j.queue_id
 		RETURNING i.ord, i.job_id, i.token, j.queue_id, j.group_key, j.state,
@@ -156,6 +160,7 @@ BEGIN
 					   FROM ROWS FROM (pg_catalog.unnest(s_ids), pg_catalog.unnest(s_states), pg_catalog.unnest(s_run_ats)) AS r(job_id, state, run_at);
 		RETURN;
 	END IF;
+	-- @include portable/check-in-queue.sql function=fail ids=fail.job_ids
 	/*
 	 * The pairs not settled are told apart by their jobs as they are now
 	 * (claimq.settle_outcomes); a repeat of a settled pair is ok too.

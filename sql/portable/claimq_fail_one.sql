@@ -1,4 +1,5 @@
 DECLARE
+	in_queue_id integer;
 	now_ timestamptz;
 	qid integer;
 	gkey text;
@@ -6,7 +7,7 @@ DECLARE
 BEGIN
 	-- @include check-primary.sql function=fail
 	-- @include portable/check-settle-pair.sql function=fail
-	-- @include portable/check-in-queue.sql function=fail ids=ARRAY[fail.job_id]
+	-- @include portable/in-queue-id.sql function=fail
 	IF fail.retry_in IS NOT NULL THEN
 		PERFORM claimq.settle_check_interval(fail.retry_in, 'retry_in', true, '100 years', '100 years');
 	END IF;
@@ -43,12 +44,14 @@ BEGIN
 	  FROM claimq.queue q
 	 WHERE j.job_id OPERATOR(pg_catalog.=) fail.job_id
 	   AND j.token OPERATOR(pg_catalog.=) fail.token
+	-- @include portable/in-queue.sql
 	   AND j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])
 	   AND q.queue_id OPERATOR(pg_catalog.=) j.queue_id
 	RETURNING j.queue_id, j.group_key,
 			  CASE WHEN j.state OPERATOR(pg_catalog.=) 'dead' AND j.dependents THEN j.job_id END
 		 INTO qid, gkey, judge_id;
 	IF NOT FOUND THEN
+		-- @include portable/check-in-queue.sql function=fail ids=ARRAY[fail.job_id]
 		RETURN false;
 	END IF;
 	IF gkey IS NOT NULL THEN

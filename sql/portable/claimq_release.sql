@@ -1,4 +1,5 @@
 DECLARE
+	in_queue_id integer;
 	n integer;
 	nsettled bigint;
 	s_ids bigint[];
@@ -8,10 +9,11 @@ DECLARE
 BEGIN
 	-- @include check-primary.sql function=release
 	-- @include portable/check-settle-pairs.sql
-	-- @include portable/check-in-queue.sql function=release ids=release.job_ids
 	IF n OPERATOR(pg_catalog.=) 0 THEN
+		-- @include portable/check-in-queue.sql function=release ids=release.job_ids
 		RETURN;
 	END IF;
+	-- @include portable/in-queue-id.sql function=release
 
 	/*
 	 * The fence is the statement's WHERE clause: a job changes only while
@@ -33,6 +35,7 @@ BEGIN
 		  FROM input i
 		 WHERE j.job_id OPERATOR(pg_catalog.=) i.job_id
 		   AND j.token OPERATOR(pg_catalog.=) i.token
+	-- @include portable/in-queue.sql
 		   AND j.state OPERATOR(pg_catalog.=) 'claimed'
 		RETURNING i.job_id, i.token, j.queue_id, j.group_key
 	)
@@ -59,6 +62,7 @@ BEGIN
 		RETURN QUERY SELECT r.job_id, 'ok'::text FROM pg_catalog.unnest(job_ids) AS r(job_id);
 		RETURN;
 	END IF;
+	-- @include portable/check-in-queue.sql function=release ids=release.job_ids
 	/*
 	 * The pairs not settled are told apart by their jobs as they are now
 	 * (claimq.settle_outcomes); a repeat of a settled pair is ok too.

@@ -1,4 +1,5 @@
 DECLARE
+	in_queue_id integer;
 	n integer;
 	now_ timestamptz;
 	nsettled bigint;
@@ -14,10 +15,11 @@ BEGIN
 		RAISE EXCEPTION 'argument "delay" must not be null' USING ERRCODE = '22004';
 	END IF;
 	PERFORM claimq.settle_check_interval(snooze.delay, 'delay', true, '7 days', '7 days');
-	-- @include portable/check-in-queue.sql function=snooze ids=snooze.job_ids
 	IF n OPERATOR(pg_catalog.=) 0 THEN
+		-- @include portable/check-in-queue.sql function=snooze ids=snooze.job_ids
 		RETURN;
 	END IF;
+	-- @include portable/in-queue-id.sql function=snooze
 
 	/*
 	 * The fence is the statement's WHERE clause: a job changes only while
@@ -46,6 +48,7 @@ BEGIN
 		  FROM input i
 		 WHERE j.job_id OPERATOR(pg_catalog.=) i.job_id
 		   AND j.token OPERATOR(pg_catalog.=) i.token
+	-- @include portable/in-queue.sql
 		   AND j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])
 		RETURNING i.ord, i.job_id, i.token, j.queue_id, j.group_key, j.run_at
 	)
@@ -74,6 +77,7 @@ BEGIN
 					   FROM ROWS FROM (pg_catalog.unnest(s_ids), pg_catalog.unnest(s_run_ats)) AS r(job_id, run_at);
 		RETURN;
 	END IF;
+	-- @include portable/check-in-queue.sql function=snooze ids=snooze.job_ids
 	/*
 	 * The pairs not settled are told apart by their jobs as they are now
 	 * (claimq.settle_outcomes); a repeat of a settled pair is ok too.

@@ -1,10 +1,11 @@
 DECLARE
+	in_queue_id integer;
 	qid integer;
 	gkey text;
 BEGIN
 	-- @include check-primary.sql function=snooze
 	-- @include portable/check-settle-pair.sql function=snooze
-	-- @include portable/check-in-queue.sql function=snooze ids=ARRAY[snooze.job_id]
+	-- @include portable/in-queue-id.sql function=snooze
 	IF snooze.delay IS NULL THEN
 		RAISE EXCEPTION 'argument "delay" must not be null' USING ERRCODE = '22004';
 	END IF;
@@ -20,9 +21,11 @@ BEGIN
 							   CASE WHEN j.state OPERATOR(pg_catalog.=) 'running' THEN 1 ELSE 0 END, 0)
 	 WHERE j.job_id OPERATOR(pg_catalog.=) snooze.job_id
 	   AND j.token OPERATOR(pg_catalog.=) snooze.token
+	-- @include portable/in-queue.sql
 	   AND j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])
 	RETURNING j.queue_id, j.group_key INTO qid, gkey;
 	IF NOT FOUND THEN
+		-- @include portable/check-in-queue.sql function=snooze ids=ARRAY[snooze.job_id]
 		RETURN false;
 	END IF;
 	IF gkey IS NOT NULL THEN

@@ -1,4 +1,5 @@
 DECLARE
+	in_queue_id integer;
 	n integer;
 	now_ timestamptz;
 	nsettled bigint;
@@ -12,10 +13,11 @@ BEGIN
 	IF start.lease IS NOT NULL THEN
 		PERFORM claimq.settle_check_interval(start.lease, 'lease', false, '7 days', '7 days');
 	END IF;
-	-- @include portable/check-in-queue.sql function=start ids=start.job_ids
 	IF n OPERATOR(pg_catalog.=) 0 THEN
+		-- @include portable/check-in-queue.sql function=start ids=start.job_ids
 		RETURN;
 	END IF;
+	-- @include portable/in-queue-id.sql function=start
 
 	/*
 	 * claimed -> running, counting the attempt; a job started again under
@@ -39,6 +41,7 @@ BEGIN
 		  FROM input i, claimq.queue q
 		 WHERE j.job_id OPERATOR(pg_catalog.=) i.job_id
 		   AND j.token OPERATOR(pg_catalog.=) i.token
+	-- @include portable/in-queue.sql
 		   AND j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])
 		   AND q.queue_id OPERATOR(pg_catalog.=) j.queue_id
 		RETURNING i.ord, i.job_id, i.token, j.expires_at
@@ -57,6 +60,7 @@ BEGIN
 							AS r(job_id, expires_at);
 		RETURN;
 	END IF;
+	-- @include portable/check-in-queue.sql function=start ids=start.job_ids
 	/*
 	 * The pairs not settled are told apart by their jobs as they are now
 	 * (claimq.settle_outcomes); a repeat of a settled pair is ok too.

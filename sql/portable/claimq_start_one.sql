@@ -1,9 +1,10 @@
 DECLARE
+	in_queue_id integer;
 	now_ timestamptz;
 BEGIN
 	-- @include check-primary.sql function=start
 	-- @include portable/check-settle-pair.sql function=start
-	-- @include portable/check-in-queue.sql function=start ids=ARRAY[start.job_id]
+	-- @include portable/in-queue-id.sql function=start
 	IF start.lease IS NOT NULL THEN
 		PERFORM claimq.settle_check_interval(start.lease, 'lease', false, '7 days', '7 days');
 	END IF;
@@ -20,7 +21,12 @@ BEGIN
 	  FROM claimq.queue q
 	 WHERE j.job_id OPERATOR(pg_catalog.=) start.job_id
 	   AND j.token OPERATOR(pg_catalog.=) start.token
+	-- @include portable/in-queue.sql
 	   AND j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])
 	   AND q.queue_id OPERATOR(pg_catalog.=) j.queue_id;
-	RETURN FOUND;
+	IF FOUND THEN
+		RETURN true;
+	END IF;
+	-- @include portable/check-in-queue.sql function=start ids=ARRAY[start.job_id]
+	RETURN false;
 END

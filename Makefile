@@ -21,8 +21,10 @@ PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Werror
 # API tests: pgTAP inside pg_regress.  Sources in test/sql, expected output
 # in expected/ (test/expected points there).
 REGRESS = $(sort $(patsubst test/sql/%.sql,%,$(wildcard test/sql/*.sql)))
+# CQ_SERVER_OPTS: more pg_regress options for the temporary servers of
+# both, e.g. test/run's run beside Citus (test/citus/citus.conf).
 REGRESS_OPTS = --inputdir=test --temp-instance=tmp_check_regress \
-	--temp-config=test/claimq.conf
+	--temp-config=test/claimq.conf $(CQ_SERVER_OPTS)
 
 # Races: isolation specs in test/specs, but for those that say in their
 # first lines that they concern the portable edition only (test/portable
@@ -30,7 +32,7 @@ REGRESS_OPTS = --inputdir=test --temp-instance=tmp_check_regress \
 ISOLATION = $(sort $(patsubst test/specs/%.spec,%,\
 	$(shell grep -L 'edition: portable only' $(wildcard test/specs/*.spec))))
 ISOLATION_OPTS = --inputdir=test --temp-instance=tmp_check_iso \
-	--temp-config=test/claimq.conf
+	--temp-config=test/claimq.conf $(CQ_SERVER_OPTS)
 
 # Crashes, standbys and the worker: TAP tests in test/t.
 PROVE_TESTS = $(wildcard test/t/*.pl)

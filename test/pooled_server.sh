@@ -96,6 +96,12 @@ pooled_server_start() {
 	# such ids in this edition too.
 	q -c "ALTER SEQUENCE claimq.job_id_seq MAXVALUE 9223372036854775807 RESTART 9007199254740993" \
 		>/dev/null || bail "start the job ids above 2^53"
+	# The server lifetime's token epoch, registered before any client
+	# claims: the first claim of a lifetime otherwise registers it and
+	# returns no jobs (docs/portable.md), and a set-up that claims once
+	# would depend on the loop below having run first.
+	q -c "SELECT count(*) FROM claimq.maintain()" >/dev/null ||
+		bail "register the lifetime's epoch (claimq.maintain())"
 	pooled_maintain_start
 }
 

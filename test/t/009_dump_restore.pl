@@ -204,7 +204,7 @@ is( dbq('dst', q{
 	SELECT has_function_privilege('claimq_dump_worker',
 			'claimq.claim(text, integer, interval, text, boolean, interval)', 'EXECUTE'),
 		   has_function_privilege('claimq_dump_worker',
-			'claimq.complete(bigint[], bigint[], jsonb[])', 'EXECUTE'),
+			'claimq.complete(bigint[], bigint[], jsonb[], text)', 'EXECUTE'),
 		   has_function_privilege('claimq_dump_worker',
 			'claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)',
 			'EXECUTE'),

@@ -301,7 +301,7 @@ def main():
     if not all(checks):
         for p in procs:
             with open(os.path.join(work, f"{p.label}.log"), errors="replace") as f:
-                tail = f.readlines()[-15:]
+                tail = f.readlines()[-40:]
             for line in tail:
                 print(f"# {p.label}: {line.rstrip()}")
     return 0 if all(checks) else 1

@@ -15,6 +15,13 @@ const { setTimeout: sleep } = require('node:timers/promises');
 const { Worker } = require(process.env.CLAIMQ_TEST_PACKAGE || 'claimq');
 
 const [user, queue, concurrency, lease, ms, record] = process.argv.slice(2);
+// An error that would end the process outside run() (an 'error' event no
+// one listens to, a rejection no one awaits): its one line first, where
+// the run's report (the log's tail) shows it, then its stack.
+process.on('uncaughtExceptionMonitor', (err, origin) => {
+  console.error(`uncaught (${origin}): ${err && err.code ? `${err.code} ` : ''}${err && err.message}`);
+  console.error(err && err.stack);
+});
 const fd = fs.openSync(record, 'a');
 const { pid } = process;
 

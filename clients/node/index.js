@@ -342,6 +342,15 @@ class Worker {
       application_name: this.name,
     });
     this.client.pool.on('error', (err) => this.logger.warn(`idle connection error: ${err.message}`));
+    // Every connection of the pool has a listener for 'error' from its
+    // start: the pool hears its idle ones (above), a query its own, but a
+    // connection the pool has just handed to completeInTransaction has
+    // none until that function's next step, and an error read in the same
+    // chunk as the query that freed it (a pooler's "server conn crashed?"
+    // at a server restart) would end the process there.  Such an error
+    // needs no more: the connection's next query fails, and the pool drops
+    // a connection that is not queryable.
+    this.client.pool.on('connect', (c) => c.on('error', () => {}));
     this.held = new Map();       // key(job) -> { job, lane, abort, started, timer }
     this.stopping = false;
     this.beatDone = false;

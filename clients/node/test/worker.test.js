@@ -498,6 +498,19 @@ test('a result JSON cannot hold fails the job (not retried as a lost connection)
   assert.ok(!lines.some((l) => /claimed|completed/.test(l)), 'claims are not');
 });
 
+test('an error on a connection the pool has just handed out does not end the process', async () => {
+  const w = new Worker({ queue: 'js_client', pool: { user: WORKER_ROLE } }, async () => {});
+  const c = await w.client.pool.connect();
+  try {
+    // The pool took its own listener off; without the Worker's, emitting
+    // 'error' here throws, as an unheard 'error' event ends the process.
+    assert.doesNotThrow(() => c.emit('error', new Error('server conn crashed?')));
+  } finally {
+    c.release(true);
+    await w.client.end();
+  }
+});
+
 test('which errors are connection errors', () => {
   const { isConnectionError } = require(PACKAGE);
   for (const err of [Object.assign(new Error('x'), { code: '08006' }), Object.assign(new Error('x'), { code: '57P01' }),

@@ -727,21 +727,10 @@ cq_complete_results(FunctionCallInfo fcinfo, int argno, int npairs,
 
 /*
  * Where an operation's trailing "queue" argument is: after the pairs and
- * the operation's own arguments.
+ * the operation's own arguments, which are its statement's extra
+ * parameters.
  */
-static int
-cq_settle_queue_argno(CqSettleOp *op)
-{
-	switch (op->args)
-	{
-		case CQ_ARGS_NONE:
-			return 2;
-		case CQ_ARGS_FAIL:
-			return 5;
-		default:
-			return 3;
-	}
-}
+#define CQ_SETTLE_QUEUE_ARGNO(op)	(2 + (op)->nextra)
 
 /*
  * The array form: settle every (job_ids[i], tokens[i]) and return a row per
@@ -780,7 +769,7 @@ cq_settle_many(FunctionCallInfo fcinfo, CqSettleOp *op)
 	cq_settle_extra(fcinfo, op, 2, extra, extranulls);
 	if (op->args == CQ_ARGS_RESULTS)
 		cq_complete_results(fcinfo, 2, n, false, extra, extranulls);
-	cq_in_queue_begin(&in_queue, fcinfo, cq_settle_queue_argno(op));
+	cq_in_queue_begin(&in_queue, fcinfo, CQ_SETTLE_QUEUE_ARGNO(op));
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (n == 0)
@@ -812,7 +801,7 @@ cq_settle_one(FunctionCallInfo fcinfo, CqSettleOp *op)
 	cq_settle_extra(fcinfo, op, 2, extra, extranulls);
 	if (op->args == CQ_ARGS_RESULTS)
 		cq_complete_results(fcinfo, 2, 1, true, extra, extranulls);
-	cq_in_queue_begin(&in_queue, fcinfo, cq_settle_queue_argno(op));
+	cq_in_queue_begin(&in_queue, fcinfo, CQ_SETTLE_QUEUE_ARGNO(op));
 	id = PG_GETARG_DATUM(0);
 	token = PG_GETARG_DATUM(1);
 

@@ -199,9 +199,7 @@ AS $$
 #variable_conflict use_column
 BEGIN
 	-- @include check-job-ids.sql function=dependencies
-	IF dependencies.queue IS NOT NULL THEN
-		PERFORM claimq.check_in_queue(dependencies.queue, dependencies.job_ids);
-	END IF;
+	-- @include check-in-queue.sql function=dependencies ids=dependencies.job_ids
 	RETURN QUERY
 	SELECT i.job_id, e.after_id, a.state,
 		   CASE WHEN a.state OPERATOR(pg_catalog.=) 'done' THEN a.result END,

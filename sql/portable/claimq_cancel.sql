@@ -13,7 +13,7 @@ DECLARE
 BEGIN
 	-- @include check-primary.sql function=cancel
 	-- @include check-job-ids.sql function=cancel
-	-- @include portable/check-in-queue.sql function=cancel ids=cancel.job_ids
+	-- @include check-in-queue.sql function=cancel ids=cancel.job_ids
 	IF pg_catalog.cardinality(cancel.job_ids) OPERATOR(pg_catalog.=) 0 THEN
 		RETURN;
 	END IF;

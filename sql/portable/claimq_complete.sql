@@ -34,7 +34,7 @@ BEGIN
 		END IF;
 	END IF;
 	IF n OPERATOR(pg_catalog.=) 0 THEN
-		-- @include portable/check-in-queue.sql function=complete ids=complete.job_ids
+		-- @include check-in-queue.sql function=complete ids=complete.job_ids
 		RETURN;
 	END IF;
 	-- @include portable/in-queue-id.sql function=complete
@@ -204,7 +204,7 @@ BEGIN
 		RETURN QUERY SELECT r.job_id, 'ok'::text FROM pg_catalog.unnest(job_ids) AS r(job_id);
 		RETURN;
 	END IF;
-	-- @include portable/check-in-queue.sql function=complete ids=complete.job_ids
+	-- @include check-in-queue.sql function=complete ids=complete.job_ids
 	/*
 	 * The pairs not settled are told apart by their jobs as they are now
 	 * (claimq.settle_outcomes); a repeat of a settled pair is ok too.

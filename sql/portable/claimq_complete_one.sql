@@ -65,7 +65,7 @@ BEGIN
 			EXIT WHEN settled;
 		END LOOP;
 		IF NOT settled THEN
-			-- @include portable/check-in-queue.sql function=complete ids=ARRAY[complete.job_id]
+			-- @include check-in-queue.sql function=complete ids=ARRAY[complete.job_id]
 			RETURN false;
 		END IF;
 	END IF;

@@ -15,7 +15,7 @@ BEGIN
 		PERFORM claimq.settle_check_interval(extend.lease, 'lease', false, '7 days', '7 days');
 	END IF;
 	IF n OPERATOR(pg_catalog.=) 0 THEN
-		-- @include portable/check-in-queue.sql function=extend ids=extend.job_ids
+		-- @include check-in-queue.sql function=extend ids=extend.job_ids
 		RETURN;
 	END IF;
 	-- @include portable/in-queue-id.sql function=extend
@@ -87,7 +87,7 @@ BEGIN
 					   FROM ROWS FROM (pg_catalog.unnest(s_ids), pg_catalog.unnest(s_expires)) AS r(job_id, expires_at);
 		RETURN;
 	END IF;
-	-- @include portable/check-in-queue.sql function=extend ids=extend.job_ids
+	-- @include check-in-queue.sql function=extend ids=extend.job_ids
 	/*
 	 * The pairs not settled are told apart by their jobs as they are now
 	 * (claimq.settle_outcomes); a repeat of a settled pair is ok too.

@@ -20,6 +20,6 @@ BEGIN
 	IF FOUND THEN
 		RETURN true;
 	END IF;
-	-- @include portable/check-in-queue.sql function=extend ids=ARRAY[extend.job_id]
+	-- @include check-in-queue.sql function=extend ids=ARRAY[extend.job_id]
 	RETURN false;
 END

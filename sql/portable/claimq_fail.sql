@@ -25,7 +25,7 @@ BEGIN
 		RAISE EXCEPTION 'argument "permanent" must not be null' USING ERRCODE = '22004';
 	END IF;
 	IF n OPERATOR(pg_catalog.=) 0 THEN
-		-- @include portable/check-in-queue.sql function=fail ids=fail.job_ids
+		-- @include check-in-queue.sql function=fail ids=fail.job_ids
 		RETURN;
 	END IF;
 	-- @include portable/in-queue-id.sql function=fail
@@ -160,7 +160,7 @@ BEGIN
 					   FROM ROWS FROM (pg_catalog.unnest(s_ids), pg_catalog.unnest(s_states), pg_catalog.unnest(s_run_ats)) AS r(job_id, state, run_at);
 		RETURN;
 	END IF;
-	-- @include portable/check-in-queue.sql function=fail ids=fail.job_ids
+	-- @include check-in-queue.sql function=fail ids=fail.job_ids
 	/*
 	 * The pairs not settled are told apart by their jobs as they are now
 	 * (claimq.settle_outcomes); a repeat of a settled pair is ok too.

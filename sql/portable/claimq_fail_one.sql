@@ -51,7 +51,7 @@ BEGIN
 			  CASE WHEN j.state OPERATOR(pg_catalog.=) 'dead' AND j.dependents THEN j.job_id END
 		 INTO qid, gkey, judge_id;
 	IF NOT FOUND THEN
-		-- @include portable/check-in-queue.sql function=fail ids=ARRAY[fail.job_id]
+		-- @include check-in-queue.sql function=fail ids=ARRAY[fail.job_id]
 		RETURN false;
 	END IF;
 	IF gkey IS NOT NULL THEN

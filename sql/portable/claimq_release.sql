@@ -10,7 +10,7 @@ BEGIN
 	-- @include check-primary.sql function=release
 	-- @include portable/check-settle-pairs.sql
 	IF n OPERATOR(pg_catalog.=) 0 THEN
-		-- @include portable/check-in-queue.sql function=release ids=release.job_ids
+		-- @include check-in-queue.sql function=release ids=release.job_ids
 		RETURN;
 	END IF;
 	-- @include portable/in-queue-id.sql function=release
@@ -62,7 +62,7 @@ BEGIN
 		RETURN QUERY SELECT r.job_id, 'ok'::text FROM pg_catalog.unnest(job_ids) AS r(job_id);
 		RETURN;
 	END IF;
-	-- @include portable/check-in-queue.sql function=release ids=release.job_ids
+	-- @include check-in-queue.sql function=release ids=release.job_ids
 	/*
 	 * The pairs not settled are told apart by their jobs as they are now
 	 * (claimq.settle_outcomes); a repeat of a settled pair is ok too.

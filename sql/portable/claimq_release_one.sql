@@ -15,7 +15,7 @@ BEGIN
 	   AND j.state OPERATOR(pg_catalog.=) 'claimed'
 	RETURNING j.queue_id, j.group_key INTO qid, gkey;
 	IF NOT FOUND THEN
-		-- @include portable/check-in-queue.sql function=release ids=ARRAY[release.job_id]
+		-- @include check-in-queue.sql function=release ids=ARRAY[release.job_id]
 		RETURN false;
 	END IF;
 	IF gkey IS NOT NULL THEN

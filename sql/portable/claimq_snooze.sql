@@ -16,7 +16,7 @@ BEGIN
 	END IF;
 	PERFORM claimq.settle_check_interval(snooze.delay, 'delay', true, '7 days', '7 days');
 	IF n OPERATOR(pg_catalog.=) 0 THEN
-		-- @include portable/check-in-queue.sql function=snooze ids=snooze.job_ids
+		-- @include check-in-queue.sql function=snooze ids=snooze.job_ids
 		RETURN;
 	END IF;
 	-- @include portable/in-queue-id.sql function=snooze
@@ -77,7 +77,7 @@ BEGIN
 					   FROM ROWS FROM (pg_catalog.unnest(s_ids), pg_catalog.unnest(s_run_ats)) AS r(job_id, run_at);
 		RETURN;
 	END IF;
-	-- @include portable/check-in-queue.sql function=snooze ids=snooze.job_ids
+	-- @include check-in-queue.sql function=snooze ids=snooze.job_ids
 	/*
 	 * The pairs not settled are told apart by their jobs as they are now
 	 * (claimq.settle_outcomes); a repeat of a settled pair is ok too.

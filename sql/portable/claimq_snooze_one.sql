@@ -25,7 +25,7 @@ BEGIN
 	   AND j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])
 	RETURNING j.queue_id, j.group_key INTO qid, gkey;
 	IF NOT FOUND THEN
-		-- @include portable/check-in-queue.sql function=snooze ids=ARRAY[snooze.job_id]
+		-- @include check-in-queue.sql function=snooze ids=ARRAY[snooze.job_id]
 		RETURN false;
 	END IF;
 	IF gkey IS NOT NULL THEN

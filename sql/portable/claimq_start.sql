@@ -14,7 +14,7 @@ BEGIN
 		PERFORM claimq.settle_check_interval(start.lease, 'lease', false, '7 days', '7 days');
 	END IF;
 	IF n OPERATOR(pg_catalog.=) 0 THEN
-		-- @include portable/check-in-queue.sql function=start ids=start.job_ids
+		-- @include check-in-queue.sql function=start ids=start.job_ids
 		RETURN;
 	END IF;
 	-- @include portable/in-queue-id.sql function=start
@@ -60,7 +60,7 @@ BEGIN
 							AS r(job_id, expires_at);
 		RETURN;
 	END IF;
-	-- @include portable/check-in-queue.sql function=start ids=start.job_ids
+	-- @include check-in-queue.sql function=start ids=start.job_ids
 	/*
 	 * The pairs not settled are told apart by their jobs as they are now
 	 * (claimq.settle_outcomes); a repeat of a settled pair is ok too.

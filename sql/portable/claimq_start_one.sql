@@ -27,6 +27,6 @@ BEGIN
 	IF FOUND THEN
 		RETURN true;
 	END IF;
-	-- @include portable/check-in-queue.sql function=start ids=ARRAY[start.job_id]
+	-- @include check-in-queue.sql function=start ids=ARRAY[start.job_id]
 	RETURN false;
 END

@@ -14,7 +14,7 @@ AS $$
 #variable_conflict use_column
 BEGIN
 	-- @include check-job-ids.sql function=status_rows
-	-- @include portable/check-in-queue.sql function=status_rows ids=status_rows.job_ids
+	-- @include check-in-queue.sql function=status_rows ids=status_rows.job_ids
 	RETURN QUERY
 	SELECT i.job_id, q.name, j.state, j.attempts, j.run_at, j.finished_at,
 		   j.last_error, j.result
@@ -82,7 +82,7 @@ BEGIN
 			USING ERRCODE = '22023';
 	END IF;
 	deadline := t1;
-	-- @include portable/check-in-queue.sql function=wait_for_rows ids=wait_for_rows.job_ids
+	-- @include check-in-queue.sql function=wait_for_rows ids=wait_for_rows.job_ids
 
 	/*
 	 * Look until every job is finished (done, dead, cancelled or gone) or

@@ -1228,6 +1228,11 @@ $claimq_job_calls$;
 
 DROP FUNCTION claimq.duty_functions(text);
 
+-- Distribution on Citus: the C edition only.
+-- @c
+-- @include distribute.sql
+-- @end
+
 -- @include duties.sql
 
 REVOKE ALL ON FUNCTION claimq.duty_functions(text) FROM PUBLIC;

@@ -2437,6 +2437,13 @@ $$;
 COMMENT ON FUNCTION claimq.metrics() IS
 'the current database''s queue figures in the Prometheus text exposition format';
 
+/*
+ * Distribution on Citus: the C edition only.
+ */
+-- @c
+-- @include distribute.sql
+-- @end
+
 /*------------------------------------------------------------------------
  * 14. Duties, and copy_grants for the update scripts
  *-----------------------------------------------------------------------*/

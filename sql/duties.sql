@@ -46,6 +46,9 @@ BEGIN
 				'"claimq.release_worker(text, text)"}'::text[];
 		WHEN 'administer' THEN
 			RETURN every OPERATOR(pg_catalog.||) look OPERATOR(pg_catalog.||) observe OPERATOR(pg_catalog.||) '{'
+-- @c
+				'"claimq.distribute(integer)",'
+-- @end
 				'"claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)",'
 				'"claimq.alter_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)",'
 				'"claimq.drop_queue(text, boolean)",'

@@ -96,6 +96,7 @@ _PG_init(void)
 
 	/* Every session that loads the module keeps a ledger of its moves. */
 	cq_ledger_init();
+	cq_shard_init();
 
 	if (!process_shared_preload_libraries_in_progress)
 		return;

@@ -36,8 +36,10 @@
  *		token.c		fencing tokens, never handed out twice
  *		counters.c	shared per-queue counters and latency histograms
  *		census.c	jobs per queue and state, counted as they commit
- *		common.c	argument checks, SPI helpers, the queue look-up (a leaf:
- *					it calls no other claimq file)
+ *		common.c	argument checks, SPI helpers, the queue look-up (a leaf
+ *					but for shard.c)
+ *		shard.c		a distributed install (Citus): a call that names a
+ *					queue runs against that queue's shard tables
  *		claimq.c	the root: _PG_init, settings, shared memory (nothing
  *					calls into it)
  *
@@ -554,6 +556,8 @@ extern int64 cq_job_id_base(void);
 /* common.c: SPI helpers (the caller has done SPI_connect) */
 extern SPIPlanPtr cq_plan(SPIPlanPtr *cache, const char *sql,
 						  int nargs, Oid *argtypes);
+extern SPIPlanPtr cq_plan_unrouted(SPIPlanPtr *cache, const char *sql,
+								   int nargs, Oid *argtypes);
 extern void cq_execute(SPIPlanPtr plan, Datum *values, const char *nulls,
 					   int expected);
 extern void cq_execute_latest(SPIPlanPtr plan, Datum *values,
@@ -652,5 +656,17 @@ extern void cq_finishes_settle(CqFinishes *finishes, bool deleted);
 /* reclaim.c: shared with the background reclaimer */
 extern uint64 cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 								 Tuplestorestate *result, TupleDesc desc);
+
+/* shard.c: a distributed install's routes */
+extern void cq_shard_init(void);
+extern bool cq_distributed(void);
+extern int32 cq_local_group(void);
+extern void cq_route_to(const char *name);
+extern bool cq_routed(void);
+extern List *cq_local_shards(void);
+extern void cq_route_to_shard(int64 shard);
+extern void cq_route_end(void);
+extern SPIPlanPtr cq_route_plan(SPIPlanPtr *cache, const char *sql, int nargs,
+								Oid *argtypes);
 
 #endif							/* CLAIMQ_H */

@@ -4,7 +4,8 @@
  *		The helpers every claimq entry point shares: argument checks with
  *		the contract's SQLSTATEs, kept SPI plans, the queue look-up, the
  *		producer lock and job ids; version() and edition().  It calls no
- *		other claimq file.
+ *		other claimq file but shard.c, which routes the plans of a call
+ *		that names a queue on a distributed install.
  *
  * Argument checks run before SPI is connected and before anything is
  * read, so a call with bad input fails without having changed or locked
@@ -359,6 +360,21 @@ cq_job_ids_arg(FunctionCallInfo fcinfo, int argno)
 SPIPlanPtr
 cq_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 {
+	/*
+	 * On a distributed install the cache slot holds the plan of the route at
+	 * hand (see shard.c).
+	 */
+	if (cq_distributed())
+		*cache = cq_route_plan(cache, sql, nargs, argtypes);
+	else
+		cq_plan_unrouted(cache, sql, nargs, argtypes);
+	return *cache;
+}
+
+/* cq_plan, with the statement's table names as written. */
+SPIPlanPtr
+cq_plan_unrouted(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
+{
 	if (*cache == NULL)
 	{
 		SPIPlanPtr	plan;
@@ -551,6 +567,7 @@ cq_lookup_queue(const char *name, CqQueue *queue)
 	Datum		values[1];
 	bool		isnull;
 
+	cq_route_to(name);
 	cq_plan(&plan,
 			"SELECT q.queue_id, q.paused, q.notify, q.lease, q.run_lease,"
 			"       COALESCE(q.group_limit, 0), q.group_fifo,"
@@ -608,8 +625,21 @@ cq_in_queue_begin(CqInQueue *check, FunctionCallInfo fcinfo, int argno)
 	check->confirmed = false;
 	check->looked_up = false;
 	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+	{
+		/*
+		 * On a distributed install the call runs where its queue is: it must
+		 * be named (not yet found from the jobs).
+		 */
+		if (cq_distributed())
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("claimq.%s() on a distributed install needs its queue argument",
+							get_func_name(fcinfo->flinfo->fn_oid)),
+					 errhint("Give the jobs' queue as the argument \"queue\".")));
 		return;
+	}
 	check->name = cq_queue_name_arg(fcinfo, argno);
+	cq_route_to(check->name);
 	if (strcmp(check->name, cq_in_queue_noted_name) == 0)
 		check->queue_id = cq_in_queue_noted_id;
 }
@@ -811,11 +841,16 @@ cq_pair(HTAB *table, const char *str, int64 num, int64 token, bool enter)
 /*
  * What to add to a value of claimq.job_id_seq to make a job id: this
  * server's node number in the high bits, so that a router can send every
- * call about a job to the server that issued it.
+ * call about a job to the server that issued it.  On a distributed install
+ * the node number is the node's Citus group (shard.c), so that jobs
+ * enqueued on two workers never share an id, also after a move puts them
+ * in one shard.  The caller has connected SPI.
  */
 int64
 cq_job_id_base(void)
 {
+	if (cq_distributed())
+		return (int64) cq_local_group() << CQ_TOKEN_EPOCH_BITS;
 	return (int64) cq_node_id << CQ_TOKEN_EPOCH_BITS;
 }
 

@@ -485,6 +485,7 @@ cq_ledger_xact_callback(XactEvent event, void *arg)
 			cq_census_xact_event(event);
 			cq_queues_xact_event(event);
 			cq_xact_relid = InvalidOid;
+			cq_route_end();
 			break;
 		default:
 			break;

@@ -112,8 +112,11 @@ cq_prune_finished(int32 max_jobs)
 	cq_ledger_close(&call);
 	cq_finishes_settle(&finishes, true);
 
-	/* The jobs that jobs ran after, with what is left of max_jobs. */
-	if (n < (uint64) max_jobs)
+	/*
+	 * The jobs that jobs ran after, with what is left of max_jobs (none on a
+	 * distributed install, which has no workflows yet).
+	 */
+	if (n < (uint64) max_jobs && !cq_distributed())
 	{
 		cq_plan(&after_plan, "SELECT claimq.prune_after($1)", 1, argtypes);
 		values[0] = Int32GetDatum(max_jobs - (int32) n);

@@ -519,6 +519,8 @@ typedef struct CqStep
 {
 	const char *activity;		/* what pg_stat_activity shows meanwhile */
 	CqStepFn	run;
+	bool		sharded;		/* run on a distributed install, once per
+								 * shard placed here (shard.c) */
 } CqStep;
 
 static int64
@@ -573,14 +575,47 @@ cq_step_census(bool *more)
 }
 
 /* The first step's count is the pass's: the claims it reclaimed. */
+/*
+ * On a distributed install a node's pass reclaims and prunes the queues
+ * whose shards it holds, a shard at a time; the other steps do not run
+ * there yet (README, "Beyond one server").
+ */
 static const CqStep cq_steps[] = {
-	{"claimq: reclaiming expired claims", cq_step_reclaim},
-	{"claimq: firing schedules", cq_step_fire},
-	{"claimq: pruning finished jobs", cq_step_prune},
-	{"claimq: sweeping expired key claims", cq_step_sweep},
-	{"claimq: keeping flow control", cq_step_flow},
-	{"claimq: counting jobs per queue and state", cq_step_census},
+	{"claimq: reclaiming expired claims", cq_step_reclaim, true},
+	{"claimq: firing schedules", cq_step_fire, false},
+	{"claimq: pruning finished jobs", cq_step_prune, true},
+	{"claimq: sweeping expired key claims", cq_step_sweep, false},
+	{"claimq: keeping flow control", cq_step_flow, false},
+	{"claimq: counting jobs per queue and state", cq_step_census, false},
 };
+
+/*
+ * A step's run in this database: once, or on a distributed install once
+ * per shard placed here, each under its route.
+ */
+static int64
+cq_step_run(const CqStep *step, bool *more)
+{
+	List	   *shards;
+	ListCell   *lc;
+	int64		result = 0;
+
+	if (!cq_distributed())
+		return step->run(more);
+	if (!step->sharded)
+		return 0;
+	shards = cq_local_shards();
+	foreach(lc, shards)
+	{
+		bool		shard_more = false;
+
+		cq_route_to_shard(*(int64 *) lfirst(lc));
+		result += step->run(&shard_more);
+		*more = *more || shard_more;
+	}
+	cq_route_end();
+	return result;
+}
 
 /*
  * One transaction of a pass: the step, run as the extension's owner with
@@ -649,7 +684,7 @@ cq_pass_step(const CqStep *step, bool *more)
 								 GUC_ACTION_SAVE, true, 0, false);
 
 		SPI_connect();
-		result = step->run(more);
+		result = cq_step_run(step, more);
 		SPI_finish();
 
 		AtEOXact_GUC(true, save_nestlevel);
@@ -888,10 +923,28 @@ claimq_maintain(PG_FUNCTION_ARGS)
 	SPI_connect();
 	/* A new lifetime's epoch is registered here, if no claim did yet. */
 	(void) cq_token_epoch();
-	counts[0] = cq_reclaim_expired(0, CQ_MAINTAIN_BATCH, NULL, NULL);
-	counts[1] = cq_fire_schedules(CQ_MAINTAIN_BATCH);
-	counts[2] = cq_prune_finished(CQ_MAINTAIN_BATCH);
-	counts[3] = cq_sweep_keys(CQ_MAINTAIN_BATCH);
+	if (!cq_distributed())
+	{
+		counts[0] = cq_reclaim_expired(0, CQ_MAINTAIN_BATCH, NULL, NULL);
+		counts[1] = cq_fire_schedules(CQ_MAINTAIN_BATCH);
+		counts[2] = cq_prune_finished(CQ_MAINTAIN_BATCH);
+		counts[3] = cq_sweep_keys(CQ_MAINTAIN_BATCH);
+	}
+	else
+	{
+		/* As the reclaimer's pass there: the shards placed on this node. */
+		List	   *shards = cq_local_shards();
+		ListCell   *lc;
+
+		memset(counts, 0, sizeof(counts));
+		foreach(lc, shards)
+		{
+			cq_route_to_shard(*(int64 *) lfirst(lc));
+			counts[0] += cq_reclaim_expired(0, CQ_MAINTAIN_BATCH, NULL, NULL);
+			counts[2] += cq_prune_finished(CQ_MAINTAIN_BATCH);
+		}
+		cq_route_end();
+	}
 	SPI_finish();
 
 	for (int i = 0; i < (int) lengthof(steps); i++)

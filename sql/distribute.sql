@@ -1,0 +1,220 @@
+-- Distribution on Citus (the C edition; src/shard.c), written once for
+-- the install script and the update that creates it.
+
+/*
+ * The queue column of a distributed install's queue-keyed tables takes
+ * this as its default: the queue the call's statements are routed to.
+ */
+CREATE FUNCTION claimq.routed_queue()
+RETURNS text
+LANGUAGE c STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_routed_queue';
+
+COMMENT ON FUNCTION claimq.routed_queue() IS
+'private: on a distributed install, the queue the call''s statements are routed to (the default of the tables'' queue column)';
+
+/*
+ * NULL, but volatile: the planner hook puts it in place of a NULL queue
+ * (src/shard.c), so that Citus does not delegate the call.
+ */
+CREATE FUNCTION claimq.no_queue()
+RETURNS text
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_no_queue';
+
+COMMENT ON FUNCTION claimq.no_queue() IS
+'private: NULL, not delegated by Citus: the queue of a call given none on a distributed install';
+
+/*
+ * One node's part of distribute(), run on the coordinator and on every
+ * worker before any table is distributed (Citus does not carry the DDL
+ * of an extension's tables to the workers; each has the extension as its
+ * install script made it).  Each queue-keyed table gets the queue's name,
+ * the column Citus distributes it by, and keys that include it; the keys
+ * between tables go (Citus keeps none across colocated shards by this
+ * layout's columns).  A node's queue ids carry its Citus group in bits 24
+ * to 30, so that queues created on two workers never share an id, also
+ * after a move puts them on one.  A node that has the layout keeps it.
+ */
+CREATE FUNCTION claimq.distribute_layout()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	node integer := (SELECT g.groupid FROM pg_catalog.pg_dist_local_group g);
+	first_id integer;
+BEGIN
+	IF EXISTS (SELECT FROM pg_catalog.pg_attribute a
+				WHERE a.attrelid OPERATOR(pg_catalog.=) 'claimq.job'::pg_catalog.regclass
+				  AND a.attname OPERATOR(pg_catalog.=) 'queue'
+				  AND NOT a.attisdropped) THEN
+		RETURN;
+	END IF;
+	IF node OPERATOR(pg_catalog.>) 127 THEN
+		RAISE EXCEPTION 'claimq distributes over Citus groups 0 to 127, and this node is in group %', node
+			USING ERRCODE = '55000';
+	END IF;
+	PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
+	ALTER TABLE claimq.schedule DROP CONSTRAINT schedule_queue_fkey;
+	ALTER TABLE claimq.job_group DROP CONSTRAINT job_group_queue_fkey;
+	ALTER TABLE claimq.queue
+		DROP CONSTRAINT queue_pkey,
+		ADD CONSTRAINT queue_pkey PRIMARY KEY (name, queue_id);
+	ALTER TABLE claimq.job
+		ADD COLUMN queue text NOT NULL,
+		DROP CONSTRAINT job_pkey,
+		ADD CONSTRAINT job_pkey PRIMARY KEY (queue, job_id);
+	DROP INDEX claimq.job_dedup_idx;
+	CREATE UNIQUE INDEX job_dedup_idx ON claimq.job (queue_id, dedup_key, queue)
+		WHERE dedup_key IS NOT NULL
+		  AND state OPERATOR(pg_catalog.=) ANY ('{waiting,pending,claimed,running}'::text[]);
+	ALTER TABLE claimq.job_group
+		ADD COLUMN queue text NOT NULL,
+		DROP CONSTRAINT job_group_pkey,
+		ADD CONSTRAINT job_group_pkey PRIMARY KEY (queue_id, group_key, queue);
+	ALTER TABLE claimq.job_after
+		ADD COLUMN queue text NOT NULL,
+		DROP CONSTRAINT job_after_pkey,
+		ADD CONSTRAINT job_after_pkey PRIMARY KEY (set_id, position, queue);
+	ALTER TABLE claimq.schedule
+		ADD COLUMN queue text NOT NULL,
+		DROP CONSTRAINT schedule_pkey,
+		ADD CONSTRAINT schedule_pkey PRIMARY KEY (name, queue);
+	-- Set apart from ADD COLUMN, which would evaluate a default that is
+	-- not volatile once, outside any call.
+	ALTER TABLE claimq.job ALTER COLUMN queue SET DEFAULT claimq.routed_queue();
+	ALTER TABLE claimq.job_group ALTER COLUMN queue SET DEFAULT claimq.routed_queue();
+	ALTER TABLE claimq.job_after ALTER COLUMN queue SET DEFAULT claimq.routed_queue();
+	ALTER TABLE claimq.schedule ALTER COLUMN queue SET DEFAULT claimq.routed_queue();
+	IF node OPERATOR(pg_catalog.>) 0 THEN
+		first_id := node OPERATOR(pg_catalog.*) 16777216;
+		EXECUTE pg_catalog.format('ALTER SEQUENCE claimq.queue_id_seq'
+								  ' MINVALUE %s MAXVALUE %s START %s RESTART %s',
+								  first_id,
+								  first_id OPERATOR(pg_catalog.+) 16777215,
+								  first_id OPERATOR(pg_catalog.+) 1,
+								  first_id OPERATOR(pg_catalog.+) 1);
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.distribute_layout() IS
+'private: one node''s part of distribute(), the tables'' queue column and keys and the node''s range of queue ids';
+
+/*
+ * The calls Citus delegates to the node that holds their queue, by their
+ * argument "queue" (claimq.distribute() takes them in this order).
+ */
+CREATE FUNCTION claimq.distributed_calls()
+RETURNS SETOF regprocedure
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT f::pg_catalog.regprocedure FROM pg_catalog.unnest(ARRAY[
+	'claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)',
+	'claimq.enqueue(text, jsonb, timestamptz, integer, text, integer, text, text, bigint[], text)',
+	'claimq.enqueue_many(text, jsonb[], timestamptz, integer, text[], integer, text, text[], bigint[], text)',
+	'claimq.claim(text, integer, interval, text, boolean, interval)',
+	'claimq.start(bigint[], bigint[], interval, text)',
+	'claimq.start(bigint, bigint, interval, text)',
+	'claimq.extend(bigint[], bigint[], interval, text)',
+	'claimq.extend(bigint, bigint, interval, text)',
+	'claimq.complete(bigint[], bigint[], jsonb[], text)',
+	'claimq.complete(bigint, bigint, jsonb, text)',
+	'claimq.fail(bigint[], bigint[], text, interval, boolean, text)',
+	'claimq.fail(bigint, bigint, text, interval, boolean, text)',
+	'claimq.release(bigint[], bigint[], text)',
+	'claimq.release(bigint, bigint, text)',
+	'claimq.snooze(bigint[], bigint[], interval, text)',
+	'claimq.snooze(bigint, bigint, interval, text)',
+	'claimq.cancel(bigint[], text)',
+	'claimq.status(bigint[], text)']) f
+$$;
+
+COMMENT ON FUNCTION claimq.distributed_calls() IS
+'private: the calls that distribute() has Citus delegate to the node that holds their queue';
+
+CREATE FUNCTION claimq.distribute(shard_count integer DEFAULT 32)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	failed text;
+	call regprocedure;
+BEGIN
+	IF shard_count IS NULL OR shard_count OPERATOR(pg_catalog.<) 1
+	   OR shard_count OPERATOR(pg_catalog.>) 64000 THEN
+		RAISE EXCEPTION 'shard_count must be from 1 to 64000'
+			USING ERRCODE = '22023';
+	END IF;
+	PERFORM FROM pg_catalog.pg_extension e
+	  WHERE e.extname OPERATOR(pg_catalog.=) 'citus';
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'claimq.distribute() needs Citus'
+			USING ERRCODE = '55000',
+				  HINT = 'Preload citus and claimq on the coordinator and every worker, CREATE EXTENSION citus, and add the workers first.';
+	END IF;
+	IF (SELECT g.groupid FROM pg_catalog.pg_dist_local_group g) OPERATOR(pg_catalog.<>) 0 THEN
+		RAISE EXCEPTION 'claimq.distribute() runs on the coordinator'
+			USING ERRCODE = '55000';
+	END IF;
+	IF EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+				WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'claimq.job'::pg_catalog.regclass) THEN
+		RAISE EXCEPTION 'claimq is distributed already'
+			USING ERRCODE = '55000';
+	END IF;
+	IF EXISTS (SELECT FROM claimq.queue) OR EXISTS (SELECT FROM claimq.key_claim) THEN
+		RAISE EXCEPTION 'claimq.distribute() runs before any queue or key claim exists'
+			USING ERRCODE = '55000',
+				  HINT = 'Distribute a new install, then create its queues.';
+	END IF;
+
+	PERFORM claimq.distribute_layout();
+	SELECT pg_catalog.string_agg(r.nodename OPERATOR(pg_catalog.||) ':'
+								 OPERATOR(pg_catalog.||) r.nodeport
+								 OPERATOR(pg_catalog.||) ': '
+								 OPERATOR(pg_catalog.||) r.result, '; ')
+	  INTO failed
+	  FROM pg_catalog.run_command_on_workers('SELECT claimq.distribute_layout()') r
+	 WHERE NOT r.success;
+	IF failed IS NOT NULL THEN
+		RAISE EXCEPTION 'claimq''s layout failed on a worker: %', failed
+			USING ERRCODE = '55000',
+				  HINT = 'Run claimq.distribute() again once every worker answers: a node that has the layout keeps it.';
+	END IF;
+
+	-- The census's guard is a statement trigger of claimq.job and its shards.
+	PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+	PERFORM pg_catalog.create_distributed_table('claimq.queue', 'name',
+												shard_count => shard_count);
+	PERFORM pg_catalog.create_distributed_table('claimq.job', 'queue',
+												colocate_with => 'claimq.queue');
+	PERFORM pg_catalog.create_distributed_table('claimq.job_group', 'queue',
+												colocate_with => 'claimq.queue');
+	PERFORM pg_catalog.create_distributed_table('claimq.job_after', 'queue',
+												colocate_with => 'claimq.queue');
+	PERFORM pg_catalog.create_distributed_table('claimq.schedule', 'queue',
+												colocate_with => 'claimq.queue');
+	PERFORM pg_catalog.create_distributed_table('claimq.key_claim', 'scope',
+												shard_count => shard_count,
+												colocate_with => 'none');
+	FOR call IN SELECT c FROM claimq.distributed_calls() c LOOP
+		PERFORM pg_catalog.create_distributed_function(call, 'queue',
+													   colocate_with => 'claimq.queue',
+													   force_delegation => true);
+	END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.distribute(integer) IS
+'on a Citus coordinator, before any queue exists: distribute claimq''s tables by queue and have Citus delegate each call to the node that holds its queue';
+
+REVOKE ALL ON FUNCTION claimq.routed_queue() FROM PUBLIC;
+REVOKE ALL ON FUNCTION claimq.no_queue() FROM PUBLIC;
+REVOKE ALL ON FUNCTION claimq.distribute_layout() FROM PUBLIC;
+REVOKE ALL ON FUNCTION claimq.distributed_calls() FROM PUBLIC;
+REVOKE ALL ON FUNCTION claimq.distribute(integer) FROM PUBLIC;

@@ -1,0 +1,599 @@
+/*-------------------------------------------------------------------------
+ *
+ * shard.c
+ *		A distributed install (claimq.distribute(), on Citus): the call of
+ *		a queue runs, on the node that holds the queue, against that
+ *		queue's shard tables, as a single server runs against claimq's
+ *		tables.
+ *
+ * claimq.distribute() distributes claimq's queue-keyed tables by the
+ * queue's name, colocated, and has Citus delegate each call that names a
+ * queue to the node that holds it.  Citus would still plan every statement
+ * of the call, and it refuses what claimq's statements do (a volatile
+ * function in an UPDATE of a distributed table: the token's nextval, the
+ * clock).  So a call that names a queue routes here first
+ * (cq_route_to, from the queue look-up and the settles' queue argument):
+ * at its first statement the queue's shards are found (Citus hashes the
+ * name with the text type's hash, hashtext), their metadata is locked in
+ * ShareLock as Citus's own writes lock it, so that a shard move waits for
+ * this transaction and none can begin under it, and their placement must
+ * be on this node, read after the lock with a snapshot taken then (else
+ * 40001: the queue moved; or, on a node that was not delegated the call,
+ * 0A000).  From then on cq_plan prepares each statement with claimq's
+ * table names replaced by the shards' (claimq.job becomes
+ * claimq.job_102012): plain PostgreSQL on the shard, with every
+ * statement's text unchanged, kept per statement and shard.  A row
+ * inserted takes its queue column from the route (claimq.routed_queue(),
+ * the column's default), so no insert names it either.
+ *
+ * A single server has no such column: cq_distributed() tells the layouts
+ * apart once per backend (and again when claimq.job changes), and a call
+ * on a single server does nothing more than ask it.
+ *
+ * The route lasts until the next call names a queue, and ends with the
+ * transaction.  It calls no other claimq file but common.c's plan and
+ * execution helpers.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
+#include "nodes/params.h"
+#include "optimizer/optimizer.h"
+#include "optimizer/planner.h"
+#include "parser/parse_func.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+
+#include "claimq.h"
+
+/*
+ * claimq's tables that distribute() distributes by queue, in one
+ * colocation group: their names in statements are replaced by the
+ * route's shards.
+ */
+static const char *const cq_queue_tables[] = {
+	"queue", "job", "job_after", "job_group", "schedule"
+};
+
+#define CQ_QUEUE_TABLES ((int) lengthof(cq_queue_tables))
+
+/* Whether claimq.job has the queue column (-1: not known). */
+static int	cq_layout_distributed = -1;
+static Oid	cq_layout_relid = InvalidOid;
+
+/*
+ * The route: the hash value of its queue's name (and the name, unless the
+ * route is a shard's: the reclaimer's), and once resolved, its shards.
+ */
+static bool cq_route_active = false;
+static char cq_route_name[CQ_QUEUE_NAME_MAX + 1];
+static int32 cq_route_hash;
+static bool cq_route_resolved = false;
+static int64 cq_route_shards[CQ_QUEUE_TABLES];
+
+/* Plans per statement (its cache slot) and shard. */
+typedef struct CqShardPlanKey
+{
+	SPIPlanPtr *cache;
+	int64		shard;
+} CqShardPlanKey;
+
+typedef struct CqShardPlan
+{
+	CqShardPlanKey key;
+	SPIPlanPtr	plan;
+} CqShardPlan;
+
+static HTAB *cq_shard_plans = NULL;
+
+static void
+cq_layout_forget(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == cq_layout_relid)
+		cq_layout_distributed = -1;
+}
+
+/*
+ * Whether this install is distributed: claimq.job has the queue column
+ * that distribute() adds.  Asked by every queue-scoped call; kept until
+ * claimq.job changes.
+ */
+bool
+cq_distributed(void)
+{
+	static bool callback_registered = false;
+
+	if (cq_layout_distributed < 0)
+	{
+		if (!callback_registered)
+		{
+			CacheRegisterRelcacheCallback(cq_layout_forget, (Datum) 0);
+			callback_registered = true;
+		}
+		cq_layout_relid = cq_job_relid();
+		cq_layout_distributed = OidIsValid(cq_layout_relid) &&
+			get_attnum(cq_layout_relid, "queue") != InvalidAttrNumber;
+	}
+	return cq_layout_distributed > 0;
+}
+
+/*
+ * This node's Citus group (0 on the coordinator), read once per backend:
+ * a node's group never changes.  The caller has connected SPI.
+ */
+int32
+cq_local_group(void)
+{
+	static int32 group = -1;
+	static SPIPlanPtr plan = NULL;
+	bool		isnull;
+
+	if (group < 0)
+	{
+		cq_plan_unrouted(&plan,
+						 "SELECT g.groupid FROM pg_catalog.pg_dist_local_group g",
+						 0, NULL);
+		cq_execute(plan, NULL, NULL, SPI_OK_SELECT);
+		if (SPI_processed != 1)
+			elog(ERROR, "Citus's pg_dist_local_group has no row");
+		group = DatumGetInt32(cq_spi_value(0, 1, &isnull));
+	}
+	return group;
+}
+
+/*
+ * Route the statements that follow to the shards of queue `name`, on a
+ * distributed install; on a single server, nothing.  Needs no SPI: the
+ * shards are found at the next statement prepared.
+ */
+void
+cq_route_to(const char *name)
+{
+	if (!cq_distributed())
+		return;
+	if (cq_route_active && cq_route_resolved &&
+		strcmp(cq_route_name, name) == 0)
+		return;
+	strlcpy(cq_route_name, name, sizeof(cq_route_name));
+	cq_route_hash = DatumGetInt32(DirectFunctionCall1Coll(hashtext,
+														  DEFAULT_COLLATION_OID,
+														  CStringGetTextDatum(name)));
+	cq_route_active = true;
+	cq_route_resolved = false;
+}
+
+/*
+ * The queue-table shards placed on this node, a List of their ids (int8
+ * Datums), for the reclaimer.  The caller has connected SPI.
+ */
+List *
+cq_local_shards(void)
+{
+	static SPIPlanPtr plan = NULL;
+	List	   *shards = NIL;
+	bool		isnull;
+
+	cq_plan_unrouted(&plan,
+					 "SELECT s.shardid FROM pg_catalog.pg_dist_shard s"
+					 "  JOIN pg_catalog.pg_dist_placement p ON p.shardid = s.shardid"
+					 " WHERE s.logicalrelid = 'claimq.queue'::pg_catalog.regclass"
+					 "   AND p.groupid = (SELECT g.groupid"
+					 "                      FROM pg_catalog.pg_dist_local_group g)"
+					 " ORDER BY s.shardid",
+					 0, NULL);
+	cq_execute_latest(plan, NULL, NULL, SPI_OK_SELECT);
+	for (uint64 row = 0; row < SPI_processed; row++)
+	{
+		int64	   *shard = palloc(sizeof(int64));
+
+		*shard = DatumGetInt64(cq_spi_value(row, 1, &isnull));
+		shards = lappend(shards, shard);
+	}
+	return shards;
+}
+
+/*
+ * Route the statements that follow to the shards colocated with the
+ * queue-table shard `shard` (of cq_local_shards), whatever queues they
+ * hold.  The caller has connected SPI.
+ */
+void
+cq_route_to_shard(int64 shard)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {INT8OID};
+	Datum		values[1];
+	bool		isnull;
+
+	cq_plan_unrouted(&plan,
+					 "SELECT s.shardminvalue::pg_catalog.int4"
+					 "  FROM pg_catalog.pg_dist_shard s WHERE s.shardid = $1",
+					 1, argtypes);
+	values[0] = Int64GetDatum(shard);
+	cq_execute_latest(plan, values, NULL, SPI_OK_SELECT);
+	if (SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("shard " INT64_FORMAT " of claimq.queue is gone", shard)));
+	cq_route_hash = DatumGetInt32(cq_spi_value(0, 1, &isnull));
+	cq_route_name[0] = '\0';
+	cq_route_active = true;
+	cq_route_resolved = false;
+}
+
+/* Whether statements are routed now. */
+bool
+cq_routed(void)
+{
+	return cq_route_active;
+}
+
+/* The end of a route: at the end of a transaction, or of the reclaimer's turn. */
+void
+cq_route_end(void)
+{
+	cq_route_active = false;
+	cq_route_name[0] = '\0';
+	cq_route_resolved = false;
+}
+
+/*
+ * Find the route's shards, lock their metadata and insist that they are
+ * placed here.
+ */
+static void
+cq_route_resolve(void)
+{
+	static SPIPlanPtr find_plan = NULL;
+	static SPIPlanPtr lock_plan = NULL;
+	static SPIPlanPtr placed_plan = NULL;
+	Oid			argtypes[2] = {INT4OID, OIDARRAYOID};
+	Datum		values[2];
+	Datum		relids[CQ_QUEUE_TABLES];
+	Datum		shards[CQ_QUEUE_TABLES];
+	Oid			nsp = get_namespace_oid("claimq", false);
+	int32		hash;
+	bool		isnull;
+
+	hash = cq_route_hash;
+	for (int i = 0; i < CQ_QUEUE_TABLES; i++)
+		relids[i] = ObjectIdGetDatum(get_relname_relid(cq_queue_tables[i], nsp));
+
+	/* The shards of each table, in the order of cq_queue_tables. */
+	cq_plan_unrouted(&find_plan,
+					 "SELECT s.shardid"
+					 "  FROM pg_catalog.unnest($2) WITH ORDINALITY AS t(relid, n)"
+					 "  JOIN pg_catalog.pg_dist_shard s ON s.logicalrelid = t.relid"
+					 " WHERE $1 BETWEEN s.shardminvalue::int4 AND s.shardmaxvalue::int4"
+					 " ORDER BY t.n",
+					 2, argtypes);
+	values[0] = Int32GetDatum(hash);
+	values[1] = PointerGetDatum(construct_array(relids, CQ_QUEUE_TABLES, OIDOID,
+												sizeof(Oid), true, TYPALIGN_INT));
+	cq_execute_latest(find_plan, values, NULL, SPI_OK_SELECT);
+	if (SPI_processed != CQ_QUEUE_TABLES)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("claimq's tables are not distributed alike"),
+				 errdetail("Found %d of the %d shards of hash value %d.",
+						   (int) SPI_processed, (int) CQ_QUEUE_TABLES, hash)));
+	for (int i = 0; i < CQ_QUEUE_TABLES; i++)
+	{
+		cq_route_shards[i] = DatumGetInt64(cq_spi_value(i, 1, &isnull));
+		shards[i] = Int64GetDatum(cq_route_shards[i]);
+	}
+
+	/*
+	 * A shard move takes the shards' metadata lock in ExclusiveLock before it
+	 * copies them, and changes their placement before it lets go: once this
+	 * transaction holds it in ShareLock, as Citus's own writes take it, a
+	 * placement read from now on stays true until the transaction ends.
+	 */
+	argtypes[0] = INT8ARRAYOID;
+	values[0] = PointerGetDatum(construct_array(shards, CQ_QUEUE_TABLES, INT8OID,
+												sizeof(int64), true, TYPALIGN_DOUBLE));
+	cq_plan_unrouted(&lock_plan,
+					 "SELECT pg_catalog.lock_shard_metadata(5, $1)",
+					 1, argtypes);
+	cq_execute(lock_plan, values, NULL, SPI_OK_SELECT);
+	cq_plan_unrouted(&placed_plan,
+					 "SELECT pg_catalog.count(*) = pg_catalog.cardinality($1)"
+					 "  FROM pg_catalog.pg_dist_placement p"
+					 " WHERE p.shardid = ANY ($1)"
+					 "   AND p.groupid = (SELECT g.groupid"
+					 "                      FROM pg_catalog.pg_dist_local_group g)",
+					 1, argtypes);
+	cq_execute_latest(placed_plan, values, NULL, SPI_OK_SELECT);
+	if (!DatumGetBool(cq_spi_value(0, 1, &isnull)))
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 cq_route_name[0] ?
+				 errmsg("queue \"%s\" is not on this node", cq_route_name) :
+				 errmsg("shard " INT64_FORMAT " of claimq.queue is not on this node",
+						cq_route_shards[0]),
+				 errdetail("Its shards moved, or Citus did not delegate the call to the node that holds them."),
+				 errhint("Call claimq's functions at the top level of a statement on the coordinator, and retry.")));
+	cq_route_resolved = true;
+}
+
+/*
+ * sql with claimq's queue-keyed table names replaced by the route's
+ * shards, and the dedup key's conflict target by the layout's (the unique
+ * index of a distributed table includes its distribution column).
+ */
+#define CQ_DEDUP_TARGET "ON CONFLICT (queue_id, dedup_key)"
+#define CQ_DEDUP_TARGET_ROUTED "ON CONFLICT (queue_id, dedup_key, queue)"
+
+static char *
+cq_route_sql(const char *sql)
+{
+	StringInfoData out;
+	const char *p = sql;
+	const char *hit;
+
+	initStringInfo(&out);
+	while ((hit = strstr(p, "claimq.")) != NULL)
+	{
+		const char *name = hit + strlen("claimq.");
+		const char *end = name;
+
+		while (*end == '_' || (*end >= 'a' && *end <= 'z'))
+			end++;
+		appendBinaryStringInfo(&out, p, end - p);
+		for (int i = 0; i < CQ_QUEUE_TABLES; i++)
+		{
+			if ((ptrdiff_t) strlen(cq_queue_tables[i]) == end - name &&
+				strncmp(cq_queue_tables[i], name, end - name) == 0)
+			{
+				appendStringInfo(&out, "_" INT64_FORMAT, cq_route_shards[i]);
+				break;
+			}
+		}
+		p = end;
+	}
+	appendStringInfoString(&out, p);
+
+	p = out.data;
+	if (strstr(p, CQ_DEDUP_TARGET) != NULL)
+	{
+		StringInfoData targeted;
+
+		initStringInfo(&targeted);
+		while ((hit = strstr(p, CQ_DEDUP_TARGET)) != NULL)
+		{
+			appendBinaryStringInfo(&targeted, p, hit - p);
+			appendStringInfoString(&targeted, CQ_DEDUP_TARGET_ROUTED);
+			p = hit + strlen(CQ_DEDUP_TARGET);
+		}
+		appendStringInfoString(&targeted, p);
+		pfree(out.data);
+		return targeted.data;
+	}
+	return out.data;
+}
+
+/*
+ * The plan of a statement on a distributed install (cq_plan calls it):
+ * routed to the route's shards while a route is set, and else as written
+ * (to be planned by Citus).  Kept per statement and shard.
+ */
+SPIPlanPtr
+cq_route_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
+{
+	CqShardPlanKey key;
+	CqShardPlan *entry;
+	bool		found;
+
+	if (cq_routed() && !cq_route_resolved)
+		cq_route_resolve();
+	if (cq_shard_plans == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(CqShardPlanKey);
+		ctl.entrysize = sizeof(CqShardPlan);
+		ctl.hcxt = TopMemoryContext;
+		cq_shard_plans = hash_create("claimq shard plans", 64, &ctl,
+									 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	memset(&key, 0, sizeof(key));
+	key.cache = cache;
+	key.shard = cq_routed() ? cq_route_shards[0] : 0;
+	entry = hash_search(cq_shard_plans, &key, HASH_ENTER, &found);
+	if (!found)
+		entry->plan = NULL;
+	if (entry->plan == NULL)
+	{
+		if (key.shard == 0)
+			cq_plan_unrouted(&entry->plan, sql, nargs, argtypes);
+		else
+		{
+			char	   *routed = cq_route_sql(sql);
+
+			cq_plan_unrouted(&entry->plan, routed, nargs, argtypes);
+			pfree(routed);
+		}
+	}
+	return entry->plan;
+}
+
+/*
+ * Citus delegates a call of a distributed function by the constant it is
+ * given for the distribution argument, and a NULL there (given, or the
+ * default of a settle's queue) makes it hash a null pointer: the backend
+ * crashes (Citus 13.2.2 and 14.0.1).  claimq's planner hook runs before
+ * Citus's (claimq comes after citus in shared_preload_libraries): in a call
+ * of one of claimq's functions whose queue is NULL (a constant, or a
+ * value bound to a parameter), it puts a call of claimq.no_queue() in its
+ * place: NULL too, but volatile, so that neither the planner, which runs
+ * before Citus looks, folds it into a constant nor Citus delegates the
+ * call, so the call is not delegated and runs here, where claimq
+ * judges the NULL.  Installed only beside Citus.
+ */
+static planner_hook_type cq_prev_planner = NULL;
+
+static FuncExpr *
+cq_call_of(Query *parse)
+{
+	if (parse->commandType != CMD_SELECT || parse->hasSubLinks)
+		return NULL;
+	if (list_length(parse->targetList) == 1 &&
+		IsA(((TargetEntry *) linitial(parse->targetList))->expr, FuncExpr))
+		return (FuncExpr *) ((TargetEntry *) linitial(parse->targetList))->expr;
+	if (list_length(parse->rtable) == 1)
+	{
+		RangeTblEntry *rte = linitial(parse->rtable);
+
+		if (rte->rtekind == RTE_FUNCTION && list_length(rte->functions) == 1)
+		{
+			RangeTblFunction *rtf = linitial(rte->functions);
+
+			if (IsA(rtf->funcexpr, FuncExpr))
+				return (FuncExpr *) rtf->funcexpr;
+		}
+	}
+	return NULL;
+}
+
+/* Whether arg is NULL when the statement is planned: a constant or a value bound. */
+static bool
+cq_null_arg(Node *arg, ParamListInfo bound_params)
+{
+	if (IsA(arg, Const))
+		return ((Const *) arg)->constisnull;
+	if (IsA(arg, Param) && ((Param *) arg)->paramkind == PARAM_EXTERN &&
+		bound_params != NULL)
+	{
+		Param	   *param = (Param *) arg;
+		ParamExternData fetched;
+		ParamExternData *value;
+
+		if (param->paramid < 1 || param->paramid > bound_params->numParams)
+			return false;
+		if (bound_params->paramFetch != NULL)
+			value = bound_params->paramFetch(bound_params, param->paramid,
+											 false, &fetched);
+		else
+			value = &bound_params->params[param->paramid - 1];
+		return value->isnull;
+	}
+	return false;
+}
+
+static void
+cq_shield_null_queue(FuncExpr *call, ParamListInfo bound_params)
+{
+	HeapTuple	proc;
+	Oid		   *types;
+	char	  **names;
+	char	   *modes;
+	int			nargs;
+	int			queue_arg = -1;
+	List	   *args;
+	Node	   *arg;
+
+	if (get_func_namespace(call->funcid) != get_namespace_oid("claimq", true))
+		return;
+	if (!cq_distributed())
+		return;
+	proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(call->funcid));
+	if (!HeapTupleIsValid(proc))
+		return;
+	nargs = get_func_arg_info(proc, &types, &names, &modes);
+	for (int i = 0; names != NULL && i < nargs; i++)
+		if (names[i] != NULL && strcmp(names[i], "queue") == 0 &&
+			(modes == NULL || modes[i] == PROARGMODE_IN))
+			queue_arg = i;
+	if (queue_arg >= 0)
+	{
+		args = expand_function_arguments(call->args, false,
+										 call->funcresulttype, proc);
+		arg = list_nth(args, queue_arg);
+		if (cq_null_arg(arg, bound_params) && exprType(arg) == TEXTOID)
+		{
+			Oid			no_queue = LookupFuncName(list_make2(makeString("claimq"),
+															 makeString("no_queue")),
+												  0, NULL, true);
+
+			if (OidIsValid(no_queue))
+			{
+				list_nth_cell(args, queue_arg)->ptr_value =
+					makeFuncExpr(no_queue, TEXTOID, NIL, InvalidOid,
+								 DEFAULT_COLLATION_OID, COERCE_EXPLICIT_CALL);
+				call->args = args;
+			}
+		}
+	}
+	ReleaseSysCache(proc);
+}
+
+static PlannedStmt *
+cq_planner(Query *parse, const char *query_string, int cursor_options,
+		   ParamListInfo bound_params)
+{
+	FuncExpr   *call = cq_call_of(parse);
+
+	if (call != NULL)
+		cq_shield_null_queue(call, bound_params);
+	if (cq_prev_planner)
+		return cq_prev_planner(parse, query_string, cursor_options,
+							   bound_params);
+	return standard_planner(parse, query_string, cursor_options,
+							bound_params);
+}
+
+/* At load: the hook, if Citus is preloaded before claimq. */
+void
+cq_shard_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress ||
+		shared_preload_libraries_string == NULL ||
+		strstr(shared_preload_libraries_string, "citus") == NULL)
+		return;
+	cq_prev_planner = planner_hook;
+	planner_hook = cq_planner;
+}
+
+/*
+ * no_queue() returns text: NULL, for the planner hook above.  In no duty.
+ */
+PG_FUNCTION_INFO_V1(claimq_no_queue);
+
+Datum
+claimq_no_queue(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_NULL();
+}
+
+/*
+ * routed_queue() returns text: the queue the statements are routed to,
+ * the default of the queue column of a distributed install's tables, so
+ * that no insert names it.  Raises 0A000 outside a routed call.
+ */
+PG_FUNCTION_INFO_V1(claimq_routed_queue);
+
+Datum
+claimq_routed_queue(PG_FUNCTION_ARGS)
+{
+	if (!cq_routed() || cq_route_name[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("claimq's tables of a distributed install are written only by claimq's calls that name a queue")));
+	PG_RETURN_TEXT_P(cstring_to_text(cq_route_name));
+}

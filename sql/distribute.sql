@@ -36,7 +36,8 @@ COMMENT ON FUNCTION claimq.no_queue() IS
  * between tables go (Citus keeps none across colocated shards by this
  * layout's columns).  A node's queue ids carry its Citus group in bits 24
  * to 30, so that queues created on two workers never share an id, also
- * after a move puts them on one.  A node that has the layout keeps it.
+ * after a move puts them on one, and the node registers a token epoch of
+ * its own (claimq.node_epoch()).  A node that has the layout keeps it.
  */
 CREATE FUNCTION claimq.distribute_layout()
 RETURNS void
@@ -89,6 +90,10 @@ BEGIN
 	ALTER TABLE claimq.job_group ALTER COLUMN queue SET DEFAULT claimq.routed_queue();
 	ALTER TABLE claimq.job_after ALTER COLUMN queue SET DEFAULT claimq.routed_queue();
 	ALTER TABLE claimq.schedule ALTER COLUMN queue SET DEFAULT claimq.routed_queue();
+	-- A new lifetime's epoch, congruent to the node's group (node_epoch):
+	-- every backend forgets the epoch it kept (src/token.c).
+	TRUNCATE claimq.lifetime;
+	PERFORM claimq.lifetime_epoch();
 	IF node OPERATOR(pg_catalog.>) 0 THEN
 		first_id := node OPERATOR(pg_catalog.*) 16777216;
 		EXECUTE pg_catalog.format('ALTER SEQUENCE claimq.queue_id_seq'

@@ -571,6 +571,33 @@ cq_shard_init(void)
 }
 
 /*
+ * node_epoch(epoch integer) returns integer: the first token epoch from
+ * `epoch` up that this node may take.  On a distributed install a node
+ * takes only the epochs congruent to its Citus group modulo
+ * CQ_EPOCH_NODES, so that no two nodes hand out tokens of one epoch: a
+ * queue whose shards move to another node keeps tokens that never repeat
+ * (each node's claimq.token_seq repeats the other's values).  In no duty.
+ */
+#define CQ_EPOCH_NODES 128
+
+PG_FUNCTION_INFO_V1(claimq_node_epoch);
+
+Datum
+claimq_node_epoch(PG_FUNCTION_ARGS)
+{
+	int32		epoch = PG_GETARG_INT32(0);
+	int32		group;
+
+	if (!cq_distributed())
+		PG_RETURN_INT32(epoch);
+	SPI_connect();
+	group = cq_local_group();
+	SPI_finish();
+	PG_RETURN_INT32(epoch + ((group - epoch % CQ_EPOCH_NODES) + CQ_EPOCH_NODES) %
+					CQ_EPOCH_NODES);
+}
+
+/*
  * no_queue() returns text: NULL, for the planner hook above.  In no duty.
  */
 PG_FUNCTION_INFO_V1(claimq_no_queue);

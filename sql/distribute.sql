@@ -136,7 +136,9 @@ SELECT f::pg_catalog.regprocedure FROM pg_catalog.unnest(ARRAY[
 	'claimq.snooze(bigint[], bigint[], interval, text)',
 	'claimq.snooze(bigint, bigint, interval, text)',
 	'claimq.cancel(bigint[], text)',
-	'claimq.status(bigint[], text)']) f
+	'claimq.status(bigint[], text)',
+	'claimq.wait_for(bigint[], interval, text)',
+	'claimq.reclaim(text, integer)']) f
 $$;
 
 COMMENT ON FUNCTION claimq.distributed_calls() IS

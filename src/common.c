@@ -627,8 +627,9 @@ cq_in_queue_begin(CqInQueue *check, FunctionCallInfo fcinfo, int argno)
 	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
 	{
 		/*
-		 * On a distributed install the call runs where its queue is: it must
-		 * be named (not yet found from the jobs).
+		 * On a distributed install a call runs where its queue is: the
+		 * settles, cancel and status fan out without it (shard.c), and
+		 * wait_for and dependencies need it.
 		 */
 		if (cq_distributed())
 			ereport(ERROR,

@@ -52,11 +52,13 @@
 #include "optimizer/optimizer.h"
 #include "optimizer/planner.h"
 #include "parser/parse_func.h"
+#include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/ruleutils.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
@@ -431,6 +433,260 @@ cq_route_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 		}
 	}
 	return entry->plan;
+}
+
+/*
+ * Whether a settle or job call given no queue (argument queue_argno) is to
+ * be fanned out: on a distributed install.
+ */
+bool
+cq_fan_out_wanted(FunctionCallInfo fcinfo, int queue_argno)
+{
+	return (PG_NARGS() <= queue_argno || PG_ARGISNULL(queue_argno)) &&
+		cq_distributed();
+}
+
+/* The literal of argument argno, limited to the positions of `subset` if it is an array. */
+static void
+cq_append_arg(StringInfo sql, FunctionCallInfo fcinfo, int argno, Oid type,
+			  int *subset, int nsubset, int nids)
+{
+	Datum		value = PG_GETARG_DATUM(argno);
+	Oid			elemtype = get_element_type(type);
+	Oid			output;
+	bool		varlena;
+
+	if (PG_ARGISNULL(argno))
+	{
+		appendStringInfo(sql, "NULL::%s", format_type_be_qualified(type));
+		return;
+	}
+	if (OidIsValid(elemtype))
+	{
+		ArrayType  *array = DatumGetArrayTypeP(value);
+		int16		elemlen;
+		bool		elembyval;
+		char		elemalign;
+		Datum	   *elems;
+		bool	   *nulls;
+		int			nelems;
+		Datum	   *picked;
+		bool	   *pickednulls;
+		int			dims[1];
+		int			lbs[1] = {1};
+
+		get_typlenbyvalalign(elemtype, &elemlen, &elembyval, &elemalign);
+		deconstruct_array(array, elemtype, elemlen, elembyval, elemalign,
+						  &elems, &nulls, &nelems);
+		if (nelems == nids)
+		{
+			picked = palloc(sizeof(Datum) * Max(nsubset, 1));
+			pickednulls = palloc(sizeof(bool) * Max(nsubset, 1));
+			for (int i = 0; i < nsubset; i++)
+			{
+				picked[i] = elems[subset[i]];
+				pickednulls[i] = nulls[subset[i]];
+			}
+			dims[0] = nsubset;
+			value = PointerGetDatum(construct_md_array(picked, pickednulls, 1,
+													   dims, lbs, elemtype,
+													   elemlen, elembyval,
+													   elemalign));
+		}
+	}
+	getTypeOutputInfo(type, &output, &varlena);
+	appendStringInfo(sql, "%s::%s",
+					 quote_literal_cstr(OidOutputFunctionCall(output, value)),
+					 format_type_be_qualified(type));
+}
+
+/*
+ * Run the call again for the jobs at `subset` of its job ids, naming
+ * `queue`, as a statement that Citus delegates to the queue's worker:
+ * every argument a constant, the job ids (the first argument, an array or
+ * one id) and the other arrays as long as they cut to the subset.  The
+ * caller has connected SPI; the rows are in SPI_tuptable.
+ */
+static void
+cq_fan_out_call(FunctionCallInfo fcinfo, Oid *argtypes, int queue_argno,
+				const char *queue, int *subset, int nsubset, int nids)
+{
+	Oid			fn = fcinfo->flinfo->fn_oid;
+	StringInfoData sql;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT * FROM %s(",
+					 quote_qualified_identifier("claimq", get_func_name(fn)));
+	for (int argno = 0; argno < PG_NARGS(); argno++)
+	{
+		if (argno > 0)
+			appendStringInfoString(&sql, ", ");
+		if (argno == queue_argno)
+			appendStringInfo(&sql, "%s::pg_catalog.text",
+							 quote_literal_cstr(queue));
+		else
+			cq_append_arg(&sql, fcinfo, argno, argtypes[argno], subset,
+						  nsubset, nids);
+	}
+	appendStringInfoChar(&sql, ')');
+	if (SPI_execute(sql.data, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute failed: %s", sql.data);
+	if (SPI_processed != (uint64) nsubset)
+		elog(ERROR, "claimq.%s() returned " UINT64_FORMAT " rows for %d jobs",
+			 get_func_name(fn), SPI_processed, nsubset);
+}
+
+/*
+ * A settle or job call given no queue, on a distributed install (where it
+ * runs on the coordinator: Citus delegates no call whose queue is NULL):
+ * one multi-shard look finds each job's queue, then the call runs again
+ * once per queue, delegated to that queue's worker, with that queue's
+ * jobs (cq_fan_out_call).  A job found nowhere goes with the first queue's
+ * call, which finds it missing too; if none is found, every row says
+ * missing (the columns job_id and outcome; the scalar forms false).  The
+ * rows come back in the order of the job ids, one per id, as each form
+ * returns them.  Costs a round trip to every worker for the look, and one
+ * to the worker of each queue.  Call after the arguments are judged.
+ */
+Datum
+cq_fan_out(FunctionCallInfo fcinfo, int queue_argno)
+{
+	Oid			fn = fcinfo->flinfo->fn_oid;
+	Oid		   *argtypes;
+	int			nargs;
+	bool		retset = fcinfo->resultinfo != NULL &&
+	IsA(fcinfo->resultinfo, ReturnSetInfo);
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Datum	   *idv;
+	int			nids;
+	char	  **queues;			/* per id: its queue, or NULL */
+	int		   *group;			/* per id: its call */
+	int		   *index;			/* per id: its row in that call */
+	char	  **calls = NULL;	/* per call: its queue */
+	int			ncalls = 0;
+	HeapTuple **rows;
+	Datum		scalar = BoolGetDatum(false);
+	Oid			argtypes1[1] = {INT8ARRAYOID};
+	Datum		values[1];
+	bool		isnull;
+
+	(void) get_func_signature(fn, &argtypes, &nargs);
+	if (argtypes[0] == INT8OID)
+	{
+		idv = palloc(sizeof(Datum));
+		idv[0] = PG_GETARG_DATUM(0);
+		nids = 1;
+	}
+	else
+		deconstruct_array(PG_GETARG_ARRAYTYPE_P(0), INT8OID, sizeof(int64),
+						  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &idv, NULL, &nids);
+	if (retset)
+		InitMaterializedSRF(fcinfo, 0);
+	if (nids == 0)
+		return (Datum) 0;
+
+	/*
+	 * Citus plans the look (not a kept generic plan, which it cannot
+	 * distribute with parameters).
+	 */
+	SPI_connect();
+	values[0] = PointerGetDatum(construct_array(idv, nids, INT8OID, sizeof(int64),
+												FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	if (SPI_execute_with_args("SELECT j.job_id, j.queue FROM claimq.job j"
+							  " WHERE j.job_id OPERATOR(pg_catalog.=) ANY ($1)",
+							  1, argtypes1, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_with_args failed");
+	queues = palloc0(sizeof(char *) * nids);
+	for (uint64 row = 0; row < SPI_processed; row++)
+	{
+		int64		id = DatumGetInt64(cq_spi_value(row, 1, &isnull));
+		char	   *queue = TextDatumGetCString(cq_spi_value(row, 2, &isnull));
+
+		for (int i = 0; i < nids; i++)
+			if (DatumGetInt64(idv[i]) == id)
+				queues[i] = queue;
+	}
+
+	/* The calls: one per queue, in order of first appearance. */
+	group = palloc(sizeof(int) * nids);
+	index = palloc(sizeof(int) * nids);
+	calls = palloc(sizeof(char *) * nids);
+	for (int i = 0; i < nids; i++)
+	{
+		group[i] = -1;
+		if (queues[i] == NULL)
+			continue;
+		for (int c = 0; c < ncalls; c++)
+			if (strcmp(calls[c], queues[i]) == 0)
+				group[i] = c;
+		if (group[i] < 0)
+		{
+			calls[ncalls] = queues[i];
+			group[i] = ncalls++;
+		}
+	}
+	if (ncalls > 0)
+		for (int i = 0; i < nids; i++)
+			if (group[i] < 0)
+				group[i] = 0;
+
+	rows = palloc0(sizeof(HeapTuple *) * Max(ncalls, 1));
+	for (int c = 0; c < ncalls; c++)
+	{
+		int		   *subset = palloc(sizeof(int) * nids);
+		int			nsubset = 0;
+
+		for (int i = 0; i < nids; i++)
+			if (group[i] == c)
+			{
+				index[i] = nsubset;
+				subset[nsubset++] = i;
+			}
+		cq_fan_out_call(fcinfo, argtypes, queue_argno, calls[c], subset,
+						nsubset, nids);
+		if (!retset)
+			scalar = cq_spi_value(0, 1, &isnull);
+		else
+		{
+			rows[c] = palloc(sizeof(HeapTuple) * nsubset);
+			for (int k = 0; k < nsubset; k++)
+				rows[c][k] = SPI_copytuple(SPI_tuptable->vals[k]);
+		}
+	}
+	SPI_finish();
+
+	if (!retset)
+		PG_RETURN_DATUM(scalar);
+	for (int i = 0; i < nids; i++)
+	{
+		if (ncalls > 0)
+			tuplestore_puttuple(rsinfo->setResult, rows[group[i]][index[i]]);
+		else
+		{
+			TupleDesc	desc = rsinfo->setDesc;
+			Datum	   *cols = palloc0(sizeof(Datum) * desc->natts);
+			bool	   *nulls = palloc(sizeof(bool) * desc->natts);
+
+			for (int a = 0; a < desc->natts; a++)
+			{
+				const char *name = NameStr(TupleDescAttr(desc, a)->attname);
+
+				nulls[a] = true;
+				if (strcmp(name, "job_id") == 0)
+				{
+					cols[a] = idv[i];
+					nulls[a] = false;
+				}
+				else if (strcmp(name, "outcome") == 0)
+				{
+					cols[a] = CStringGetTextDatum("missing");
+					nulls[a] = false;
+				}
+			}
+			tuplestore_putvalues(rsinfo->setResult, desc, cols, nulls);
+		}
+	}
+	return (Datum) 0;
 }
 
 /*

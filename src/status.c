@@ -98,6 +98,8 @@ claimq_status(PG_FUNCTION_ARGS)
 	ArrayType  *ids = cq_job_ids_arg(fcinfo, 0);
 	CqInQueue	in_queue;
 
+	if (cq_fan_out_wanted(fcinfo, 1))
+		return cq_fan_out(fcinfo, 1);
 	cq_in_queue_begin(&in_queue, fcinfo, 1);
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();

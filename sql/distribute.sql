@@ -32,7 +32,8 @@ COMMENT ON FUNCTION claimq.no_queue() IS
  * worker before any table is distributed (Citus does not carry the DDL
  * of an extension's tables to the workers; each has the extension as its
  * install script made it).  Each queue-keyed table gets the queue's name,
- * the column Citus distributes it by, and keys that include it; the keys
+ * the column Citus distributes it by, and keys that include it after the
+ * columns claimq's statements look rows up by (a job by its id); the keys
  * between tables go (Citus keeps none across colocated shards by this
  * layout's columns).  A node's queue ids carry its Citus group in bits 24
  * to 30, so that queues created on two workers never share an id, also
@@ -63,11 +64,11 @@ BEGIN
 	ALTER TABLE claimq.job_group DROP CONSTRAINT job_group_queue_fkey;
 	ALTER TABLE claimq.queue
 		DROP CONSTRAINT queue_pkey,
-		ADD CONSTRAINT queue_pkey PRIMARY KEY (name, queue_id);
+		ADD CONSTRAINT queue_pkey PRIMARY KEY (queue_id, name);
 	ALTER TABLE claimq.job
 		ADD COLUMN queue text NOT NULL,
 		DROP CONSTRAINT job_pkey,
-		ADD CONSTRAINT job_pkey PRIMARY KEY (queue, job_id);
+		ADD CONSTRAINT job_pkey PRIMARY KEY (job_id, queue);
 	DROP INDEX claimq.job_dedup_idx;
 	CREATE UNIQUE INDEX job_dedup_idx ON claimq.job (queue_id, dedup_key, queue)
 		WHERE dedup_key IS NOT NULL

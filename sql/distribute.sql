@@ -48,6 +48,8 @@ AS $$
 DECLARE
 	node integer := (SELECT g.groupid FROM pg_catalog.pg_dist_local_group g);
 	first_id integer;
+	view regclass;
+	def text;
 BEGIN
 	IF EXISTS (SELECT FROM pg_catalog.pg_attribute a
 				WHERE a.attrelid OPERATOR(pg_catalog.=) 'claimq.job'::pg_catalog.regclass
@@ -91,6 +93,21 @@ BEGIN
 	ALTER TABLE claimq.job_group ALTER COLUMN queue SET DEFAULT claimq.routed_queue();
 	ALTER TABLE claimq.job_after ALTER COLUMN queue SET DEFAULT claimq.routed_queue();
 	ALTER TABLE claimq.schedule ALTER COLUMN queue SET DEFAULT claimq.routed_queue();
+	-- The views that join a queue to its jobs or schedules join them by
+	-- the queue's name too, which Citus needs to join shard by shard.
+	FOR view IN SELECT v::pg_catalog.regclass
+				  FROM pg_catalog.unnest(ARRAY['claimq.jobs', 'claimq.group_stats',
+											   'claimq.schedules']) v LOOP
+		def := pg_catalog.pg_get_viewdef(view);
+		def := pg_catalog.replace(def, '(q.queue_id = j.queue_id)',
+								  '((q.queue_id = j.queue_id) AND (q.name = j.queue))');
+		def := pg_catalog.replace(def, '(q.queue_id = s.queue_id)',
+								  '((q.queue_id = s.queue_id) AND (q.name = s.queue))');
+		IF def NOT LIKE '%q.name = _.queue%' THEN
+			RAISE EXCEPTION 'view % has no join of a queue that distribute() knows', view;
+		END IF;
+		EXECUTE pg_catalog.format('CREATE OR REPLACE VIEW %s AS %s', view, def);
+	END LOOP;
 	-- A new lifetime's epoch, congruent to the node's group (node_epoch):
 	-- every backend forgets the epoch it kept (src/token.c).
 	TRUNCATE claimq.lifetime;
@@ -139,6 +156,7 @@ SELECT f::pg_catalog.regprocedure FROM pg_catalog.unnest(ARRAY[
 	'claimq.cancel(bigint[], text)',
 	'claimq.status(bigint[], text)',
 	'claimq.wait_for(bigint[], interval, text)',
+	'claimq.check_in_queue(text, bigint[])',
 	'claimq.reclaim(text, integer)']) f
 $$;
 

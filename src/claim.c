@@ -235,6 +235,8 @@ claimq_claim(PG_FUNCTION_ARGS)
 	cq_arg_not_null(fcinfo, 5, "wait");
 	wait = cq_lease_arg(fcinfo, 5, "wait", true);
 	deadline = cq_time_plus(GetCurrentTimestamp(), wait);
+	if (cq_forward_wanted(queue_name))
+		return cq_forward(fcinfo);
 
 	InitMaterializedSRF(fcinfo, 0);
 	can_wait = deadline > GetCurrentTimestamp();

@@ -625,20 +625,7 @@ cq_in_queue_begin(CqInQueue *check, FunctionCallInfo fcinfo, int argno)
 	check->confirmed = false;
 	check->looked_up = false;
 	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
-	{
-		/*
-		 * On a distributed install a call runs where its queue is: the
-		 * settles, cancel and status fan out without it (shard.c), and
-		 * wait_for and dependencies need it.
-		 */
-		if (cq_distributed())
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("claimq.%s() on a distributed install needs its queue argument",
-							get_func_name(fcinfo->flinfo->fn_oid)),
-					 errhint("Give the jobs' queue as the argument \"queue\".")));
 		return;
-	}
 	check->name = cq_queue_name_arg(fcinfo, argno);
 	cq_route_to(check->name);
 	if (strcmp(check->name, cq_in_queue_noted_name) == 0)
@@ -735,6 +722,8 @@ claimq_check_in_queue(PG_FUNCTION_ARGS)
 	CqInQueue	check;
 	ArrayType  *ids = cq_job_ids_arg(fcinfo, 1);
 
+	if (cq_forward_wanted_arg(fcinfo, 0))
+		return cq_forward(fcinfo);
 	cq_in_queue_begin(&check, fcinfo, 0);
 	if (check.name == NULL)
 		PG_RETURN_VOID();

@@ -406,6 +406,8 @@ claimq_enqueue(PG_FUNCTION_ARGS)
 	cq_arg_not_null(fcinfo, 1, "payload");
 	if (!group_key_null)
 		cq_check_group_key(PG_GETARG_DATUM(7), "group_key");
+	if (cq_forward_wanted(args.queue_name))
+		return cq_forward(fcinfo);
 
 	cq_lock_producers(args.queue_name, false);
 	SPI_connect();
@@ -498,6 +500,8 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 			if (!elemnulls[i])
 				cq_check_group_key(elems[i], "each of group_keys");
 	}
+	if (cq_forward_wanted(args.queue_name))
+		return cq_forward(fcinfo);
 
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 

@@ -185,6 +185,8 @@ claimq_reclaim(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("claimq.reclaim() on a distributed install needs its queue"),
 				 errhint("Each worker's reclaimer, or claimq.maintain() on the worker, reclaims every queue whose shards it holds.")));
+	if (queue_name != NULL && cq_forward_wanted(queue_name))
+		return cq_forward(fcinfo);
 
 	InitMaterializedSRF(fcinfo, 0);
 

@@ -771,6 +771,8 @@ cq_settle_many(FunctionCallInfo fcinfo, CqSettleOp *op)
 		cq_complete_results(fcinfo, 2, n, false, extra, extranulls);
 	if (cq_fan_out_wanted(fcinfo, CQ_SETTLE_QUEUE_ARGNO(op)))
 		return cq_fan_out(fcinfo, CQ_SETTLE_QUEUE_ARGNO(op));
+	if (cq_forward_wanted_arg(fcinfo, CQ_SETTLE_QUEUE_ARGNO(op)))
+		return cq_forward(fcinfo);
 	cq_in_queue_begin(&in_queue, fcinfo, CQ_SETTLE_QUEUE_ARGNO(op));
 
 	InitMaterializedSRF(fcinfo, 0);
@@ -805,6 +807,8 @@ cq_settle_one(FunctionCallInfo fcinfo, CqSettleOp *op)
 		cq_complete_results(fcinfo, 2, 1, true, extra, extranulls);
 	if (cq_fan_out_wanted(fcinfo, CQ_SETTLE_QUEUE_ARGNO(op)))
 		return cq_fan_out(fcinfo, CQ_SETTLE_QUEUE_ARGNO(op));
+	if (cq_forward_wanted_arg(fcinfo, CQ_SETTLE_QUEUE_ARGNO(op)))
+		return cq_forward(fcinfo);
 	cq_in_queue_begin(&in_queue, fcinfo, CQ_SETTLE_QUEUE_ARGNO(op));
 	id = PG_GETARG_DATUM(0);
 	token = PG_GETARG_DATUM(1);

@@ -259,8 +259,8 @@ cq_route_end(void)
  * Find the route's shards, lock their metadata and insist that they are
  * placed here.
  */
-static void
-cq_route_resolve(void)
+static bool
+cq_route_resolve(bool must_be_here)
 {
 	static SPIPlanPtr find_plan = NULL;
 	static SPIPlanPtr lock_plan = NULL;
@@ -322,6 +322,8 @@ cq_route_resolve(void)
 					 "                      FROM pg_catalog.pg_dist_local_group g)",
 					 1, argtypes);
 	cq_execute_latest(placed_plan, values, NULL, SPI_OK_SELECT);
+	if (!DatumGetBool(cq_spi_value(0, 1, &isnull)) && !must_be_here)
+		return false;
 	if (!DatumGetBool(cq_spi_value(0, 1, &isnull)))
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -329,9 +331,10 @@ cq_route_resolve(void)
 				 errmsg("queue \"%s\" is not on this node", cq_route_name) :
 				 errmsg("shard " INT64_FORMAT " of claimq.queue is not on this node",
 						cq_route_shards[0]),
-				 errdetail("Its shards moved, or Citus did not delegate the call to the node that holds them."),
-				 errhint("Call claimq's functions at the top level of a statement on the coordinator, and retry.")));
+				 errdetail("Its shards moved to another node during the call."),
+				 errhint("Retry the transaction.")));
 	cq_route_resolved = true;
+	return true;
 }
 
 /*
@@ -403,7 +406,7 @@ cq_route_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 	bool		found;
 
 	if (cq_routed() && !cq_route_resolved)
-		cq_route_resolve();
+		(void) cq_route_resolve(true);
 	if (cq_shard_plans == NULL)
 	{
 		HASHCTL		ctl;
@@ -435,6 +438,45 @@ cq_route_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 	return entry->plan;
 }
 
+/* Calls forwarded by this backend and not yet returned (cq_forward). */
+static int	cq_forwarding = 0;
+
+/*
+ * Whether a call that names queue `name` is to be forwarded (cq_forward):
+ * on a distributed install, when the queue's shards are not on this node
+ * (the coordinator, or a worker called directly, or a call that Citus did
+ * not delegate: in an expression, say).  On the node that holds them, the
+ * route is resolved and stays for the call.  A call forwarded once that
+ * still finds the shards elsewhere (they moved, or Citus did not delegate
+ * the forwarded call) fails with 40001.
+ */
+bool
+cq_forward_wanted(const char *name)
+{
+	bool		here;
+
+	if (!cq_distributed())
+		return false;
+	cq_route_to(name);
+	if (cq_route_resolved)
+		return false;
+	SPI_connect();
+	here = cq_route_resolve(cq_forwarding > 0);
+	SPI_finish();
+	if (!here)
+		cq_route_end();
+	return !here;
+}
+
+/* cq_forward_wanted for the queue named by argument argno, if given. */
+bool
+cq_forward_wanted_arg(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return false;
+	return cq_forward_wanted(cq_queue_name_arg(fcinfo, argno));
+}
+
 /*
  * Whether a settle or job call given no queue (argument queue_argno) is to
  * be fanned out: on a distributed install.
@@ -461,7 +503,7 @@ cq_append_arg(StringInfo sql, FunctionCallInfo fcinfo, int argno, Oid type,
 		appendStringInfo(sql, "NULL::%s", format_type_be_qualified(type));
 		return;
 	}
-	if (OidIsValid(elemtype))
+	if (OidIsValid(elemtype) && subset != NULL)
 	{
 		ArrayType  *array = DatumGetArrayTypeP(value);
 		int16		elemlen;
@@ -529,11 +571,64 @@ cq_fan_out_call(FunctionCallInfo fcinfo, Oid *argtypes, int queue_argno,
 						  nsubset, nids);
 	}
 	appendStringInfoChar(&sql, ')');
-	if (SPI_execute(sql.data, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute failed: %s", sql.data);
-	if (SPI_processed != (uint64) nsubset)
-		elog(ERROR, "claimq.%s() returned " UINT64_FORMAT " rows for %d jobs",
-			 get_func_name(fn), SPI_processed, nsubset);
+	cq_forwarding++;
+	PG_TRY();
+	{
+		if (SPI_execute(sql.data, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "SPI_execute failed: %s", sql.data);
+	}
+	PG_FINALLY();
+	{
+		cq_forwarding--;
+	}
+	PG_END_TRY();
+}
+
+/*
+ * A call that names a queue whose shards are on another node
+ * (cq_forward_wanted): the same call again, every argument a constant, as
+ * a statement that Citus delegates to that node, and its result.  One hop
+ * more than a call that Citus delegated itself.
+ */
+Datum
+cq_forward(FunctionCallInfo fcinfo)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	bool		retset = rsinfo != NULL && IsA(rsinfo, ReturnSetInfo);
+	Oid		   *argtypes;
+	int			nargs;
+	Oid			rettype;
+	int16		typlen;
+	bool		typbyval;
+	Datum		result = (Datum) 0;
+	bool		isnull = false;
+
+	rettype = get_func_signature(fcinfo->flinfo->fn_oid, &argtypes, &nargs);
+	if (retset)
+		InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+	SPI_connect();
+	cq_fan_out_call(fcinfo, argtypes, -1, NULL, NULL, 0, -1);
+	if (retset)
+	{
+		for (uint64 row = 0; row < SPI_processed; row++)
+			tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[row]);
+	}
+	else
+	{
+		if (SPI_processed != 1)
+			elog(ERROR, "a forwarded call returned " UINT64_FORMAT " rows",
+				 SPI_processed);
+		get_typlenbyval(rettype, &typlen, &typbyval);
+		result = cq_spi_value(0, 1, &isnull);
+		if (!isnull)
+			result = SPI_datumTransfer(result, typbyval, typlen);
+	}
+	SPI_finish();
+	if (retset)
+		return (Datum) 0;
+	if (isnull)
+		PG_RETURN_NULL();
+	return result;
 }
 
 /*
@@ -644,6 +739,9 @@ cq_fan_out(FunctionCallInfo fcinfo, int queue_argno)
 			}
 		cq_fan_out_call(fcinfo, argtypes, queue_argno, calls[c], subset,
 						nsubset, nids);
+		if (SPI_processed != (uint64) nsubset)
+			elog(ERROR, "claimq.%s() returned " UINT64_FORMAT " rows for %d jobs",
+				 get_func_name(fn), SPI_processed, nsubset);
 		if (!retset)
 			scalar = cq_spi_value(0, 1, &isnull);
 		else

@@ -100,6 +100,8 @@ claimq_status(PG_FUNCTION_ARGS)
 
 	if (cq_fan_out_wanted(fcinfo, 1))
 		return cq_fan_out(fcinfo, 1);
+	if (cq_forward_wanted_arg(fcinfo, 1))
+		return cq_forward(fcinfo);
 	cq_in_queue_begin(&in_queue, fcinfo, 1);
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
@@ -127,6 +129,18 @@ claimq_wait_for(PG_FUNCTION_ARGS)
 	cq_arg_not_null(fcinfo, 1, "timeout");
 	deadline = cq_time_plus(GetCurrentTimestamp(),
 							cq_lease_arg(fcinfo, 1, "timeout", true));
+
+	/*
+	 * On a distributed install a wait runs where its queue is: it must be
+	 * named.
+	 */
+	if ((PG_NARGS() <= 2 || PG_ARGISNULL(2)) && cq_distributed())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("claimq.wait_for() on a distributed install needs its queue argument"),
+				 errhint("Give the jobs' queue as the argument \"queue\".")));
+	if (cq_forward_wanted_arg(fcinfo, 2))
+		return cq_forward(fcinfo);
 	cq_in_queue_begin(&in_queue, fcinfo, 2);
 
 	InitMaterializedSRF(fcinfo, 0);

@@ -1,0 +1,99 @@
+-- claimq's API through the coordinator of a distributed install
+-- (test/citus/run, section 10): each call as a client sends it, a
+-- statement of its own, and the contract's outcomes and SQLSTATEs.
+-- pgTAP's functions run on the coordinator: every look at claimq's tables
+-- is a scalar subquery, never a FROM that Citus would push to a worker
+-- with the function.  The caller sets :qa and :qb, queues on the two
+-- workers.
+\set ON_ERROR_STOP 1
+\pset format unaligned
+\pset tuples_only on
+\pset footer off
+SET client_min_messages = warning;
+SELECT plan(30);
+
+-- Queues.
+SELECT lives_ok($$SELECT claimq.create_queue('ca_lease', lease => '1 minute')$$,
+	'create_queue through the coordinator');
+SELECT throws_ok($$SELECT claimq.create_queue('ca_lease')$$, '42710', NULL,
+	'create_queue of an existing queue: 42710');
+SELECT throws_ok($$SELECT claimq.create_queue('bad name')$$, '22023', NULL,
+	'create_queue with an invalid name: 22023');
+
+-- Enqueue and claim.
+SELECT claimq.enqueue(:'qa', '{"n": 1}') AS a1 \gset
+SELECT ok(claimq.node_of(:a1) = (SELECT groupid FROM pg_dist_placement
+	WHERE shardid = get_shard_id_for_distribution_column('claimq.queue', :'qa')),
+	'a job id carries the group of the worker that holds its queue');
+SELECT claimq.enqueue(:'qa', '{"n": 1}', dedup_key => 'k1') AS d1 \gset
+SELECT is(claimq.enqueue(:'qa', '{"n": 2}', dedup_key => 'k1'), :d1::bigint,
+	'a live dedup key returns the job that holds it');
+SELECT throws_ok($$SELECT claimq.enqueue('ca_none', '{}')$$, '42704', NULL,
+	'enqueue into a queue that does not exist: 42704');
+SELECT throws_ok($$SELECT claimq.claim('ca_none')$$, '42704', NULL,
+	'claim from a queue that does not exist: 42704');
+SELECT throws_ok($$SELECT claimq.claim(NULL)$$, '22004', NULL,
+	'claim(NULL): 22004, not delegated');
+SELECT throws_ok(format($$SELECT claimq.claim(%L, 0)$$, :'qa'), '22023', NULL,
+	'claim of 0 jobs: 22023');
+
+SELECT job_id AS c1, token AS t1 FROM claimq.claim(:'qa', 1, lease => '1 minute') \gset
+SELECT ok(:t1::bigint >> 48 = (SELECT max(epoch) FROM claimq.epoch) OR
+	(:t1::bigint >> 48) % 128 = claimq.node_of(:c1) % 128,
+	'a token carries an epoch of its worker''s group modulo 128');
+
+-- The settles, given the queue.
+SELECT is((SELECT outcome FROM claimq.extend(ARRAY[:c1]::bigint[], ARRAY[:t1]::bigint[], '2 minutes', queue => :'qa')),
+	'ok', 'extend with the queue: ok');
+SELECT is(claimq.start(:c1, :t1, queue => :'qa'), true, 'start (scalar) with the queue');
+SELECT is((SELECT outcome FROM claimq.complete(ARRAY[:c1]::bigint[], ARRAY[:t1 + 1]::bigint[], queue => :'qa')),
+	'stale', 'complete with another token: stale');
+SELECT is((SELECT outcome FROM claimq.fail(ARRAY[:c1]::bigint[], ARRAY[:t1]::bigint[], 'boom', queue => :'qa')),
+	'ok', 'fail with the queue: ok (retried)');
+SELECT is((SELECT state FROM claimq.status(ARRAY[:c1]::bigint[], queue => :'qa')),
+	'pending', 'status with the queue: the failed job is pending again');
+SELECT throws_ok(format($$SELECT * FROM claimq.complete(ARRAY[1]::bigint[], ARRAY[1, 2]::bigint[], queue => %L)$$, :'qa'),
+	'22023', NULL, 'job_ids and tokens of different lengths: 22023');
+SELECT throws_ok($$SELECT * FROM claimq.complete(ARRAY[1]::bigint[], ARRAY[1]::bigint[], queue => 'ca_none')$$,
+	'42704', NULL, 'a settle naming a queue that does not exist: 42704');
+
+-- Two jobs in each worker's queue, settled in one call without the queue.
+SELECT claimq.enqueue(:'qb', '{"n": 3}') \gset
+SELECT job_id AS a2, token AS ta2 FROM claimq.claim(:'qa', 1) \gset
+SELECT job_id AS b2, token AS tb2 FROM claimq.claim(:'qb', 1) \gset
+SELECT is((SELECT array_agg(outcome ORDER BY n) FROM claimq.release(
+		ARRAY[:b2, 9, :a2]::bigint[], ARRAY[:tb2, 9, :ta2]::bigint[]) WITH ORDINALITY AS r(job_id, outcome, n)),
+	'{ok,missing,ok}', 'release without the queue, over both workers: each outcome in the order given');
+SELECT is((SELECT array_agg(state ORDER BY n) FROM claimq.status(ARRAY[:a2, :b2]::bigint[])
+		WITH ORDINALITY AS r(job_id, queue, state, attempts, run_at, finished_at, last_error, result, n)),
+	'{pending,pending}', 'status without the queue: both released jobs are pending');
+SELECT job_id AS a3, token AS ta3 FROM claimq.claim(:'qa', 1) \gset
+SELECT is(claimq.snooze(:a3, :ta3, '1 hour'), true, 'snooze (scalar) without the queue');
+SELECT is((SELECT state FROM claimq.status(ARRAY[:a3]::bigint[], queue => :'qa')),
+	'pending', 'the snoozed job is pending');
+SELECT ok((SELECT run_at FROM claimq.status(ARRAY[:a3]::bigint[], queue => :'qa')) > now() + '50 minutes',
+	'and due in an hour');
+SELECT is((SELECT array_agg(outcome) FROM claimq.cancel(ARRAY[:a3]::bigint[], queue => :'qa')),
+	'{ok}', 'cancel with the queue');
+SELECT is((SELECT array_agg(outcome) FROM claimq.cancel(ARRAY[:a3]::bigint[])),
+	'{finished}', 'cancel again, without the queue: finished');
+
+-- A job named with another worker's queue is not on that worker: missing
+-- there, and nothing changes.
+SELECT job_id AS b3, token AS tb3 FROM claimq.claim(:'qb', 1) \gset
+SELECT is((SELECT outcome FROM claimq.complete(ARRAY[:b3]::bigint[], ARRAY[:tb3]::bigint[], queue => :'qa')),
+	'missing', 'complete naming the other worker''s queue: missing');
+SELECT is((SELECT state FROM claimq.status(ARRAY[:b3]::bigint[], queue => :'qb')),
+	'claimed', 'and the job is still claimed');
+SELECT is(claimq.complete(:b3, :tb3, queue => :'qb'), true, 'complete (scalar) with its own queue');
+
+-- wait_for and the views.
+SELECT claimq.enqueue(:'qb', '{"n": 4}') AS b_last \gset
+SELECT is((SELECT state FROM claimq.wait_for(ARRAY[:b_last]::bigint[], '10 milliseconds', queue => :'qb')),
+	'pending', 'wait_for with the queue returns the state at its timeout');
+SELECT throws_ok($$SELECT * FROM claimq.wait_for(ARRAY[1]::bigint[], '1 second')$$, '0A000', NULL,
+	'wait_for without the queue: 0A000');
+SELECT is((SELECT count(*) FROM claimq.jobs WHERE job_id = :b_last), 1::bigint,
+	'the jobs view finds a job through the coordinator');
+
+SELECT * FROM finish();

@@ -233,6 +233,13 @@ BEGIN
 													   colocate_with => 'claimq.queue',
 													   force_delegation => true);
 	END LOOP;
+	-- The key claims' calls, by their scope.
+	PERFORM pg_catalog.create_distributed_function('claimq.claim_keys(text, text[], interval)',
+												   'scope', colocate_with => 'claimq.key_claim',
+												   force_delegation => true);
+	PERFORM pg_catalog.create_distributed_function('claimq.release_keys(text, text[], bigint[])',
+												   'scope', colocate_with => 'claimq.key_claim',
+												   force_delegation => true);
 END
 $$;
 

@@ -663,13 +663,15 @@ extern bool cq_distributed(void);
 extern bool cq_fan_out_wanted(FunctionCallInfo fcinfo, int queue_argno);
 extern bool cq_forward_wanted(const char *name);
 extern bool cq_forward_wanted_arg(FunctionCallInfo fcinfo, int argno);
+extern bool cq_forward_wanted_scope(const char *scope);
 extern Datum cq_forward(FunctionCallInfo fcinfo);
 extern Datum cq_fan_out(FunctionCallInfo fcinfo, int queue_argno);
 extern int32 cq_local_group(void);
 extern void cq_route_to(const char *name);
 extern bool cq_routed(void);
-extern List *cq_local_shards(void);
-extern void cq_route_to_shard(int64 shard);
+extern void cq_route_to_scope(const char *scope);
+extern List *cq_local_shards(bool keys);
+extern void cq_route_to_shard(int64 shard, bool keys);
 extern void cq_route_end(void);
 extern SPIPlanPtr cq_route_plan(SPIPlanPtr *cache, const char *sql, int nargs,
 								Oid *argtypes);

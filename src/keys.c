@@ -85,13 +85,16 @@ claimq_claim_keys(PG_FUNCTION_ARGS)
 	bool		isnull;
 	int64		epoch;
 	HTAB	   *won;
+	char	   *scope;
 
 	cq_require_primary(fcinfo);
-	(void) cq_scope_arg(fcinfo);
+	scope = cq_scope_arg(fcinfo);
 	keys = cq_array_arg(fcinfo, 1, "keys", false);
 	cq_arg_not_null(fcinfo, 2, "ttl");
 	ttl = cq_delay_arg(fcinfo, 2, "ttl", false);
 	nkeys = ArrayGetNItems(ARR_NDIM(keys), ARR_DIMS(keys));
+	if (cq_forward_wanted_scope(scope))
+		return cq_forward(fcinfo);
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (nkeys == 0)
@@ -188,9 +191,10 @@ claimq_release_keys(PG_FUNCTION_ARGS)
 	HTAB	   *released;
 	HTAB	   *held = NULL;
 	bool		all_released = true;
+	char	   *scope;
 
 	cq_require_primary(fcinfo);
-	(void) cq_scope_arg(fcinfo);
+	scope = cq_scope_arg(fcinfo);
 	keys = cq_array_arg(fcinfo, 1, "keys", false);
 	tokens = cq_array_arg(fcinfo, 2, "tokens", false);
 	deconstruct_array(keys, TEXTOID, -1, false, TYPALIGN_INT,
@@ -201,6 +205,8 @@ claimq_release_keys(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("keys and tokens must have the same number of elements")));
+	if (cq_forward_wanted_scope(scope))
+		return cq_forward(fcinfo);
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (nkeys == 0)

@@ -515,12 +515,22 @@ cq_extension_owner(void)
  */
 typedef int64 (*CqStepFn) (bool *more);
 
+/*
+ * Where a step runs on a distributed install (shard.c): once per shard of
+ * the queues, or of the key claims, placed on this node, or not yet.
+ */
+typedef enum CqStepShards
+{
+	CQ_STEP_QUEUE_SHARDS,
+	CQ_STEP_KEY_SHARDS,
+	CQ_STEP_NOT_DISTRIBUTED
+} CqStepShards;
+
 typedef struct CqStep
 {
 	const char *activity;		/* what pg_stat_activity shows meanwhile */
 	CqStepFn	run;
-	bool		sharded;		/* run on a distributed install, once per
-								 * shard placed here (shard.c) */
+	CqStepShards shards;		/* on a distributed install */
 } CqStep;
 
 static int64
@@ -576,17 +586,17 @@ cq_step_census(bool *more)
 
 /* The first step's count is the pass's: the claims it reclaimed. */
 /*
- * On a distributed install a node's pass reclaims and prunes the queues
- * whose shards it holds, a shard at a time; the other steps do not run
- * there yet (README, "Beyond one server").
+ * On a distributed install a node's pass reclaims and prunes the queues,
+ * and sweeps the key claims, whose shards it holds, a shard at a time; the
+ * other steps do not run there yet (docs/distributed.md).
  */
 static const CqStep cq_steps[] = {
-	{"claimq: reclaiming expired claims", cq_step_reclaim, true},
-	{"claimq: firing schedules", cq_step_fire, false},
-	{"claimq: pruning finished jobs", cq_step_prune, true},
-	{"claimq: sweeping expired key claims", cq_step_sweep, false},
-	{"claimq: keeping flow control", cq_step_flow, false},
-	{"claimq: counting jobs per queue and state", cq_step_census, false},
+	{"claimq: reclaiming expired claims", cq_step_reclaim, CQ_STEP_QUEUE_SHARDS},
+	{"claimq: firing schedules", cq_step_fire, CQ_STEP_NOT_DISTRIBUTED},
+	{"claimq: pruning finished jobs", cq_step_prune, CQ_STEP_QUEUE_SHARDS},
+	{"claimq: sweeping expired key claims", cq_step_sweep, CQ_STEP_KEY_SHARDS},
+	{"claimq: keeping flow control", cq_step_flow, CQ_STEP_NOT_DISTRIBUTED},
+	{"claimq: counting jobs per queue and state", cq_step_census, CQ_STEP_NOT_DISTRIBUTED},
 };
 
 /*
@@ -602,14 +612,15 @@ cq_step_run(const CqStep *step, bool *more)
 
 	if (!cq_distributed())
 		return step->run(more);
-	if (!step->sharded)
+	if (step->shards == CQ_STEP_NOT_DISTRIBUTED)
 		return 0;
-	shards = cq_local_shards();
+	shards = cq_local_shards(step->shards == CQ_STEP_KEY_SHARDS);
 	foreach(lc, shards)
 	{
 		bool		shard_more = false;
 
-		cq_route_to_shard(*(int64 *) lfirst(lc));
+		cq_route_to_shard(*(int64 *) lfirst(lc),
+						  step->shards == CQ_STEP_KEY_SHARDS);
 		result += step->run(&shard_more);
 		*more = *more || shard_more;
 	}
@@ -933,15 +944,21 @@ claimq_maintain(PG_FUNCTION_ARGS)
 	else
 	{
 		/* As the reclaimer's pass there: the shards placed on this node. */
-		List	   *shards = cq_local_shards();
+		List	   *shards = cq_local_shards(false);
 		ListCell   *lc;
 
 		memset(counts, 0, sizeof(counts));
 		foreach(lc, shards)
 		{
-			cq_route_to_shard(*(int64 *) lfirst(lc));
+			cq_route_to_shard(*(int64 *) lfirst(lc), false);
 			counts[0] += cq_reclaim_expired(0, CQ_MAINTAIN_BATCH, NULL, NULL);
 			counts[2] += cq_prune_finished(CQ_MAINTAIN_BATCH);
+		}
+		shards = cq_local_shards(true);
+		foreach(lc, shards)
+		{
+			cq_route_to_shard(*(int64 *) lfirst(lc), true);
+			counts[3] += cq_sweep_keys(CQ_MAINTAIN_BATCH);
 		}
 		cq_route_end();
 	}

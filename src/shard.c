@@ -65,13 +65,15 @@
 #include "claimq.h"
 
 /*
- * claimq's tables that distribute() distributes by queue, in one
- * colocation group: their names in statements are replaced by the
- * route's shards.
+ * claimq's tables that distribute() distributes, in two colocation groups:
+ * by queue, and the key claims by scope.  A route's statements have the
+ * names of its group's tables replaced by its shards.  The first table of
+ * each is the one whose shards stand for the group's.
  */
 static const char *const cq_queue_tables[] = {
 	"queue", "job", "job_after", "job_group", "schedule"
 };
+static const char *const cq_key_tables[] = {"key_claim"};
 
 #define CQ_QUEUE_TABLES ((int) lengthof(cq_queue_tables))
 
@@ -84,6 +86,8 @@ static Oid	cq_layout_relid = InvalidOid;
  * route is a shard's: the reclaimer's), and once resolved, its shards.
  */
 static bool cq_route_active = false;
+static const char *const *cq_route_tables = cq_queue_tables;
+static int	cq_route_ntables = CQ_QUEUE_TABLES;
 static char cq_route_name[CQ_QUEUE_NAME_MAX + 1];
 static int32 cq_route_hash;
 static bool cq_route_resolved = false;
@@ -170,8 +174,11 @@ cq_route_to(const char *name)
 	if (!cq_distributed())
 		return;
 	if (cq_route_active && cq_route_resolved &&
+		cq_route_tables == cq_queue_tables &&
 		strcmp(cq_route_name, name) == 0)
 		return;
+	cq_route_tables = cq_queue_tables;
+	cq_route_ntables = CQ_QUEUE_TABLES;
 	strlcpy(cq_route_name, name, sizeof(cq_route_name));
 	cq_route_hash = DatumGetInt32(DirectFunctionCall1Coll(hashtext,
 														  DEFAULT_COLLATION_OID,
@@ -181,25 +188,49 @@ cq_route_to(const char *name)
 }
 
 /*
- * The queue-table shards placed on this node, a List of their ids (int8
- * Datums), for the reclaimer.  The caller has connected SPI.
+ * Route the statements that follow to the key claims' shard of `scope`,
+ * as cq_route_to routes to a queue's.
+ */
+void
+cq_route_to_scope(const char *scope)
+{
+	if (!cq_distributed())
+		return;
+	cq_route_tables = cq_key_tables;
+	cq_route_ntables = lengthof(cq_key_tables);
+	cq_route_name[0] = '\0';
+	cq_route_hash = DatumGetInt32(DirectFunctionCall1Coll(hashtext,
+														  DEFAULT_COLLATION_OID,
+														  CStringGetTextDatum(scope)));
+	cq_route_active = true;
+	cq_route_resolved = false;
+}
+
+/*
+ * The shards placed on this node of claimq.queue (keys false) or of
+ * claimq.key_claim (keys true), a List of their ids (int8s), for the
+ * reclaimer.  The caller has connected SPI.
  */
 List *
-cq_local_shards(void)
+cq_local_shards(bool keys)
 {
 	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {REGCLASSOID};
+	Datum		values[1];
 	List	   *shards = NIL;
 	bool		isnull;
 
 	cq_plan_unrouted(&plan,
 					 "SELECT s.shardid FROM pg_catalog.pg_dist_shard s"
 					 "  JOIN pg_catalog.pg_dist_placement p ON p.shardid = s.shardid"
-					 " WHERE s.logicalrelid = 'claimq.queue'::pg_catalog.regclass"
+					 " WHERE s.logicalrelid = $1"
 					 "   AND p.groupid = (SELECT g.groupid"
 					 "                      FROM pg_catalog.pg_dist_local_group g)"
 					 " ORDER BY s.shardid",
-					 0, NULL);
-	cq_execute_latest(plan, NULL, NULL, SPI_OK_SELECT);
+					 1, argtypes);
+	values[0] = ObjectIdGetDatum(get_relname_relid(keys ? "key_claim" : "queue",
+												   get_namespace_oid("claimq", false)));
+	cq_execute_latest(plan, values, NULL, SPI_OK_SELECT);
 	for (uint64 row = 0; row < SPI_processed; row++)
 	{
 		int64	   *shard = palloc(sizeof(int64));
@@ -211,18 +242,20 @@ cq_local_shards(void)
 }
 
 /*
- * Route the statements that follow to the shards colocated with the
- * queue-table shard `shard` (of cq_local_shards), whatever queues they
- * hold.  The caller has connected SPI.
+ * Route the statements that follow to the shards colocated with the shard
+ * `shard` (of cq_local_shards(keys)), whatever queues or scopes they hold.
+ * The caller has connected SPI.
  */
 void
-cq_route_to_shard(int64 shard)
+cq_route_to_shard(int64 shard, bool keys)
 {
 	static SPIPlanPtr plan = NULL;
 	Oid			argtypes[1] = {INT8OID};
 	Datum		values[1];
 	bool		isnull;
 
+	cq_route_tables = keys ? cq_key_tables : cq_queue_tables;
+	cq_route_ntables = keys ? (int) lengthof(cq_key_tables) : CQ_QUEUE_TABLES;
 	cq_plan_unrouted(&plan,
 					 "SELECT s.shardminvalue::pg_catalog.int4"
 					 "  FROM pg_catalog.pg_dist_shard s WHERE s.shardid = $1",
@@ -274,8 +307,8 @@ cq_route_resolve(bool must_be_here)
 	bool		isnull;
 
 	hash = cq_route_hash;
-	for (int i = 0; i < CQ_QUEUE_TABLES; i++)
-		relids[i] = ObjectIdGetDatum(get_relname_relid(cq_queue_tables[i], nsp));
+	for (int i = 0; i < cq_route_ntables; i++)
+		relids[i] = ObjectIdGetDatum(get_relname_relid(cq_route_tables[i], nsp));
 
 	/* The shards of each table, in the order of cq_queue_tables. */
 	cq_plan_unrouted(&find_plan,
@@ -286,16 +319,16 @@ cq_route_resolve(bool must_be_here)
 					 " ORDER BY t.n",
 					 2, argtypes);
 	values[0] = Int32GetDatum(hash);
-	values[1] = PointerGetDatum(construct_array(relids, CQ_QUEUE_TABLES, OIDOID,
+	values[1] = PointerGetDatum(construct_array(relids, cq_route_ntables, OIDOID,
 												sizeof(Oid), true, TYPALIGN_INT));
 	cq_execute_latest(find_plan, values, NULL, SPI_OK_SELECT);
-	if (SPI_processed != CQ_QUEUE_TABLES)
+	if (SPI_processed != (uint64) cq_route_ntables)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("claimq's tables are not distributed alike"),
 				 errdetail("Found %d of the %d shards of hash value %d.",
-						   (int) SPI_processed, (int) CQ_QUEUE_TABLES, hash)));
-	for (int i = 0; i < CQ_QUEUE_TABLES; i++)
+						   (int) SPI_processed, cq_route_ntables, hash)));
+	for (int i = 0; i < cq_route_ntables; i++)
 	{
 		cq_route_shards[i] = DatumGetInt64(cq_spi_value(i, 1, &isnull));
 		shards[i] = Int64GetDatum(cq_route_shards[i]);
@@ -308,7 +341,7 @@ cq_route_resolve(bool must_be_here)
 	 * placement read from now on stays true until the transaction ends.
 	 */
 	argtypes[0] = INT8ARRAYOID;
-	values[0] = PointerGetDatum(construct_array(shards, CQ_QUEUE_TABLES, INT8OID,
+	values[0] = PointerGetDatum(construct_array(shards, cq_route_ntables, INT8OID,
 												sizeof(int64), true, TYPALIGN_DOUBLE));
 	cq_plan_unrouted(&lock_plan,
 					 "SELECT pg_catalog.lock_shard_metadata(5, $1)",
@@ -361,10 +394,10 @@ cq_route_sql(const char *sql)
 		while (*end == '_' || (*end >= 'a' && *end <= 'z'))
 			end++;
 		appendBinaryStringInfo(&out, p, end - p);
-		for (int i = 0; i < CQ_QUEUE_TABLES; i++)
+		for (int i = 0; i < cq_route_ntables; i++)
 		{
-			if ((ptrdiff_t) strlen(cq_queue_tables[i]) == end - name &&
-				strncmp(cq_queue_tables[i], name, end - name) == 0)
+			if ((ptrdiff_t) strlen(cq_route_tables[i]) == end - name &&
+				strncmp(cq_route_tables[i], name, end - name) == 0)
 			{
 				appendStringInfo(&out, "_" INT64_FORMAT, cq_route_shards[i]);
 				break;
@@ -460,6 +493,23 @@ cq_forward_wanted(const char *name)
 	cq_route_to(name);
 	if (cq_route_resolved)
 		return false;
+	SPI_connect();
+	here = cq_route_resolve(cq_forwarding > 0);
+	SPI_finish();
+	if (!here)
+		cq_route_end();
+	return !here;
+}
+
+/* cq_forward_wanted for the key claims' shard of `scope`. */
+bool
+cq_forward_wanted_scope(const char *scope)
+{
+	bool		here;
+
+	if (!cq_distributed())
+		return false;
+	cq_route_to_scope(scope);
 	SPI_connect();
 	here = cq_route_resolve(cq_forwarding > 0);
 	SPI_finish();
@@ -793,7 +843,7 @@ cq_fan_out(FunctionCallInfo fcinfo, int queue_argno)
  * default of a settle's queue) makes it hash a null pointer: the backend
  * crashes (Citus 13.2.2 and 14.0.1).  claimq's planner hook runs before
  * Citus's (claimq comes after citus in shared_preload_libraries): in a call
- * of one of claimq's functions whose queue is NULL (a constant, or a
+ * of one of claimq's functions whose queue (or scope) is NULL (a constant, or a
  * value bound to a parameter), it puts a call of claimq.no_queue() in its
  * place: NULL too, but volatile, so that neither the planner, which runs
  * before Citus looks, folds it into a constant nor Citus delegates the
@@ -871,7 +921,8 @@ cq_shield_null_queue(FuncExpr *call, ParamListInfo bound_params)
 		return;
 	nargs = get_func_arg_info(proc, &types, &names, &modes);
 	for (int i = 0; names != NULL && i < nargs; i++)
-		if (names[i] != NULL && strcmp(names[i], "queue") == 0 &&
+		if (names[i] != NULL &&
+			(strcmp(names[i], "queue") == 0 || strcmp(names[i], "scope") == 0) &&
 			(modes == NULL || modes[i] == PROARGMODE_IN))
 			queue_arg = i;
 	if (queue_arg >= 0)

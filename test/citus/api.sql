@@ -10,7 +10,7 @@
 \pset tuples_only on
 \pset footer off
 SET client_min_messages = warning;
-SELECT plan(30);
+SELECT plan(35);
 
 -- Queues.
 SELECT lives_ok($$SELECT claimq.create_queue('ca_lease', lease => '1 minute')$$,
@@ -95,5 +95,17 @@ SELECT throws_ok($$SELECT * FROM claimq.wait_for(ARRAY[1]::bigint[], '1 second')
 	'wait_for without the queue: 0A000');
 SELECT is((SELECT count(*) FROM claimq.jobs WHERE job_id = :b_last), 1::bigint,
 	'the jobs view finds a job through the coordinator');
+
+-- Dedup key claims, by scope on the worker that holds the scope's shard.
+SELECT token AS kt FROM claimq.claim_keys('ca_scope', ARRAY['k1'], '1 minute') \gset
+SELECT ok(:kt::bigint > 0, 'claim_keys through the coordinator wins a free key');
+SELECT is((SELECT count(*) FROM claimq.claim_keys('ca_scope', ARRAY['k1'], '1 minute')),
+	0::bigint, 'a held key is not won again');
+SELECT is((SELECT array_agg(outcome) FROM claimq.release_keys('ca_scope', ARRAY['k1'], ARRAY[:kt + 1]::bigint[])),
+	'{stale}', 'release_keys with another token: stale');
+SELECT is((SELECT array_agg(outcome) FROM claimq.release_keys('ca_scope', ARRAY['k1'], ARRAY[:kt]::bigint[])),
+	'{ok}', 'release_keys by the winner: ok');
+SELECT throws_ok($$SELECT * FROM claimq.claim_keys(NULL, ARRAY['k1'], '1 minute')$$, '22004', NULL,
+	'claim_keys with a NULL scope: 22004, not delegated');
 
 SELECT * FROM finish();

@@ -554,138 +554,22 @@ COMMENT ON FUNCTION claimq.flow_slots() IS
 REVOKE ALL ON FUNCTION claimq.flow_row_paths(integer[]), claimq.flow_slots() FROM PUBLIC;
 
 /*
- * Replaced, its grants kept; in the C edition only (the portable edition
- * leaves flow control out of its metrics()).
+ * metrics(), replaced with its grants kept, and the stats it reads
+ * (sql/metrics.sql: in the C edition they show flow control, and a
+ * distributed install's nodes).
  */
--- @c
 ALTER FUNCTION claimq.metrics() RENAME TO metrics_0_7;
+DROP FUNCTION claimq.scrape_stats();
 
-CREATE FUNCTION claimq.metrics()
-RETURNS text
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	-- Each source is read once; the counts come from the census.
-	stats jsonb := (SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(s) ORDER BY s.queue), '[]')
-					  FROM claimq.scrape_stats() s);
-	counts jsonb := (SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(c) ORDER BY c.queue), '[]')
-					   FROM claimq.counters() c WHERE c.queue IS NOT NULL);
-	lats jsonb := (SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(l) ORDER BY l.queue), '[]')
-					 FROM claimq.queue_latency() l);
-	paths jsonb := (SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object('queue', q.name, 'row_path', p.row_path::integer)
-															 ORDER BY q.name), '[]')
-					  FROM claimq.flow_row_paths(ARRAY(SELECT t.queue_id FROM claimq.queue t
-														WHERE t.max_in_flight OPERATOR(pg_catalog.>) 0
-														   OR t.rate_limit OPERATOR(pg_catalog.>) 0)) p
-					  JOIN claimq.queue q ON q.queue_id OPERATOR(pg_catalog.=) p.queue_id);
-	slots record;
-	family constant text := E'# HELP %1$s %2$s\n# TYPE %1$s %3$s\n';
-	out text;
-	f record;
-BEGIN
-	-- Families with HELP and TYPE, then their samples, one per line; label
-	-- values are queue names, which contain nothing that needs escaping.
-	out := pg_catalog.format(family, 'claimq_jobs',
-							 'Jobs per queue and state (expired: claimed or running jobs past their lease).',
-							 'gauge')
-		OPERATOR(pg_catalog.||)
-		COALESCE((SELECT pg_catalog.string_agg(
-					pg_catalog.format(E'claimq_jobs{queue="%s",state="%s"} %s\n',
-									  e.x OPERATOR(pg_catalog.->>) 'queue', v.state,
-									  e.x OPERATOR(pg_catalog.->>) v.state),
-					'' ORDER BY e.n, v.n)
-				  FROM pg_catalog.jsonb_array_elements(stats) WITH ORDINALITY AS e(x, n)
-				  CROSS JOIN pg_catalog.unnest('{ready,scheduled,claimed,running,expired,dead,done,cancelled,waiting}'::text[])
-							 WITH ORDINALITY AS v(state, n)), '');
-	FOR f IN SELECT * FROM (VALUES
-		('oldest_ready_age', 'Age of the oldest ready job per queue (0 if none).'),
-		('oldest_claim_age', 'Age of the oldest claim of a claimed or running job per queue (0 if none).')) AS v(name, help)
-	LOOP
-		out := out OPERATOR(pg_catalog.||)
-			pg_catalog.format(family, 'claimq_' OPERATOR(pg_catalog.||) f.name OPERATOR(pg_catalog.||) '_seconds', f.help, 'gauge')
-			OPERATOR(pg_catalog.||)
-			COALESCE((SELECT pg_catalog.string_agg(
-						pg_catalog.format(E'claimq_%s_seconds{queue="%s"} %s\n', f.name,
-										  e.x OPERATOR(pg_catalog.->>) 'queue',
-										  COALESCE(pg_catalog.date_part('epoch',
-												(e.x OPERATOR(pg_catalog.->>) f.name)::interval), 0)),
-						'' ORDER BY e.n)
-					  FROM pg_catalog.jsonb_array_elements(stats) WITH ORDINALITY AS e(x, n)), '');
-	END LOOP;
-	FOR f IN SELECT * FROM pg_catalog.unnest('{claimed,started,completed,failed,released,reclaimed,dead,stale,cancelled,snoozed}'::text[]) AS v(name)
-	LOOP
-		out := out OPERATOR(pg_catalog.||)
-			pg_catalog.format(family, 'claimq_' OPERATOR(pg_catalog.||) f.name OPERATOR(pg_catalog.||) '_total',
-							  pg_catalog.format('Jobs %s per queue since server start or reset_counters().',
-												CASE f.name WHEN 'stale' THEN 'refused as stale' ELSE f.name END),
-							  'counter')
-			OPERATOR(pg_catalog.||)
-			COALESCE((SELECT pg_catalog.string_agg(
-						pg_catalog.format(E'claimq_%s_total{queue="%s"} %s\n', f.name,
-										  e.x OPERATOR(pg_catalog.->>) 'queue', e.x OPERATOR(pg_catalog.->>) f.name),
-						'' ORDER BY e.n)
-					  FROM pg_catalog.jsonb_array_elements(counts) WITH ORDINALITY AS e(x, n)), '');
-	END LOOP;
-	FOR f IN SELECT * FROM (VALUES
-		('wait', 'Time from a job becoming ready to its claim, per queue.', 'samples'),
-		('run', 'Time from a job''s start to its complete or fail, per queue.', 'run_samples')) AS v(name, help, count)
-	LOOP
-		out := out OPERATOR(pg_catalog.||)
-			pg_catalog.format(family, 'claimq_' OPERATOR(pg_catalog.||) f.name OPERATOR(pg_catalog.||) '_seconds', f.help, 'summary')
-			OPERATOR(pg_catalog.||)
-			COALESCE((SELECT pg_catalog.string_agg(
-						pg_catalog.format(E'claimq_%1$s_seconds{queue="%2$s",quantile="0.5"} %3$s\n'
-										  'claimq_%1$s_seconds{queue="%2$s",quantile="0.9"} %4$s\n'
-										  'claimq_%1$s_seconds{queue="%2$s",quantile="0.99"} %5$s\n'
-										  'claimq_%1$s_seconds_sum{queue="%2$s"} %6$s\n'
-										  'claimq_%1$s_seconds_count{queue="%2$s"} %7$s\n',
-										  f.name, e.x OPERATOR(pg_catalog.->>) 'queue',
-										  COALESCE(pg_catalog.date_part('epoch', (e.x OPERATOR(pg_catalog.->>) (f.name OPERATOR(pg_catalog.||) '_p50'))::interval), 0),
-										  COALESCE(pg_catalog.date_part('epoch', (e.x OPERATOR(pg_catalog.->>) (f.name OPERATOR(pg_catalog.||) '_p90'))::interval), 0),
-										  COALESCE(pg_catalog.date_part('epoch', (e.x OPERATOR(pg_catalog.->>) (f.name OPERATOR(pg_catalog.||) '_p99'))::interval), 0),
-										  e.x OPERATOR(pg_catalog.->>) (f.name OPERATOR(pg_catalog.||) '_sum'),
-										  e.x OPERATOR(pg_catalog.->>) f.count),
-						'' ORDER BY e.n)
-					  FROM pg_catalog.jsonb_array_elements(lats) WITH ORDINALITY AS e(x, n)), '');
-	END LOOP;
-	-- Flow control (DESIGN.md, Flow control): the limited queues on the row
-	-- path, and the server's slots for the administer duty only.
-	out := out OPERATOR(pg_catalog.||)
-		pg_catalog.format(family, 'claimq_flow_row_path',
-						  '1 while the queue''s claims take turns on its row for want of a flow slot (claimq.flow_slots), per queue with max_in_flight or rate_limit.',
-						  'gauge')
-		OPERATOR(pg_catalog.||)
-		COALESCE((SELECT pg_catalog.string_agg(
-					pg_catalog.format(E'claimq_flow_row_path{queue="%s"} %s\n',
-									  e.x OPERATOR(pg_catalog.->>) 'queue', e.x OPERATOR(pg_catalog.->>) 'row_path'),
-					'' ORDER BY e.n)
-				  FROM pg_catalog.jsonb_array_elements(paths) WITH ORDINALITY AS e(x, n)), '');
-	SELECT * INTO slots FROM claimq.flow_slots();
-	IF FOUND THEN
-		out := out OPERATOR(pg_catalog.||)
-			pg_catalog.format(family, 'claimq_flow_slots',
-							  'The server''s flow slots: held by a limited queue, or free (empty, or holding a bucket that can be given to another queue).',
-							  'gauge')
-			OPERATOR(pg_catalog.||)
-			pg_catalog.format(E'claimq_flow_slots{state="held"} %s\nclaimq_flow_slots{state="free"} %s\n',
-							  slots.held, slots.free);
-	END IF;
-	RETURN out;
-END
-$$;
+-- @include metrics.sql
 
-COMMENT ON FUNCTION claimq.metrics() IS
-'the current database''s queue figures in the Prometheus text exposition format';
-
-REVOKE ALL ON FUNCTION claimq.metrics() FROM PUBLIC;
+REVOKE ALL ON FUNCTION claimq.metrics(), claimq.scrape_stats() FROM PUBLIC;
 
 SELECT claimq.copy_grants('claimq.metrics_0_7()'::regprocedure,
 						  'claimq.metrics()'::regprocedure,
 						  'pg_catalog.pg_proc');
 
 DROP FUNCTION claimq.metrics_0_7();
--- @end
 
 /*------------------------------------------------------------------------
  * 5. drop_queue finds a queue's jobs through indexes (section 2 replaced

@@ -28,6 +28,95 @@ COMMENT ON FUNCTION claimq.no_queue() IS
 'private: NULL, not delegated by Citus: the queue of a call given none on a distributed install';
 
 /*
+ * What this node is: single (not distributed), coordinator or worker.
+ */
+CREATE FUNCTION claimq.node_role()
+RETURNS text
+LANGUAGE c STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_node_role';
+
+COMMENT ON FUNCTION claimq.node_role() IS
+'private: single (not distributed), coordinator or worker';
+
+/*
+ * queue_stats's rows for the queues this node holds (on a single server,
+ * the view's): what scrape_stats() reads without the census, so that a
+ * worker's metrics() show its own queues.
+ */
+CREATE FUNCTION claimq.node_queue_stats()
+RETURNS SETOF claimq.queue_stats
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_node_queue_stats';
+
+COMMENT ON FUNCTION claimq.node_queue_stats() IS
+'private: queue_stats''s rows for the queues this node holds';
+
+/*
+ * metrics() on a distributed install's coordinator: every worker's
+ * metrics(), each sample labelled with its node, the families merged, and
+ * claimq_node_up per worker (0, and no samples, for a worker that does not
+ * answer within five seconds).
+ */
+CREATE FUNCTION claimq.cluster_metrics()
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	w record;
+	node text;
+	line text;
+	name text;
+	names text[] := '{}';
+	heads jsonb := '{}';
+	samples jsonb := '{}';
+	up text := '';
+	out text;
+BEGIN
+	PERFORM pg_catalog.set_config('citus.node_connection_timeout', '5000', true);
+	FOR w IN SELECT r.nodename, r.nodeport, r.success, r.result
+			   FROM pg_catalog.run_command_on_workers('SELECT claimq.metrics()') r
+			  ORDER BY r.nodename, r.nodeport LOOP
+		node := w.nodename OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) w.nodeport;
+		up := up OPERATOR(pg_catalog.||)
+			pg_catalog.format(E'claimq_node_up{node="%s"} %s\n', node,
+							  CASE WHEN w.success THEN 1 ELSE 0 END);
+		CONTINUE WHEN NOT w.success;
+		FOREACH line IN ARRAY pg_catalog.string_to_array(pg_catalog.rtrim(w.result, E'\n'), E'\n') LOOP
+			IF line LIKE '# %' THEN
+				name := pg_catalog.split_part(line, ' ', 3);
+				IF NOT name OPERATOR(pg_catalog.=) ANY (names) THEN
+					names := names OPERATOR(pg_catalog.||) name;
+				END IF;
+				IF pg_catalog.strpos(COALESCE(heads OPERATOR(pg_catalog.->>) name, ''), line) OPERATOR(pg_catalog.=) 0 THEN
+					heads := heads OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(name,
+						COALESCE(heads OPERATOR(pg_catalog.->>) name, '') OPERATOR(pg_catalog.||) line OPERATOR(pg_catalog.||) E'\n');
+				END IF;
+			ELSE
+				line := CASE WHEN pg_catalog.strpos(line, '{') OPERATOR(pg_catalog.>) 0
+						THEN pg_catalog.regexp_replace(line, '^([^{]*)\{', '\1{node="' OPERATOR(pg_catalog.||) node OPERATOR(pg_catalog.||) '",')
+						ELSE pg_catalog.regexp_replace(line, '^(\S+) ', '\1{node="' OPERATOR(pg_catalog.||) node OPERATOR(pg_catalog.||) '"} ') END;
+				samples := samples OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(name,
+					COALESCE(samples OPERATOR(pg_catalog.->>) name, '') OPERATOR(pg_catalog.||) line OPERATOR(pg_catalog.||) E'\n');
+			END IF;
+		END LOOP;
+	END LOOP;
+	out := E'# HELP claimq_node_up 1 if the worker answered this scrape, 0 if not (its queues'' figures are left out).\n'
+		'# TYPE claimq_node_up gauge\n' OPERATOR(pg_catalog.||) up;
+	FOREACH name IN ARRAY names LOOP
+		out := out OPERATOR(pg_catalog.||) (heads OPERATOR(pg_catalog.->>) name)
+			OPERATOR(pg_catalog.||) COALESCE(samples OPERATOR(pg_catalog.->>) name, '');
+	END LOOP;
+	RETURN out;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.cluster_metrics() IS
+'private: metrics() of a distributed install''s coordinator: every worker''s, labelled by node, and claimq_node_up';
+
+/*
  * One node's part of distribute(), run on the coordinator and on every
  * worker before any table is distributed (Citus does not carry the DDL
  * of an extension's tables to the workers; each has the extension as its
@@ -106,7 +195,10 @@ BEGIN
 		IF def NOT LIKE '%q.name = _.queue%' THEN
 			RAISE EXCEPTION 'view % has no join of a queue that distribute() knows', view;
 		END IF;
-		EXECUTE pg_catalog.format('CREATE OR REPLACE VIEW %s AS %s', view, def);
+		-- claimq's own view, replaced in place: its grants and its
+		-- membership in the extension stay.  (The install script itself
+		-- replaces nothing: test/sql/security.sql.)
+		EXECUTE pg_catalog.format('CREATE %s VIEW %s AS %s', 'OR REPLACE', view, def);
 	END LOOP;
 	-- A new lifetime's epoch, congruent to the node's group (node_epoch):
 	-- every backend forgets the epoch it kept (src/token.c).
@@ -248,6 +340,9 @@ COMMENT ON FUNCTION claimq.distribute(integer) IS
 
 REVOKE ALL ON FUNCTION claimq.routed_queue() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.no_queue() FROM PUBLIC;
+REVOKE ALL ON FUNCTION claimq.node_role() FROM PUBLIC;
+REVOKE ALL ON FUNCTION claimq.node_queue_stats() FROM PUBLIC;
+REVOKE ALL ON FUNCTION claimq.cluster_metrics() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.distribute_layout() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.distributed_calls() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.distribute(integer) FROM PUBLIC;

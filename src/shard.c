@@ -1003,6 +1003,70 @@ claimq_node_epoch(PG_FUNCTION_ARGS)
 }
 
 /*
+ * node_role() returns text: single (not distributed), coordinator or
+ * worker.  In no duty.
+ */
+PG_FUNCTION_INFO_V1(claimq_node_role);
+
+Datum
+claimq_node_role(PG_FUNCTION_ARGS)
+{
+	int32		group;
+
+	if (!cq_distributed())
+		PG_RETURN_TEXT_P(cstring_to_text("single"));
+	SPI_connect();
+	group = cq_local_group();
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text(group == 0 ? "coordinator" : "worker"));
+}
+
+/*
+ * node_queue_stats() returns setof claimq.queue_stats: the view's rows for
+ * the queues this node holds.  On a distributed install, the view's own
+ * text (pg_get_viewdef) run against each queue shard placed here, as a
+ * call's statements run (where the view itself would be Citus's query over
+ * every worker); on a single server, the view.  In no duty.
+ */
+PG_FUNCTION_INFO_V1(claimq_node_queue_stats);
+
+Datum
+claimq_node_queue_stats(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *view;
+	bool		isnull;
+	List	   *shards;
+	ListCell   *lc;
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	if (SPI_execute("SELECT pg_catalog.pg_get_viewdef('claimq.queue_stats'::pg_catalog.regclass)",
+					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "claimq.queue_stats has no definition");
+	view = TextDatumGetCString(cq_spi_value(0, 1, &isnull));
+	shards = cq_distributed() ? cq_local_shards(false) : list_make1(NULL);
+	foreach(lc, shards)
+	{
+		const char *sql = view;
+
+		if (lfirst(lc) != NULL)
+		{
+			cq_route_to_shard(*(int64 *) lfirst(lc), false);
+			(void) cq_route_resolve(true);
+			sql = cq_route_sql(view);
+		}
+		if (SPI_execute(sql, true, 0) != SPI_OK_SELECT)
+			elog(ERROR, "SPI_execute failed: %s", sql);
+		for (uint64 row = 0; row < SPI_processed; row++)
+			tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[row]);
+	}
+	cq_route_end();
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/*
  * no_queue() returns text: NULL, for the planner hook above.  In no duty.
  */
 PG_FUNCTION_INFO_V1(claimq_no_queue);

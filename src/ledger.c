@@ -499,7 +499,15 @@ cq_ledger_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	if (event != SUBXACT_EVENT_COMMIT_SUB && event != SUBXACT_EVENT_ABORT_SUB)
 		return;
 	if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
 		cq_ledger_reset_scopes();
+
+		/*
+		 * The shard locks a route took in the subtransaction are gone: the
+		 * next call resolves its route again (shard.c).
+		 */
+		cq_route_end();
+	}
 	cq_census_subxact_event(event);
 	if (event == SUBXACT_EVENT_ABORT_SUB)
 		cq_lower_floors(false);

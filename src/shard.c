@@ -31,7 +31,8 @@
  * on a single server does nothing more than ask it.
  *
  * The route lasts until the next call names a queue, and ends with the
- * transaction.  It calls no other claimq file but common.c's plan and
+ * transaction, or with a subtransaction's abort, which lets go of the
+ * shard locks taken in it.  It calls no other claimq file but common.c's plan and
  * execution helpers.
  *
  *-------------------------------------------------------------------------

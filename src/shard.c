@@ -476,6 +476,25 @@ cq_route_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 static int	cq_forwarding = 0;
 
 /*
+ * Whether the route set just now leads to shards on another node; if not,
+ * their locks are taken.
+ */
+static bool
+cq_route_elsewhere(void)
+{
+	bool		here;
+
+	if (cq_route_resolved)
+		return false;
+	SPI_connect();
+	here = cq_route_resolve(cq_forwarding > 0);
+	SPI_finish();
+	if (!here)
+		cq_route_end();
+	return !here;
+}
+
+/*
  * Whether a call that names queue `name` is to be forwarded (cq_forward):
  * on a distributed install, when the queue's shards are not on this node
  * (the coordinator, or a worker called directly, or a call that Citus did
@@ -487,36 +506,20 @@ static int	cq_forwarding = 0;
 bool
 cq_forward_wanted(const char *name)
 {
-	bool		here;
-
 	if (!cq_distributed())
 		return false;
 	cq_route_to(name);
-	if (cq_route_resolved)
-		return false;
-	SPI_connect();
-	here = cq_route_resolve(cq_forwarding > 0);
-	SPI_finish();
-	if (!here)
-		cq_route_end();
-	return !here;
+	return cq_route_elsewhere();
 }
 
 /* cq_forward_wanted for the key claims' shard of `scope`. */
 bool
 cq_forward_wanted_scope(const char *scope)
 {
-	bool		here;
-
 	if (!cq_distributed())
 		return false;
 	cq_route_to_scope(scope);
-	SPI_connect();
-	here = cq_route_resolve(cq_forwarding > 0);
-	SPI_finish();
-	if (!here)
-		cq_route_end();
-	return !here;
+	return cq_route_elsewhere();
 }
 
 /* cq_forward_wanted for the queue named by argument argno, if given. */

@@ -584,10 +584,10 @@ cq_step_census(bool *more)
 	return cq_census_recount() ? 1 : 0;
 }
 
-/* The first step's count is the pass's: the claims it reclaimed. */
 /*
- * On a distributed install a node's pass reclaims and prunes the queues,
- * and sweeps the key claims, whose shards it holds, a shard at a time; the
+ * The first step's count is the pass's: the claims it reclaimed.  On a
+ * distributed install a node's pass reclaims and prunes the queues, and
+ * sweeps the key claims, whose shards it holds, a shard at a time; the
  * other steps do not run there yet (docs/distributed.md).
  */
 static const CqStep cq_steps[] = {

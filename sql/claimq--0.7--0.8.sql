@@ -407,29 +407,7 @@ SELECT claimq.copy_grants('claimq.judge_dependents_0_7(bigint[])'::regprocedure,
 
 DROP FUNCTION claimq.judge_dependents_0_7(bigint[]);
 
-CREATE FUNCTION claimq.judge_finishes()
-RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	finished bigint[];
-BEGIN
-	WITH noted AS (
-		DELETE FROM claimq.job_finish f
-		 WHERE f.xact OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id()
-		RETURNING f.job_ids)
-	SELECT pg_catalog.array_agg(DISTINCT u.id ORDER BY u.id) INTO finished
-	  FROM noted n CROSS JOIN LATERAL pg_catalog.unnest(n.job_ids) AS u(id);
-	IF finished IS NOT NULL THEN
-		PERFORM claimq.judge_finished(finished);
-	END IF;
-	RETURN NULL;
-END
-$$;
-
-COMMENT ON FUNCTION claimq.judge_finishes() IS
-'private: at the commit, judge the dependents of every job the transaction finished or removed, in id order';
+-- @include judge-finishes.sql
 
 REVOKE ALL ON FUNCTION claimq.judge_finishes() FROM PUBLIC;
 
@@ -1046,6 +1024,19 @@ DROP FUNCTION claimq.duty_functions(text);
 -- @c
 -- @include distribute.sql
 -- @end
+
+-- lock_queue() routes the administration calls of a queue on a
+-- distributed install (the C edition's; the same in the portable one).
+ALTER FUNCTION claimq.lock_queue(text) RENAME TO lock_queue_0_7;
+
+-- @include lock-queue.sql
+
+REVOKE ALL ON FUNCTION claimq.lock_queue(text) FROM PUBLIC;
+
+SELECT claimq.copy_grants('claimq.lock_queue_0_7(text)'::regprocedure,
+						  'claimq.lock_queue(text)'::regprocedure,
+						  'pg_catalog.pg_proc');
+DROP FUNCTION claimq.lock_queue_0_7(text);
 
 -- @include duties.sql
 

@@ -454,27 +454,7 @@ AS 'MODULE_PATHNAME', 'claimq_check_queue_name';
 COMMENT ON FUNCTION claimq.check_queue_name(text) IS
 'private: raise 22004 or 22023 unless queue is a valid queue name';
 
-CREATE FUNCTION claimq.lock_queue(queue text)
-RETURNS claimq.queue
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	q claimq.queue;
-BEGIN
-	PERFORM claimq.check_queue_name(queue);
-	SELECT * INTO q FROM claimq.queue t
-	 WHERE t.name OPERATOR(pg_catalog.=) lock_queue.queue FOR UPDATE;
-	IF NOT FOUND THEN
-		RAISE EXCEPTION 'queue "%" does not exist', queue
-			USING ERRCODE = '42704';
-	END IF;
-	RETURN q;
-END
-$$;
-
-COMMENT ON FUNCTION claimq.lock_queue(text) IS
-'private: lock a queue''s row and return it; raise 42704 if there is none';
+-- @include lock-queue.sql
 
 CREATE FUNCTION claimq.lock_producers(queue text)
 RETURNS void
@@ -1532,29 +1512,7 @@ COMMENT ON FUNCTION claimq.judge_finished(bigint[]) IS
  * a first again.  It fires under session_replication_role = replica too
  * (ENABLE ALWAYS), and runs as claimq's owner, whoever commits.
  */
-CREATE FUNCTION claimq.judge_finishes()
-RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	finished bigint[];
-BEGIN
-	WITH noted AS (
-		DELETE FROM claimq.job_finish f
-		 WHERE f.xact OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id()
-		RETURNING f.job_ids)
-	SELECT pg_catalog.array_agg(DISTINCT u.id ORDER BY u.id) INTO finished
-	  FROM noted n CROSS JOIN LATERAL pg_catalog.unnest(n.job_ids) AS u(id);
-	IF finished IS NOT NULL THEN
-		PERFORM claimq.judge_finished(finished);
-	END IF;
-	RETURN NULL;
-END
-$$;
-
-COMMENT ON FUNCTION claimq.judge_finishes() IS
-'private: at the commit, judge the dependents of every job the transaction finished or removed, in id order';
+-- @include judge-finishes.sql
 
 CREATE CONSTRAINT TRIGGER job_finish_judge
 	AFTER INSERT ON claimq.job_finish

@@ -15,6 +15,42 @@ COMMENT ON FUNCTION claimq.routed_queue() IS
 'private: on a distributed install, the queue the call''s statements are routed to (the default of the tables'' queue column)';
 
 /*
+ * A PL/pgSQL call of one queue (claimq.lock_queue() calls it) routes its
+ * statements to the queue's shards, as claimq's C calls do.
+ */
+CREATE FUNCTION claimq.route_to(queue text)
+RETURNS void
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_route_to';
+
+COMMENT ON FUNCTION claimq.route_to(text) IS
+'private: on a distributed install, run the call''s statements that follow against the queue''s shards (0A000 on a node without them)';
+
+/*
+ * The shard of claimq.queue that the call's statements are routed to
+ * (a finish's, in claimq.job_finish), and a route to the shards colocated
+ * with one (judge_finishes judges a transaction's finishes shard by shard).
+ */
+CREATE FUNCTION claimq.routed_shard()
+RETURNS bigint
+LANGUAGE c STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_routed_shard';
+
+COMMENT ON FUNCTION claimq.routed_shard() IS
+'private: on a distributed install, the shard of claimq.queue that the call''s statements are routed to';
+
+CREATE FUNCTION claimq.route_to_shard(shard bigint)
+RETURNS void
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_route_to_shard';
+
+COMMENT ON FUNCTION claimq.route_to_shard(bigint) IS
+'private: on a distributed install, run the call''s statements that follow against the shards colocated with shard';
+
+/*
  * NULL, but volatile: the planner hook puts it in place of a NULL queue
  * (src/shard.c), so that Citus does not delegate the call.
  */
@@ -182,6 +218,12 @@ BEGIN
 	ALTER TABLE claimq.job_group ALTER COLUMN queue SET DEFAULT claimq.routed_queue();
 	ALTER TABLE claimq.job_after ALTER COLUMN queue SET DEFAULT claimq.routed_queue();
 	ALTER TABLE claimq.schedule ALTER COLUMN queue SET DEFAULT claimq.routed_queue();
+	-- A transaction's finishes are judged at its commit shard by shard
+	-- (judge_finishes), each where its queue's shards are.
+	ALTER TABLE claimq.job_finish ADD COLUMN shard bigint;
+	ALTER TABLE claimq.job_finish
+		ALTER COLUMN shard SET DEFAULT claimq.routed_shard(),
+		ALTER COLUMN shard SET NOT NULL;
 	-- The views that join a queue to its jobs or schedules join them by
 	-- the queue's name too, which Citus needs to join shard by shard.
 	FOR view IN SELECT v::pg_catalog.regclass
@@ -249,11 +291,213 @@ SELECT f::pg_catalog.regprocedure FROM pg_catalog.unnest(ARRAY[
 	'claimq.status(bigint[], text)',
 	'claimq.wait_for(bigint[], interval, text)',
 	'claimq.check_in_queue(text, bigint[])',
-	'claimq.reclaim(text, integer)']) f
+	'claimq.reclaim(text, integer)',
+	'claimq.alter_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)',
+	'claimq.drop_queue(text, boolean)',
+	'claimq.pause_queue(text)',
+	'claimq.resume_queue(text)',
+	'claimq.purge_queue(text)',
+	'claimq.retry_dead(text, bigint[])',
+	'claimq.dependencies(bigint[], text)']) f
 $$;
 
 COMMENT ON FUNCTION claimq.distributed_calls() IS
 'private: the calls that distribute() has Citus delegate to the node that holds their queue';
+
+/*
+ * Have Citus delegate claimq's calls, each to the node that holds its
+ * queue (or scope): by distribute(), and again by update_distributed(),
+ * since an update replaces the functions it changes.
+ */
+CREATE FUNCTION claimq.distribute_calls()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	call regprocedure;
+BEGIN
+	FOR call IN SELECT c FROM claimq.distributed_calls() c LOOP
+		PERFORM pg_catalog.create_distributed_function(call, 'queue',
+													   colocate_with => 'claimq.queue',
+													   force_delegation => true);
+	END LOOP;
+	-- The key claims' calls, by their scope.
+	PERFORM pg_catalog.create_distributed_function('claimq.claim_keys(text, text[], interval)',
+												   'scope', colocate_with => 'claimq.key_claim',
+												   force_delegation => true);
+	PERFORM pg_catalog.create_distributed_function('claimq.release_keys(text, text[], bigint[])',
+												   'scope', colocate_with => 'claimq.key_claim',
+												   force_delegation => true);
+END
+$$;
+
+COMMENT ON FUNCTION claimq.distribute_calls() IS
+'private: have Citus delegate each of claimq''s calls to the node that holds its queue or scope';
+
+/*
+ * One node's part of update_distributed(): its shards of claimq's
+ * distributed tables made like their tables again, by name (an update's
+ * ALTER EXTENSION changes the tables on every node, but not their shards):
+ * a column the table has and the shard lacks is added, in the table's
+ * order, with its type, default and NOT NULL; one the shard has and the
+ * table lost is dropped; an index of the table the shard lacks (named
+ * as Citus names a shard's, with the shard's id appended) is made.
+ * Returns what it changed, one line per change.
+ */
+CREATE FUNCTION claimq.update_shards()
+RETURNS SETOF text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	sh record;
+	col record;
+	idx record;
+	ddl text;
+BEGIN
+	PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
+	PERFORM pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true);
+	-- Shards and their indexes are hidden from pg_class otherwise.
+	PERFORM pg_catalog.set_config('citus.override_table_visibility', 'off', true);
+	FOR sh IN
+		SELECT p.logicalrelid AS rel, d.shardid,
+			   pg_catalog.format('%I.%I', n.nspname,
+								 c.relname OPERATOR(pg_catalog.||) '_'
+								 OPERATOR(pg_catalog.||) d.shardid)::pg_catalog.regclass AS shard
+		  FROM pg_catalog.pg_dist_partition p
+		  JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) p.logicalrelid
+		  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+		  JOIN pg_catalog.pg_dist_shard d ON d.logicalrelid OPERATOR(pg_catalog.=) p.logicalrelid
+		  JOIN pg_catalog.pg_dist_placement l ON l.shardid OPERATOR(pg_catalog.=) d.shardid
+		 WHERE n.nspname OPERATOR(pg_catalog.=) 'claimq'
+		   AND l.groupid OPERATOR(pg_catalog.=) (SELECT g.groupid FROM pg_catalog.pg_dist_local_group g)
+		 ORDER BY d.shardid
+	LOOP
+		FOR col IN
+			SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod) AS type,
+				   a.attnotnull, pg_catalog.pg_get_expr(e.adbin, e.adrelid) AS def
+			  FROM pg_catalog.pg_attribute a
+			  LEFT JOIN pg_catalog.pg_attrdef e
+				ON e.adrelid OPERATOR(pg_catalog.=) a.attrelid AND e.adnum OPERATOR(pg_catalog.=) a.attnum
+			 WHERE a.attrelid OPERATOR(pg_catalog.=) sh.rel
+			   AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped
+			   AND NOT EXISTS (SELECT FROM pg_catalog.pg_attribute b
+								WHERE b.attrelid OPERATOR(pg_catalog.=) sh.shard
+								  AND b.attname OPERATOR(pg_catalog.=) a.attname
+								  AND NOT b.attisdropped)
+			 ORDER BY a.attnum
+		LOOP
+			ddl := pg_catalog.format('ALTER TABLE %s ADD COLUMN %I %s', sh.shard, col.attname, col.type);
+			IF col.def IS NOT NULL THEN
+				ddl := ddl OPERATOR(pg_catalog.||) ' DEFAULT ' OPERATOR(pg_catalog.||) col.def;
+			END IF;
+			IF col.attnotnull THEN
+				ddl := ddl OPERATOR(pg_catalog.||) ' NOT NULL';
+			END IF;
+			EXECUTE ddl;
+			RETURN NEXT ddl;
+		END LOOP;
+		FOR col IN
+			SELECT b.attname FROM pg_catalog.pg_attribute b
+			 WHERE b.attrelid OPERATOR(pg_catalog.=) sh.shard
+			   AND b.attnum OPERATOR(pg_catalog.>) 0 AND NOT b.attisdropped
+			   AND NOT EXISTS (SELECT FROM pg_catalog.pg_attribute a
+								WHERE a.attrelid OPERATOR(pg_catalog.=) sh.rel
+								  AND a.attname OPERATOR(pg_catalog.=) b.attname
+								  AND NOT a.attisdropped)
+			 ORDER BY b.attnum
+		LOOP
+			ddl := pg_catalog.format('ALTER TABLE %s DROP COLUMN %I', sh.shard, col.attname);
+			EXECUTE ddl;
+			RETURN NEXT ddl;
+		END LOOP;
+		FOR idx IN
+			SELECT x.indexrelid, ic.relname
+			  FROM pg_catalog.pg_index x
+			  JOIN pg_catalog.pg_class ic ON ic.oid OPERATOR(pg_catalog.=) x.indexrelid
+			 WHERE x.indrelid OPERATOR(pg_catalog.=) sh.rel
+			   AND NOT EXISTS (SELECT FROM pg_catalog.pg_index y
+								JOIN pg_catalog.pg_class yc ON yc.oid OPERATOR(pg_catalog.=) y.indexrelid
+								WHERE y.indrelid OPERATOR(pg_catalog.=) sh.shard
+								  AND yc.relname OPERATOR(pg_catalog.=)
+									  (ic.relname OPERATOR(pg_catalog.||) '_' OPERATOR(pg_catalog.||) sh.shardid))
+			 ORDER BY ic.relname
+		LOOP
+			ddl := pg_catalog.pg_get_indexdef(idx.indexrelid);
+			ddl := pg_catalog.replace(ddl, pg_catalog.format(' INDEX %I ON ', idx.relname),
+									  pg_catalog.format(' INDEX %I ON ', idx.relname OPERATOR(pg_catalog.||) '_'
+														OPERATOR(pg_catalog.||) sh.shardid));
+			ddl := pg_catalog.replace(ddl, pg_catalog.format(' ON %s ', sh.rel::text),
+									  pg_catalog.format(' ON %s ', sh.shard::text));
+			EXECUTE ddl;
+			RETURN NEXT ddl;
+		END LOOP;
+	END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.update_shards() IS
+'private: one node''s part of update_distributed(): its shards made like their tables again (columns and indexes, by name); returns the changes';
+
+/*
+ * After ALTER EXTENSION claimq UPDATE on the coordinator (which Citus
+ * runs on every worker), the rest of a distributed install's update: the
+ * shards made like their tables on every node, and the calls delegated
+ * again.  Returns what it changed.
+ */
+CREATE FUNCTION claimq.update_distributed()
+RETURNS SETOF text
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	r record;
+	failed text;
+BEGIN
+	IF claimq.node_role() OPERATOR(pg_catalog.<>) 'coordinator' THEN
+		RAISE EXCEPTION 'claimq.update_distributed() runs on the coordinator of a distributed install'
+			USING ERRCODE = '55000',
+				  HINT = 'A single server is updated by ALTER EXTENSION claimq UPDATE alone.';
+	END IF;
+	SELECT pg_catalog.string_agg(w.nodename OPERATOR(pg_catalog.||) ':'
+								 OPERATOR(pg_catalog.||) w.nodeport
+								 OPERATOR(pg_catalog.||) ': '
+								 OPERATOR(pg_catalog.||) w.result, '; ')
+	  INTO failed
+	  FROM pg_catalog.run_command_on_workers(
+			   $c$SELECT e.extversion FROM pg_catalog.pg_extension e WHERE e.extname = 'claimq'$c$) w
+	 WHERE NOT w.success OR w.result OPERATOR(pg_catalog.<>)
+		   (SELECT e.extversion FROM pg_catalog.pg_extension e
+			 WHERE e.extname OPERATOR(pg_catalog.=) 'claimq');
+	IF failed IS NOT NULL THEN
+		RAISE EXCEPTION 'claimq is not at this version on every worker: %', failed
+			USING ERRCODE = '55000',
+				  HINT = 'Run ALTER EXTENSION claimq UPDATE on the coordinator, with every worker up, first.';
+	END IF;
+	RETURN QUERY SELECT u FROM claimq.update_shards() u;
+	FOR r IN
+		SELECT w.nodename, w.nodeport, w.success, w.result
+		  FROM pg_catalog.run_command_on_workers(
+				   'SELECT pg_catalog.string_agg(u, E''\n'') FROM claimq.update_shards() u') w
+	LOOP
+		IF NOT r.success THEN
+			RAISE EXCEPTION 'claimq''s shards failed to update on %:%: %', r.nodename, r.nodeport, r.result
+				USING ERRCODE = '55000',
+					  HINT = 'Run claimq.update_distributed() again once every worker answers: a shard that is updated stays so.';
+		END IF;
+		IF r.result OPERATOR(pg_catalog.<>) '' THEN
+			RETURN QUERY SELECT r.nodename OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) r.nodeport
+							   OPERATOR(pg_catalog.||) ': ' OPERATOR(pg_catalog.||) l
+						   FROM pg_catalog.regexp_split_to_table(r.result, E'\n') l;
+		END IF;
+	END LOOP;
+	PERFORM claimq.distribute_calls();
+END
+$$;
+
+COMMENT ON FUNCTION claimq.update_distributed() IS
+'on the coordinator of a distributed install, after ALTER EXTENSION claimq UPDATE: the shards made like their tables on every node and the calls delegated again; returns the changes';
 
 CREATE FUNCTION claimq.distribute(shard_count integer DEFAULT 32)
 RETURNS void
@@ -262,7 +506,6 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	failed text;
-	call regprocedure;
 BEGIN
 	IF shard_count IS NULL OR shard_count OPERATOR(pg_catalog.<) 1
 	   OR shard_count OPERATOR(pg_catalog.>) 64000 THEN
@@ -320,18 +563,7 @@ BEGIN
 	PERFORM pg_catalog.create_distributed_table('claimq.key_claim', 'scope',
 												shard_count => shard_count,
 												colocate_with => 'none');
-	FOR call IN SELECT c FROM claimq.distributed_calls() c LOOP
-		PERFORM pg_catalog.create_distributed_function(call, 'queue',
-													   colocate_with => 'claimq.queue',
-													   force_delegation => true);
-	END LOOP;
-	-- The key claims' calls, by their scope.
-	PERFORM pg_catalog.create_distributed_function('claimq.claim_keys(text, text[], interval)',
-												   'scope', colocate_with => 'claimq.key_claim',
-												   force_delegation => true);
-	PERFORM pg_catalog.create_distributed_function('claimq.release_keys(text, text[], bigint[])',
-												   'scope', colocate_with => 'claimq.key_claim',
-												   force_delegation => true);
+	PERFORM claimq.distribute_calls();
 END
 $$;
 
@@ -340,9 +572,15 @@ COMMENT ON FUNCTION claimq.distribute(integer) IS
 
 REVOKE ALL ON FUNCTION claimq.routed_queue() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.no_queue() FROM PUBLIC;
+REVOKE ALL ON FUNCTION claimq.route_to(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION claimq.routed_shard() FROM PUBLIC;
+REVOKE ALL ON FUNCTION claimq.route_to_shard(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.node_role() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.node_queue_stats() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.cluster_metrics() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.distribute_layout() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.distributed_calls() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.distribute(integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION claimq.distribute_calls() FROM PUBLIC;
+REVOKE ALL ON FUNCTION claimq.update_shards() FROM PUBLIC;
+REVOKE ALL ON FUNCTION claimq.update_distributed() FROM PUBLIC;

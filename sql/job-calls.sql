@@ -199,6 +199,15 @@ AS $$
 #variable_conflict use_column
 BEGIN
 	-- @include check-job-ids.sql function=dependencies
+-- @c
+	-- Delegated to the queue's node, where check_in_queue routes the query
+	-- to its shards; Citus cannot join the tables of every worker so.
+	IF dependencies.queue IS NULL AND claimq.node_role() OPERATOR(pg_catalog.<>) 'single' THEN
+		RAISE EXCEPTION 'claimq.dependencies() on a distributed install needs its queue argument'
+			USING ERRCODE = '0A000',
+				  HINT = 'Give the jobs'' queue as the argument "queue".';
+	END IF;
+-- @end
 	-- @include check-in-queue.sql function=dependencies ids=dependencies.job_ids
 	RETURN QUERY
 	SELECT i.job_id, e.after_id, a.state,

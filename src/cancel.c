@@ -112,13 +112,12 @@ claimq_cancel(PG_FUNCTION_ARGS)
 	CqLedgerCall call = {0};
 	CqFinishes	finishes = {0};
 	CqInQueue	in_queue;
+	Datum		elsewhere;
 
 	cq_require_primary(fcinfo);
 	ids = cq_job_ids_arg(fcinfo, 0);
-	if (cq_fan_out_wanted(fcinfo, 1))
-		return cq_fan_out(fcinfo, 1);
-	if (cq_forward_wanted_arg(fcinfo, 1))
-		return cq_forward(fcinfo);
+	if (cq_answered_elsewhere(fcinfo, 1, &elsewhere))
+		return elsewhere;
 	cq_in_queue_begin(&in_queue, fcinfo, 1);
 	deconstruct_array(ids, INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
 					  TYPALIGN_DOUBLE, &idv, NULL, &n);

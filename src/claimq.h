@@ -660,12 +660,12 @@ extern uint64 cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 /* shard.c: a distributed install's routes */
 extern void cq_shard_init(void);
 extern bool cq_distributed(void);
-extern bool cq_fan_out_wanted(FunctionCallInfo fcinfo, int queue_argno);
+extern bool cq_answered_elsewhere(FunctionCallInfo fcinfo, int queue_argno,
+								  Datum *result);
 extern bool cq_forward_wanted(const char *name);
 extern bool cq_forward_wanted_arg(FunctionCallInfo fcinfo, int argno);
 extern bool cq_forward_wanted_scope(const char *scope);
 extern Datum cq_forward(FunctionCallInfo fcinfo);
-extern Datum cq_fan_out(FunctionCallInfo fcinfo, int queue_argno);
 extern int32 cq_local_group(void);
 extern void cq_route_to(const char *name);
 extern bool cq_routed(void);

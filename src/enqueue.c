@@ -122,10 +122,6 @@ cq_enqueue_args(FunctionCallInfo fcinfo, CqEnqueueArgs *args)
 					 errmsg("on_duplicate must be \"keep\" or \"replace\"")));
 	}
 	cq_after_args(fcinfo, 8, &args->after);
-	if (args->after.ids && cq_distributed())
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("\"after\" is not supported on a distributed install yet")));
 	args->state = "pending";
 }
 

@@ -41,6 +41,8 @@
 
 #include "catalog/pg_type.h"
 
+#include "utils/builtins.h"
+
 #include "claimq.h"
 
 /*
@@ -216,7 +218,7 @@ cq_groups_upkeep(CqGroups *groups)
 	uint64		nstuck;
 
 	cq_plan(&stuck_plan,
-			"SELECT g.queue_id, pg_catalog.array_agg(g.group_key)"
+			"SELECT g.queue_id, pg_catalog.array_agg(g.group_key), q.name"
 			"  FROM claimq.job_group g JOIN claimq.queue q ON q.queue_id = g.queue_id"
 			" WHERE claimq.group_cap(q.group_limit, q.group_fifo) IS NOT NULL"
 			"   AND EXISTS (SELECT 1 FROM claimq.job j"
@@ -227,7 +229,7 @@ cq_groups_upkeep(CqGroups *groups)
 			"           AND NOT j.held"
 			"           AND j.state = ANY (" CQ_GROUP_STATES "))"
 			"       < claimq.group_cap(q.group_limit, q.group_fifo)"
-			" GROUP BY g.queue_id",
+			" GROUP BY g.queue_id, q.name",
 			0, NULL);
 	cq_execute(stuck_plan, NULL, NULL, SPI_OK_SELECT);
 	stuck = SPI_tuptable;
@@ -241,6 +243,14 @@ cq_groups_upkeep(CqGroups *groups)
 														   stuck->tupdesc,
 														   1, &isnull));
 
+		/*
+		 * On a distributed install a shard's pass finds them: the sync, which
+		 * may add a group's row, routes to the queue by its name.
+		 */
+		if (cq_distributed())
+			cq_route_to(TextDatumGetCString(SPI_getbinval(stuck->vals[row],
+														  stuck->tupdesc,
+														  3, &isnull)));
 		cq_groups_freed(groups, queue_id, cq_groups_sync_one(queue_id, keys));
 		synced += ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(keys)),
 								 ARR_DIMS(DatumGetArrayTypeP(keys)));

@@ -28,8 +28,8 @@
  *	fire		chunks of up to 1,000 jobs of due schedules
  *	prune		finished jobs past their retention
  *	sweep		expired key claims
- *	flow		rate buckets recorded in their queues' rows, groups left
- *				behind synced
+ *	flow		rate buckets recorded in their queues' rows
+ *	groups		groups left behind synced
  *	census		the census recounted, if it is unknown
  *
  * Queue SQL runs as the extension's owner inside a security-restricted
@@ -528,7 +528,8 @@ typedef enum CqStepShards
 
 typedef struct CqStep
 {
-	const char *activity;		/* what pg_stat_activity shows meanwhile */
+	const char *activity;		/* what pg_stat_activity shows meanwhile
+								 * (maintain(): its row's step) */
 	CqStepFn	run;
 	CqStepShards shards;		/* on a distributed install */
 } CqStep;
@@ -569,10 +570,16 @@ cq_step_sweep(bool *more)
 static int64
 cq_step_flow(bool *more)
 {
+	cq_flow_upkeep();
+	return 0;
+}
+
+static int64
+cq_step_groups(bool *more)
+{
 	CqGroups	groups = {0};
 	int64		n;
 
-	cq_flow_upkeep();
 	n = (int64) cq_groups_upkeep(&groups);
 	cq_ledger_groups_freed(&groups);
 	return n;
@@ -586,9 +593,9 @@ cq_step_census(bool *more)
 
 /*
  * The first step's count is the pass's: the claims it reclaimed.  On a
- * distributed install a node's pass reclaims and prunes the queues, and
- * sweeps the key claims, whose shards it holds, a shard at a time; the
- * other steps do not run there yet (docs/distributed.md).
+ * distributed install a node's pass reclaims, prunes and syncs the groups
+ * of the queues, and sweeps the key claims, whose shards it holds, a shard
+ * at a time; the other steps do not run there yet (docs/distributed.md).
  */
 static const CqStep cq_steps[] = {
 	{"claimq: reclaiming expired claims", cq_step_reclaim, CQ_STEP_QUEUE_SHARDS},
@@ -596,6 +603,7 @@ static const CqStep cq_steps[] = {
 	{"claimq: pruning finished jobs", cq_step_prune, CQ_STEP_QUEUE_SHARDS},
 	{"claimq: sweeping expired key claims", cq_step_sweep, CQ_STEP_KEY_SHARDS},
 	{"claimq: keeping flow control", cq_step_flow, CQ_STEP_NOT_DISTRIBUTED},
+	{"claimq: syncing group limits", cq_step_groups, CQ_STEP_QUEUE_SHARDS},
 	{"claimq: counting jobs per queue and state", cq_step_census, CQ_STEP_NOT_DISTRIBUTED},
 };
 
@@ -916,17 +924,46 @@ cq_reclaimer_main(Datum arg)
 /*
  * maintain() returns table(step text, count bigint): one pass of the
  * reclaimer's steps in the caller's transaction, always one row per step
- * in this order, for a scheduler to call where no reclaimer runs.  It runs
- * as its definer, like reclaim() and prune().
+ * in this order, for a scheduler to call where no reclaimer runs (on a
+ * distributed install, as the reclaimer's pass there: cq_step_run).  It
+ * runs as its definer, like reclaim() and prune().
  */
+static int64
+cq_maintain_reclaim(bool *more)
+{
+	return (int64) cq_reclaim_expired(0, CQ_MAINTAIN_BATCH, NULL, NULL);
+}
+
+static int64
+cq_maintain_fire(bool *more)
+{
+	return (int64) cq_fire_schedules(CQ_MAINTAIN_BATCH);
+}
+
+static int64
+cq_maintain_prune(bool *more)
+{
+	return (int64) cq_prune_finished(CQ_MAINTAIN_BATCH);
+}
+
+static int64
+cq_maintain_sweep(bool *more)
+{
+	return (int64) cq_sweep_keys(CQ_MAINTAIN_BATCH);
+}
+
+static const CqStep cq_maintain_steps[] = {
+	{"reclaim", cq_maintain_reclaim, CQ_STEP_QUEUE_SHARDS},
+	{"fire_schedules", cq_maintain_fire, CQ_STEP_NOT_DISTRIBUTED},
+	{"prune", cq_maintain_prune, CQ_STEP_QUEUE_SHARDS},
+	{"sweep_keys", cq_maintain_sweep, CQ_STEP_KEY_SHARDS},
+};
+
 Datum
 claimq_maintain(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	static const char *const steps[] = {
-		"reclaim", "fire_schedules", "prune", "sweep_keys"
-	};
-	uint64		counts[lengthof(steps)];
+	int64		counts[lengthof(cq_maintain_steps)];
 
 	cq_require_primary(fcinfo);
 	InitMaterializedSRF(fcinfo, 0);
@@ -934,40 +971,18 @@ claimq_maintain(PG_FUNCTION_ARGS)
 	SPI_connect();
 	/* A new lifetime's epoch is registered here, if no claim did yet. */
 	(void) cq_token_epoch();
-	if (!cq_distributed())
+	for (int i = 0; i < (int) lengthof(cq_maintain_steps); i++)
 	{
-		counts[0] = cq_reclaim_expired(0, CQ_MAINTAIN_BATCH, NULL, NULL);
-		counts[1] = cq_fire_schedules(CQ_MAINTAIN_BATCH);
-		counts[2] = cq_prune_finished(CQ_MAINTAIN_BATCH);
-		counts[3] = cq_sweep_keys(CQ_MAINTAIN_BATCH);
-	}
-	else
-	{
-		/* As the reclaimer's pass there: the shards placed on this node. */
-		List	   *shards = cq_local_shards(false);
-		ListCell   *lc;
+		bool		more = false;
 
-		memset(counts, 0, sizeof(counts));
-		foreach(lc, shards)
-		{
-			cq_route_to_shard(*(int64 *) lfirst(lc), false);
-			counts[0] += cq_reclaim_expired(0, CQ_MAINTAIN_BATCH, NULL, NULL);
-			counts[2] += cq_prune_finished(CQ_MAINTAIN_BATCH);
-		}
-		shards = cq_local_shards(true);
-		foreach(lc, shards)
-		{
-			cq_route_to_shard(*(int64 *) lfirst(lc), true);
-			counts[3] += cq_sweep_keys(CQ_MAINTAIN_BATCH);
-		}
-		cq_route_end();
+		counts[i] = cq_step_run(&cq_maintain_steps[i], &more);
 	}
 	SPI_finish();
 
-	for (int i = 0; i < (int) lengthof(steps); i++)
+	for (int i = 0; i < (int) lengthof(cq_maintain_steps); i++)
 	{
-		Datum		values[2] = {CStringGetTextDatum(steps[i]),
-		Int64GetDatum((int64) counts[i])};
+		Datum		values[2] = {CStringGetTextDatum(cq_maintain_steps[i].activity),
+		Int64GetDatum(counts[i])};
 		bool		nulls[2] = {false, false};
 
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,

@@ -749,6 +749,7 @@ cq_settle_many(FunctionCallInfo fcinfo, CqSettleOp *op)
 	Datum		extra[3];
 	char		extranulls[3];
 	CqInQueue	in_queue;
+	Datum		elsewhere;
 
 	cq_require_primary(fcinfo);
 	ids = cq_array_arg(fcinfo, 0, "job_ids", false);
@@ -769,10 +770,8 @@ cq_settle_many(FunctionCallInfo fcinfo, CqSettleOp *op)
 	cq_settle_extra(fcinfo, op, 2, extra, extranulls);
 	if (op->args == CQ_ARGS_RESULTS)
 		cq_complete_results(fcinfo, 2, n, false, extra, extranulls);
-	if (cq_fan_out_wanted(fcinfo, CQ_SETTLE_QUEUE_ARGNO(op)))
-		return cq_fan_out(fcinfo, CQ_SETTLE_QUEUE_ARGNO(op));
-	if (cq_forward_wanted_arg(fcinfo, CQ_SETTLE_QUEUE_ARGNO(op)))
-		return cq_forward(fcinfo);
+	if (cq_answered_elsewhere(fcinfo, CQ_SETTLE_QUEUE_ARGNO(op), &elsewhere))
+		return elsewhere;
 	cq_in_queue_begin(&in_queue, fcinfo, CQ_SETTLE_QUEUE_ARGNO(op));
 
 	InitMaterializedSRF(fcinfo, 0);
@@ -798,6 +797,7 @@ cq_settle_one(FunctionCallInfo fcinfo, CqSettleOp *op)
 	char		extranulls[3];
 	uint64		settled;
 	CqInQueue	in_queue;
+	Datum		elsewhere;
 
 	cq_require_primary(fcinfo);
 	cq_arg_not_null(fcinfo, 0, "job_id");
@@ -805,10 +805,8 @@ cq_settle_one(FunctionCallInfo fcinfo, CqSettleOp *op)
 	cq_settle_extra(fcinfo, op, 2, extra, extranulls);
 	if (op->args == CQ_ARGS_RESULTS)
 		cq_complete_results(fcinfo, 2, 1, true, extra, extranulls);
-	if (cq_fan_out_wanted(fcinfo, CQ_SETTLE_QUEUE_ARGNO(op)))
-		return cq_fan_out(fcinfo, CQ_SETTLE_QUEUE_ARGNO(op));
-	if (cq_forward_wanted_arg(fcinfo, CQ_SETTLE_QUEUE_ARGNO(op)))
-		return cq_forward(fcinfo);
+	if (cq_answered_elsewhere(fcinfo, CQ_SETTLE_QUEUE_ARGNO(op), &elsewhere))
+		return elsewhere;
 	cq_in_queue_begin(&in_queue, fcinfo, CQ_SETTLE_QUEUE_ARGNO(op));
 	id = PG_GETARG_DATUM(0);
 	token = PG_GETARG_DATUM(1);

@@ -42,7 +42,9 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_collation.h"
+#include "catalog/pg_constraint.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "lib/stringinfo.h"
@@ -53,6 +55,7 @@
 #include "optimizer/optimizer.h"
 #include "optimizer/planner.h"
 #include "parser/parse_func.h"
+#include "parser/parsetree.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
@@ -77,10 +80,15 @@ static const char *const cq_queue_tables[] = {
 static const char *const cq_key_tables[] = {"key_claim"};
 
 #define CQ_QUEUE_TABLES ((int) lengthof(cq_queue_tables))
+#define CQ_DISTRIBUTED_TABLES (CQ_QUEUE_TABLES + (int) lengthof(cq_key_tables))
 
-/* Whether claimq.job has the queue column (-1: not known). */
+/*
+ * Whether claimq.job has the queue column (-1: not known), and if so, the
+ * OIDs of the distributed tables, in the order of the two lists above.
+ */
 static int	cq_layout_distributed = -1;
 static Oid	cq_layout_relid = InvalidOid;
+static Oid	cq_distributed_relids[CQ_DISTRIBUTED_TABLES];
 
 /*
  * The route: the hash value of its queue's name (and the name, unless the
@@ -93,21 +101,19 @@ static char cq_route_name[CQ_QUEUE_NAME_MAX + 1];
 static int32 cq_route_hash;
 static bool cq_route_resolved = false;
 static int64 cq_route_shards[CQ_QUEUE_TABLES];
+static Oid	cq_route_relids[CQ_QUEUE_TABLES];	/* claimq's tables */
+static Oid	cq_route_shard_relids[CQ_QUEUE_TABLES]; /* and their shards */
 
-/* Plans per statement (its cache slot) and shard. */
-typedef struct CqShardPlanKey
-{
-	SPIPlanPtr *cache;
-	int64		shard;
-} CqShardPlanKey;
+/*
+ * The plans this backend keeps (SPI's, PL/pgSQL's) that read claimq's
+ * tables were made for one route's shards, or (0) for none: the planner
+ * hook marks them, and when a route resolves to other shards, or a
+ * statement is planned with no route, the marked plans are made again.
+ */
+#define CQ_ROUTE_MARK 0x636c6d71
+static int64 cq_marked_for = 0;
 
-typedef struct CqShardPlan
-{
-	CqShardPlanKey key;
-	SPIPlanPtr	plan;
-} CqShardPlan;
-
-static HTAB *cq_shard_plans = NULL;
+static void cq_remark(int64 shard);
 
 static void
 cq_layout_forget(Datum arg, Oid relid)
@@ -133,9 +139,21 @@ cq_distributed(void)
 			CacheRegisterRelcacheCallback(cq_layout_forget, (Datum) 0);
 			callback_registered = true;
 		}
+		/* Asked by the planner hook in any database, claimq's or not. */
+		if (!OidIsValid(get_namespace_oid("claimq", true)))
+			return false;
 		cq_layout_relid = cq_job_relid();
 		cq_layout_distributed = OidIsValid(cq_layout_relid) &&
 			get_attnum(cq_layout_relid, "queue") != InvalidAttrNumber;
+		if (cq_layout_distributed)
+		{
+			Oid			nsp = get_namespace_oid("claimq", false);
+
+			for (int i = 0; i < CQ_DISTRIBUTED_TABLES; i++)
+				cq_distributed_relids[i] =
+					get_relname_relid(i < CQ_QUEUE_TABLES ? cq_queue_tables[i] :
+									  cq_key_tables[i - CQ_QUEUE_TABLES], nsp);
+		}
 	}
 	return cq_layout_distributed > 0;
 }
@@ -165,6 +183,25 @@ cq_local_group(void)
 }
 
 /*
+ * Set the route to the shards that hold `key` (hashed as Citus hashes a
+ * text distribution value) in the colocation group of `tables`, with the
+ * queue `name` for the rows inserted (empty for a scope's).
+ */
+static void
+cq_route_set(const char *const *tables, int ntables, const char *name,
+			 const char *key)
+{
+	cq_route_tables = tables;
+	cq_route_ntables = ntables;
+	strlcpy(cq_route_name, name, sizeof(cq_route_name));
+	cq_route_hash = DatumGetInt32(DirectFunctionCall1Coll(hashtext,
+														  DEFAULT_COLLATION_OID,
+														  CStringGetTextDatum(key)));
+	cq_route_active = true;
+	cq_route_resolved = false;
+}
+
+/*
  * Route the statements that follow to the shards of queue `name`, on a
  * distributed install; on a single server, nothing.  Needs no SPI: the
  * shards are found at the next statement prepared.
@@ -178,14 +215,7 @@ cq_route_to(const char *name)
 		cq_route_tables == cq_queue_tables &&
 		strcmp(cq_route_name, name) == 0)
 		return;
-	cq_route_tables = cq_queue_tables;
-	cq_route_ntables = CQ_QUEUE_TABLES;
-	strlcpy(cq_route_name, name, sizeof(cq_route_name));
-	cq_route_hash = DatumGetInt32(DirectFunctionCall1Coll(hashtext,
-														  DEFAULT_COLLATION_OID,
-														  CStringGetTextDatum(name)));
-	cq_route_active = true;
-	cq_route_resolved = false;
+	cq_route_set(cq_queue_tables, CQ_QUEUE_TABLES, name, name);
 }
 
 /*
@@ -197,14 +227,7 @@ cq_route_to_scope(const char *scope)
 {
 	if (!cq_distributed())
 		return;
-	cq_route_tables = cq_key_tables;
-	cq_route_ntables = lengthof(cq_key_tables);
-	cq_route_name[0] = '\0';
-	cq_route_hash = DatumGetInt32(DirectFunctionCall1Coll(hashtext,
-														  DEFAULT_COLLATION_OID,
-														  CStringGetTextDatum(scope)));
-	cq_route_active = true;
-	cq_route_resolved = false;
+	cq_route_set(cq_key_tables, lengthof(cq_key_tables), "", scope);
 }
 
 /*
@@ -289,6 +312,20 @@ cq_route_end(void)
 	cq_route_resolved = false;
 }
 
+/* The number of columns of relation relid, dropped ones counted. */
+static int
+cq_relnatts(Oid relid)
+{
+	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	int			natts;
+
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	natts = ((Form_pg_class) GETSTRUCT(tuple))->relnatts;
+	ReleaseSysCache(tuple);
+	return natts;
+}
+
 /*
  * Find the route's shards, lock their metadata and insist that they are
  * placed here.
@@ -309,7 +346,10 @@ cq_route_resolve(bool must_be_here)
 
 	hash = cq_route_hash;
 	for (int i = 0; i < cq_route_ntables; i++)
-		relids[i] = ObjectIdGetDatum(get_relname_relid(cq_route_tables[i], nsp));
+	{
+		cq_route_relids[i] = get_relname_relid(cq_route_tables[i], nsp);
+		relids[i] = ObjectIdGetDatum(cq_route_relids[i]);
+	}
 
 	/* The shards of each table, in the order of cq_queue_tables. */
 	cq_plan_unrouted(&find_plan,
@@ -367,109 +407,62 @@ cq_route_resolve(bool must_be_here)
 						cq_route_shards[0]),
 				 errdetail("Its shards moved to another node during the call."),
 				 errhint("Retry the transaction.")));
+
+	/*
+	 * The planner hook puts each shard in its table's place in a statement
+	 * already analyzed, whose columns are the table's by number: a shard has
+	 * the table's columns, and the same numbers unless the table has dropped
+	 * some.
+	 */
+	for (int i = 0; i < cq_route_ntables; i++)
+	{
+		char	   *shard_name = psprintf("%s_" INT64_FORMAT,
+										  cq_route_tables[i], cq_route_shards[i]);
+
+		cq_route_shard_relids[i] = get_relname_relid(shard_name, nsp);
+		if (!OidIsValid(cq_route_shard_relids[i]))
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("shard claimq.%s is not on this node", shard_name),
+					 errhint("Retry the transaction.")));
+		if (cq_relnatts(cq_route_shard_relids[i]) !=
+			cq_relnatts(cq_route_relids[i]))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("claimq.%s and its shard claimq.%s differ in their columns",
+							cq_route_tables[i], shard_name),
+					 errdetail("A call of a distributed install runs its statements on the shards by the table's column numbers."),
+					 errhint("After ALTER EXTENSION claimq UPDATE, run claimq.update_distributed() on the coordinator.")));
+	}
+	cq_remark(cq_route_shards[0]);
 	cq_route_resolved = true;
 	return true;
 }
 
 /*
- * sql with claimq's queue-keyed table names replaced by the route's
- * shards, and the dedup key's conflict target by the layout's (the unique
- * index of a distributed table includes its distribution column).
+ * Make the plans marked by the planner hook again at their next use: they
+ * were made for other shards than `shard`'s (0: for no route).
  */
-#define CQ_DEDUP_TARGET "ON CONFLICT (queue_id, dedup_key)"
-#define CQ_DEDUP_TARGET_ROUTED "ON CONFLICT (queue_id, dedup_key, queue)"
-
-static char *
-cq_route_sql(const char *sql)
+static void
+cq_remark(int64 shard)
 {
-	StringInfoData out;
-	const char *p = sql;
-	const char *hit;
-
-	initStringInfo(&out);
-	while ((hit = strstr(p, "claimq.")) != NULL)
-	{
-		const char *name = hit + strlen("claimq.");
-		const char *end = name;
-
-		while (*end == '_' || (*end >= 'a' && *end <= 'z'))
-			end++;
-		appendBinaryStringInfo(&out, p, end - p);
-		for (int i = 0; i < cq_route_ntables; i++)
-		{
-			if ((ptrdiff_t) strlen(cq_route_tables[i]) == end - name &&
-				strncmp(cq_route_tables[i], name, end - name) == 0)
-			{
-				appendStringInfo(&out, "_" INT64_FORMAT, cq_route_shards[i]);
-				break;
-			}
-		}
-		p = end;
-	}
-	appendStringInfoString(&out, p);
-
-	p = out.data;
-	if (strstr(p, CQ_DEDUP_TARGET) != NULL)
-	{
-		StringInfoData targeted;
-
-		initStringInfo(&targeted);
-		while ((hit = strstr(p, CQ_DEDUP_TARGET)) != NULL)
-		{
-			appendBinaryStringInfo(&targeted, p, hit - p);
-			appendStringInfoString(&targeted, CQ_DEDUP_TARGET_ROUTED);
-			p = hit + strlen(CQ_DEDUP_TARGET);
-		}
-		appendStringInfoString(&targeted, p);
-		pfree(out.data);
-		return targeted.data;
-	}
-	return out.data;
+	if (cq_marked_for == shard)
+		return;
+	CallSyscacheCallbacks(PROCOID, CQ_ROUTE_MARK);
+	cq_marked_for = shard;
 }
 
 /*
- * The plan of a statement on a distributed install (cq_plan calls it):
- * routed to the route's shards while a route is set, and else as written
- * (to be planned by Citus).  Kept per statement and shard.
+ * The plan of a statement (cq_plan calls it on a distributed install):
+ * a routed call's first statement resolves the route, and the planner
+ * hook plans it against the route's shards.
  */
 SPIPlanPtr
 cq_route_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 {
-	CqShardPlanKey key;
-	CqShardPlan *entry;
-	bool		found;
-
 	if (cq_routed() && !cq_route_resolved)
 		(void) cq_route_resolve(true);
-	if (cq_shard_plans == NULL)
-	{
-		HASHCTL		ctl;
-
-		ctl.keysize = sizeof(CqShardPlanKey);
-		ctl.entrysize = sizeof(CqShardPlan);
-		ctl.hcxt = TopMemoryContext;
-		cq_shard_plans = hash_create("claimq shard plans", 64, &ctl,
-									 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-	}
-	memset(&key, 0, sizeof(key));
-	key.cache = cache;
-	key.shard = cq_routed() ? cq_route_shards[0] : 0;
-	entry = hash_search(cq_shard_plans, &key, HASH_ENTER, &found);
-	if (!found)
-		entry->plan = NULL;
-	if (entry->plan == NULL)
-	{
-		if (key.shard == 0)
-			cq_plan_unrouted(&entry->plan, sql, nargs, argtypes);
-		else
-		{
-			char	   *routed = cq_route_sql(sql);
-
-			cq_plan_unrouted(&entry->plan, routed, nargs, argtypes);
-			pfree(routed);
-		}
-	}
-	return entry->plan;
+	return cq_plan_unrouted(cache, sql, nargs, argtypes);
 }
 
 /* Calls forwarded by this backend and not yet returned (cq_forward). */
@@ -535,11 +528,31 @@ cq_forward_wanted_arg(FunctionCallInfo fcinfo, int argno)
  * Whether a settle or job call given no queue (argument queue_argno) is to
  * be fanned out: on a distributed install.
  */
-bool
+static bool
 cq_fan_out_wanted(FunctionCallInfo fcinfo, int queue_argno)
 {
 	return (PG_NARGS() <= queue_argno || PG_ARGISNULL(queue_argno)) &&
 		cq_distributed();
+}
+
+/*
+ * For a settle or job call whose queue is argument queue_argno: whether
+ * another node answers it (a call without its queue fanned out over the
+ * jobs' queues, or a call forwarded to its queue's node), and then its
+ * result in *result.
+ */
+static Datum cq_fan_out(FunctionCallInfo fcinfo, int queue_argno);
+
+bool
+cq_answered_elsewhere(FunctionCallInfo fcinfo, int queue_argno, Datum *result)
+{
+	if (cq_fan_out_wanted(fcinfo, queue_argno))
+		*result = cq_fan_out(fcinfo, queue_argno);
+	else if (cq_forward_wanted_arg(fcinfo, queue_argno))
+		*result = cq_forward(fcinfo);
+	else
+		return false;
+	return true;
 }
 
 /* The literal of argument argno, limited to the positions of `subset` if it is an array. */
@@ -697,7 +710,7 @@ cq_forward(FunctionCallInfo fcinfo)
  * returns them.  Costs a round trip to every worker for the look, and one
  * to the worker of each queue.  Call after the arguments are judged.
  */
-Datum
+static Datum
 cq_fan_out(FunctionCallInfo fcinfo, int queue_argno)
 {
 	Oid			fn = fcinfo->flinfo->fn_oid;
@@ -952,19 +965,145 @@ cq_shield_null_queue(FuncExpr *call, ParamListInfo bound_params)
 	ReleaseSysCache(proc);
 }
 
+/*
+ * A routed call's statements run against its shards: whether planned
+ * from claimq's C (cq_plan) or from its PL/pgSQL functions, a statement
+ * that names claimq's tables of the route's colocation group is planned
+ * with each shard in its table's place (the shard has the table's columns
+ * and its constraints and indexes, named with the shard's id appended), so
+ * that Citus sees no distributed table and PostgreSQL plans it as on a
+ * single server.  An ON CONFLICT's target gains the queue column, which
+ * the distributed layout's unique indexes end with.
+ */
+static void
+cq_swap_conflict(Query *query)
+{
+	OnConflictExpr *conflict = query->onConflict;
+	RangeTblEntry *target;
+
+	if (conflict == NULL || query->resultRelation == 0)
+		return;
+	target = rt_fetch(query->resultRelation, query->rtable);
+	for (int i = 0; i < cq_route_ntables; i++)
+	{
+		if (target->relid != cq_route_relids[i])
+			continue;
+		if (OidIsValid(conflict->constraint))
+		{
+			char	   *name = get_constraint_name(conflict->constraint);
+
+			conflict->constraint =
+				get_relation_constraint_oid(cq_route_shard_relids[i],
+											psprintf("%s_" INT64_FORMAT, name,
+													 cq_route_shards[i]),
+											false);
+		}
+		else if (conflict->arbiterElems != NIL &&
+				 cq_route_tables == cq_queue_tables)
+		{
+			AttrNumber	attnum = get_attnum(target->relid, "queue");
+			InferenceElem *elem = makeNode(InferenceElem);
+
+			elem->expr = (Node *) makeVar(query->resultRelation, attnum,
+										  TEXTOID, -1, DEFAULT_COLLATION_OID, 0);
+			elem->infercollid = InvalidOid;
+			elem->inferopclass = InvalidOid;
+			conflict->arbiterElems = lappend(conflict->arbiterElems, elem);
+		}
+	}
+}
+
+typedef struct CqSwapContext
+{
+	bool		swap;			/* put the shards in (else only look) */
+	bool		found;			/* names one of the route's tables */
+} CqSwapContext;
+
+static bool
+cq_swap_walker(Node *node, CqSwapContext *context)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, RangeTblEntry))
+	{
+		RangeTblEntry *rte = (RangeTblEntry *) node;
+
+		if (rte->rtekind != RTE_RELATION)
+			return false;
+		if (!context->swap)
+		{
+			/* With no route: whether it names any of the distributed tables. */
+			for (int i = 0; i < CQ_DISTRIBUTED_TABLES; i++)
+				if (rte->relid == cq_distributed_relids[i])
+					context->found = true;
+			return false;
+		}
+		for (int i = 0; i < cq_route_ntables; i++)
+			if (rte->relid == cq_route_relids[i])
+			{
+				context->found = true;
+				rte->relid = cq_route_shard_relids[i];
+			}
+		return false;
+	}
+	if (IsA(node, Query))
+	{
+		Query	   *query = (Query *) node;
+
+		if (context->swap)
+		{
+#if PG_VERSION_NUM >= 160000
+			ListCell   *lc;
+
+			foreach(lc, query->rteperminfos)
+			{
+				RTEPermissionInfo *perm = lfirst(lc);
+
+				for (int i = 0; i < cq_route_ntables; i++)
+					if (perm->relid == cq_route_relids[i])
+						perm->relid = cq_route_shard_relids[i];
+			}
+#endif
+			cq_swap_conflict(query);
+		}
+		return query_tree_walker(query, cq_swap_walker, context,
+								 QTW_EXAMINE_RTES_BEFORE);
+	}
+	return expression_tree_walker(node, cq_swap_walker, context);
+}
+
 static PlannedStmt *
 cq_planner(Query *parse, const char *query_string, int cursor_options,
 		   ParamListInfo bound_params)
 {
 	FuncExpr   *call = cq_call_of(parse);
+	CqSwapContext context = {false, false};
+	PlannedStmt *result;
 
 	if (call != NULL)
 		cq_shield_null_queue(call, bound_params);
+	if (cq_distributed())
+	{
+		context.swap = cq_route_resolved;
+		(void) cq_swap_walker((Node *) parse, &context);
+		if (context.found && !context.swap)
+			cq_remark(0);
+	}
 	if (cq_prev_planner)
-		return cq_prev_planner(parse, query_string, cursor_options,
-							   bound_params);
-	return standard_planner(parse, query_string, cursor_options,
-							bound_params);
+		result = cq_prev_planner(parse, query_string, cursor_options,
+								 bound_params);
+	else
+		result = standard_planner(parse, query_string, cursor_options,
+								  bound_params);
+	if (context.found)
+	{
+		PlanInvalItem *mark = makeNode(PlanInvalItem);
+
+		mark->cacheId = PROCOID;
+		mark->hashValue = CQ_ROUTE_MARK;
+		result->invalItems = lappend(result->invalItems, mark);
+	}
+	return result;
 }
 
 /* At load: the hook, if Citus is preloaded before claimq. */
@@ -1027,10 +1166,10 @@ claimq_node_role(PG_FUNCTION_ARGS)
 
 /*
  * node_queue_stats() returns setof claimq.queue_stats: the view's rows for
- * the queues this node holds.  On a distributed install, the view's own
- * text (pg_get_viewdef) run against each queue shard placed here, as a
- * call's statements run (where the view itself would be Citus's query over
- * every worker); on a single server, the view.  In no duty.
+ * the queues this node holds.  On a distributed install, the view read
+ * once per queue shard placed here, routed as a call's statements are
+ * (where the view itself would be Citus's query over every worker); on a
+ * single server, the view.  In no duty.
  */
 PG_FUNCTION_INFO_V1(claimq_node_queue_stats);
 
@@ -1038,30 +1177,21 @@ Datum
 claimq_node_queue_stats(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	char	   *view;
-	bool		isnull;
 	List	   *shards;
 	ListCell   *lc;
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
-	if (SPI_execute("SELECT pg_catalog.pg_get_viewdef('claimq.queue_stats'::pg_catalog.regclass)",
-					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "claimq.queue_stats has no definition");
-	view = TextDatumGetCString(cq_spi_value(0, 1, &isnull));
 	shards = cq_distributed() ? cq_local_shards(false) : list_make1(NULL);
 	foreach(lc, shards)
 	{
-		const char *sql = view;
-
 		if (lfirst(lc) != NULL)
 		{
 			cq_route_to_shard(*(int64 *) lfirst(lc), false);
 			(void) cq_route_resolve(true);
-			sql = cq_route_sql(view);
 		}
-		if (SPI_execute(sql, true, 0) != SPI_OK_SELECT)
-			elog(ERROR, "SPI_execute failed: %s", sql);
+		if (SPI_execute("SELECT * FROM claimq.queue_stats", true, 0) != SPI_OK_SELECT)
+			elog(ERROR, "SPI_execute failed on claimq.queue_stats");
 		for (uint64 row = 0; row < SPI_processed; row++)
 			tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[row]);
 	}
@@ -1096,4 +1226,76 @@ claimq_routed_queue(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("claimq's tables of a distributed install are written only by claimq's calls that name a queue")));
 	PG_RETURN_TEXT_P(cstring_to_text(cq_route_name));
+}
+
+/*
+ * route_to(queue text) returns void: the statements of the PL/pgSQL call
+ * that calls it first (a call of one queue that Citus delegated) run
+ * against that queue's shards, as cq_route_to routes claimq's C calls.
+ * On a single server, or given NULL, nothing.  Raises 0A000 on a node
+ * that does not hold the queue: such a call runs only as a statement of
+ * its own, which Citus delegates.  In no duty.
+ */
+PG_FUNCTION_INFO_V1(claimq_route_to);
+
+Datum
+claimq_route_to(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+
+	if (PG_ARGISNULL(0) || !cq_distributed())
+		PG_RETURN_VOID();
+	name = cq_queue_name_arg(fcinfo, 0);
+	cq_route_to(name);
+	if (!cq_route_resolved)
+	{
+		bool		here;
+
+		SPI_connect();
+		here = cq_route_resolve(false);
+		SPI_finish();
+		if (!here)
+		{
+			cq_route_end();
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("queue \"%s\" is on another node", name),
+					 errhint("On a distributed install, call it as a statement of its own, with the queue a constant or a parameter: Citus runs that on the queue's node.")));
+		}
+	}
+	PG_RETURN_VOID();
+}
+
+/*
+ * routed_shard() returns bigint: the shard of claimq.queue that the
+ * statements are routed to, the default of claimq.job_finish's shard on a
+ * distributed install.  Raises 0A000 outside a routed call.
+ */
+PG_FUNCTION_INFO_V1(claimq_routed_shard);
+
+Datum
+claimq_routed_shard(PG_FUNCTION_ARGS)
+{
+	if (!cq_routed() || !cq_route_resolved || cq_route_tables != cq_queue_tables)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("claimq's jobs of a distributed install finish only in claimq's calls that name a queue")));
+	PG_RETURN_INT64(cq_route_shards[0]);
+}
+
+/*
+ * route_to_shard(shard bigint) returns void: route the statements that
+ * follow to the shards colocated with the shard of claimq.queue `shard`,
+ * placed on this node.  In no duty.
+ */
+PG_FUNCTION_INFO_V1(claimq_route_to_shard);
+
+Datum
+claimq_route_to_shard(PG_FUNCTION_ARGS)
+{
+	SPI_connect();
+	cq_route_to_shard(PG_GETARG_INT64(0), false);
+	(void) cq_route_resolve(true);
+	SPI_finish();
+	PG_RETURN_VOID();
 }

@@ -97,11 +97,10 @@ claimq_status(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	ArrayType  *ids = cq_job_ids_arg(fcinfo, 0);
 	CqInQueue	in_queue;
+	Datum		elsewhere;
 
-	if (cq_fan_out_wanted(fcinfo, 1))
-		return cq_fan_out(fcinfo, 1);
-	if (cq_forward_wanted_arg(fcinfo, 1))
-		return cq_forward(fcinfo);
+	if (cq_answered_elsewhere(fcinfo, 1, &elsewhere))
+		return elsewhere;
 	cq_in_queue_begin(&in_queue, fcinfo, 1);
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();

@@ -10,7 +10,7 @@
 \pset tuples_only on
 \pset footer off
 SET client_min_messages = warning;
-SELECT plan(35);
+SELECT plan(52);
 
 -- Queues.
 SELECT lives_ok($$SELECT claimq.create_queue('ca_lease', lease => '1 minute')$$,
@@ -107,5 +107,58 @@ SELECT is((SELECT array_agg(outcome) FROM claimq.release_keys('ca_scope', ARRAY[
 	'{ok}', 'release_keys by the winner: ok');
 SELECT throws_ok($$SELECT * FROM claimq.claim_keys(NULL, ARRAY['k1'], '1 minute')$$, '22004', NULL,
 	'claim_keys with a NULL scope: 22004, not delegated');
+
+-- Group limits: a group's jobs past its limit wait (sync_groups, in
+-- PL/pgSQL, runs on the queue's shards like the C statements).
+SELECT lives_ok($$SELECT claimq.create_queue('ca_groups', group_limit => 1)$$,
+	'create_queue with a group limit');
+SELECT claimq.enqueue('ca_groups', '{}', group_key => 'g1') AS g1 \gset
+SELECT claimq.enqueue('ca_groups', '{}', group_key => 'g1') AS g2 \gset
+SELECT claimq.enqueue('ca_groups', '{}', group_key => 'g2') AS g3 \gset
+SELECT is((SELECT array_agg(job_id ORDER BY job_id) FROM claimq.claim('ca_groups', 5)),
+	ARRAY[:g1, :g3]::bigint[], 'a claim takes one job of each group of limit 1');
+-- The administration calls of one queue (written in PL/pgSQL) run on its
+-- worker as statements of their own, as a client sends them; Citus does
+-- not delegate one inside a PL/pgSQL block (pgTAP's), and there it fails.
+SELECT claimq.alter_queue('ca_groups', group_limit => 2) \gset
+SELECT is((SELECT array_agg(job_id) FROM claimq.claim('ca_groups', 5)),
+	ARRAY[:g2]::bigint[], 'alter_queue raised the group limit on the queue''s worker: the held job is claimed');
+SELECT in_flight AS g1_in_flight FROM claimq.group_stats WHERE queue = 'ca_groups' AND group_key = 'g1' \gset
+SELECT is(:g1_in_flight::bigint, 2::bigint, 'group_stats through the coordinator');
+SELECT throws_ok($$SELECT claimq.alter_queue('ca_groups', group_limit => 3)$$, '0A000', NULL,
+	'alter_queue inside a PL/pgSQL block, not delegated: 0A000');
+SELECT claimq.pause_queue('ca_groups') \gset
+SELECT paused FROM claimq.queue_stats WHERE queue = 'ca_groups' \gset
+SELECT is(:'paused'::boolean, true, 'pause_queue: the queue is paused');
+SELECT claimq.resume_queue('ca_groups') \gset
+SELECT paused FROM claimq.queue_stats WHERE queue = 'ca_groups' \gset
+SELECT is(:'paused'::boolean, false, 'resume_queue: it is not');
+SELECT lives_ok($$SELECT claimq.create_queue('ca_dead', max_attempts => 1)$$,
+	'create_queue with one attempt');
+SELECT claimq.enqueue('ca_dead', '{}') AS x1 \gset
+SELECT job_id AS x1c, token AS x1t FROM claimq.claim('ca_dead', 1) \gset
+SELECT is(claimq.fail(:x1c, :x1t, 'boom', queue => 'ca_dead'), true, 'fail its only attempt');
+SELECT claimq.retry_dead('ca_dead') AS redriven \gset
+SELECT is(:redriven::bigint, 1::bigint, 'retry_dead redrives the dead job');
+SELECT claimq.purge_queue('ca_dead') AS purged \gset
+SELECT is(:purged::bigint, 1::bigint, 'purge_queue deletes the pending job');
+SELECT claimq.drop_queue('ca_dead') \gset
+SELECT count(*) AS left_queues FROM claimq.queue_stats WHERE queue = 'ca_dead' \gset
+SELECT is(:left_queues::bigint, 0::bigint, 'drop_queue: the queue is gone');
+
+-- A workflow within one queue: the dependent runs after its jobs finish,
+-- judged on the queue's worker at the finishing commit.
+SELECT claimq.enqueue(:'qa', '{"w": 1}') AS w1 \gset
+SELECT claimq.enqueue(:'qa', '{"w": 2}', after => ARRAY[:w1]::bigint[]) AS w2 \gset
+SELECT is((SELECT state FROM claimq.status(ARRAY[:w2]::bigint[], queue => :'qa')),
+	'waiting', 'a job enqueued after another waits');
+SELECT job_id AS w1c, token AS w1t FROM claimq.claim(:'qa', 10) WHERE job_id = :w1 \gset
+SELECT is(claimq.complete(:w1c, :w1t), true, 'its job completes (without the queue)');
+SELECT * FROM claimq.dependencies(ARRAY[:w2]::bigint[], :'qa') \gset dep_
+SELECT is(:'dep_state'::text, 'done', 'dependencies with the queue: the job it ran after is done');
+SELECT is((SELECT state FROM claimq.status(ARRAY[:w2]::bigint[], queue => :'qa')),
+	'pending', 'and the dependent is ready');
+SELECT throws_ok($$SELECT * FROM claimq.dependencies(ARRAY[1]::bigint[])$$, '0A000', NULL,
+	'dependencies without the queue: 0A000');
 
 SELECT * FROM finish();

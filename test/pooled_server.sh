@@ -12,6 +12,12 @@
 #    not a superuser, runs it; a loop calls claimq.maintain() in place of
 #    the reclaimer.  The server may have no claimq files at all.
 #
+# CLAIMQ_CITUS=1 (the C edition, bindir a server with Citus and claimq
+# installed, as test/citus/server builds): the server is the coordinator
+# of a distributed install, with two workers on ports 5433 and 5434 of
+# the same socket directory, every node preloading citus and claimq; the
+# database is distributed (claimq.distribute()) before it is handed over.
+#
 # The caller sets PGVER, DB, dir, logs, bindir, python, top, as_root and
 # as_server (see either script), and defines bail NAME [LOG], which reports
 # a failed step and exits.
@@ -22,6 +28,11 @@ case $edition in
 	*) echo "CLAIMQ_EDITION is c or portable, not $edition" >&2; exit 2 ;;
 esac
 owner=postgres		# who owns $DB and claimq in it; q connects as this role
+citus=${CLAIMQ_CITUS:-}
+if [ -n "$citus" ] && [ "$edition" != c ]; then
+	echo "CLAIMQ_CITUS needs the C edition" >&2
+	exit 2
+fi
 
 # Install the Debian packages of "$@" that are missing (a package whose
 # command is on the PATH counts as there: node and npm may come from
@@ -60,24 +71,11 @@ pooled_install() {
 pooled_server_start() {
 	[ ${#as_server[@]} -gt 0 ] && chown postgres: "$dir" "$logs"
 	cd "$dir" || exit 1
-	"${as_server[@]}" "$bindir/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --no-sync \
-		>"$logs/initdb.log" 2>&1 || bail "initdb" "$logs/initdb.log"
-	cat >>"$dir/data/postgresql.conf" <<-EOF
-	listen_addresses = ''
-	unix_socket_directories = '$dir'
-	port = 5432
-	max_connections = $1
-	fsync = off
-	synchronous_commit = off
-	EOF
-	[ "$edition" = c ] && cat >>"$dir/data/postgresql.conf" <<-EOF
-	shared_preload_libraries = 'claimq'
-	claimq.databases = '$DB'
-	claimq.node_id = 32
-	claimq.reclaim_interval = '200ms'
-	EOF
-	"${as_server[@]}" "$bindir/pg_ctl" -D "$dir/data" -l "$logs/server.log" -w start \
-		>/dev/null 2>&1 || bail "start the server" "$logs/server.log"
+	pooled_node_start data 5432 "$1" server
+	if [ -n "$citus" ]; then
+		pooled_citus_start
+		return
+	fi
 	if [ "$edition" = c ]; then
 		q -d postgres -c "CREATE DATABASE $DB" >/dev/null || bail "create database $DB"
 		q -c "CREATE EXTENSION claimq" >/dev/null || bail "create extension claimq"
@@ -103,6 +101,57 @@ pooled_server_start() {
 	q -c "SELECT count(*) FROM claimq.maintain()" >/dev/null ||
 		bail "register the lifetime's epoch (claimq.maintain())"
 	pooled_maintain_start
+}
+
+# One server: data directory $dir/$1, port $2 of the socket directory $dir,
+# at most $3 connections, its log $logs/$4.log.
+pooled_node_start() {
+	"${as_server[@]}" "$bindir/initdb" -D "$dir/$1" -U postgres -A trust -E UTF8 --no-sync \
+		>"$logs/initdb.log" 2>&1 || bail "initdb" "$logs/initdb.log"
+	cat >>"$dir/$1/postgresql.conf" <<-EOF
+	listen_addresses = ''
+	unix_socket_directories = '$dir'
+	port = $2
+	max_connections = $3
+	fsync = off
+	synchronous_commit = off
+	EOF
+	if [ -n "$citus" ]; then
+		# Job ids carry the Citus group instead of a node number.
+		cat >>"$dir/$1/postgresql.conf" <<-EOF
+		shared_preload_libraries = 'citus,claimq'
+		claimq.databases = '$DB'
+		claimq.reclaim_interval = '200ms'
+		max_prepared_transactions = $3
+		citus.recover_2pc_interval = '1s'
+		EOF
+	elif [ "$edition" = c ]; then
+		cat >>"$dir/$1/postgresql.conf" <<-EOF
+		shared_preload_libraries = 'claimq'
+		claimq.databases = '$DB'
+		claimq.node_id = 32
+		claimq.reclaim_interval = '200ms'
+		EOF
+	fi
+	"${as_server[@]}" "$bindir/pg_ctl" -D "$dir/$1" -l "$logs/$4.log" -w start \
+		>/dev/null 2>&1 || bail "start the server" "$logs/$4.log"
+}
+
+# The coordinator started, two workers beside it, Citus and claimq
+# distributed over them in $DB.
+pooled_citus_start() {
+	local w
+	for w in 1 2; do
+		pooled_node_start "worker$w" $((5432 + w)) 100 "worker$w"
+		"$bindir/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir" -p $((5432 + w)) -U postgres -d postgres \
+			-c "CREATE DATABASE $DB" -c "\\c $DB" -c "CREATE EXTENSION citus" >"$logs/citus.log" 2>&1 ||
+			bail "Citus on worker $w" "$logs/citus.log"
+	done
+	q -d postgres -c "CREATE DATABASE $DB" >/dev/null || bail "create database $DB"
+	q -c "CREATE EXTENSION citus" -c "SELECT citus_set_coordinator_host('$dir', 5432)" \
+		-c "SELECT citus_add_node('$dir', 5433)" -c "SELECT citus_add_node('$dir', 5434)" \
+		-c "CREATE EXTENSION claimq" -c "SELECT claimq.distribute()" >"$logs/citus.log" 2>&1 ||
+		bail "claimq distributed over two workers" "$logs/citus.log"
 }
 
 # The portable edition has no reclaimer: this loop stands in for the
@@ -193,9 +242,10 @@ pooled_stop() {
 	if [ -f "$dir/pgbouncer.pid" ]; then
 		kill -TERM "$(cat "$dir/pgbouncer.pid")" 2>/dev/null
 	fi
-	if [ -f "$dir/data/postmaster.pid" ]; then
-		(cd "$dir" && { "${as_server[@]}" "$bindir/pg_ctl" -D "$dir/data" -m fast -w stop ||
-			"${as_server[@]}" "$bindir/pg_ctl" -D "$dir/data" -m immediate stop; } \
+	for i in data worker1 worker2; do
+		[ -f "$dir/$i/postmaster.pid" ] || continue
+		(cd "$dir" && { "${as_server[@]}" "$bindir/pg_ctl" -D "$dir/$i" -m fast -w stop ||
+			"${as_server[@]}" "$bindir/pg_ctl" -D "$dir/$i" -m immediate stop; } \
 			>/dev/null 2>&1)
-	fi
+	done
 }

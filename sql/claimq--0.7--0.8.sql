@@ -920,6 +920,10 @@ REVOKE ALL ON FUNCTION claimq.job_id_base(), claimq.interval_parts(interval),
 	claimq.cron_walk(interval, bigint, bigint, bigint, bigint, bigint, boolean, boolean, boolean, text, timestamptz, timestamptz),
 	claimq.check_schedule_name(text),
 	claimq.schedule_first(text, text, timestamptz) FROM PUBLIC;
+-- @c
+REVOKE ALL ON FUNCTION claimq.schedule_home(text, text),
+	claimq.at_schedule(text, text, boolean, text, text, jsonb, text, integer, text, boolean) FROM PUBLIC;
+-- @end
 
 REVOKE ALL ON FUNCTION claimq.cron_next(text, text, timestamptz, timestamptz) FROM PUBLIC;
 

@@ -298,7 +298,9 @@ SELECT f::pg_catalog.regprocedure FROM pg_catalog.unnest(ARRAY[
 	'claimq.resume_queue(text)',
 	'claimq.purge_queue(text)',
 	'claimq.retry_dead(text, bigint[])',
-	'claimq.dependencies(bigint[], text)']) f
+	'claimq.dependencies(bigint[], text)',
+	'claimq.create_schedule(text, text, text, jsonb, text, integer, text)',
+	'claimq.at_schedule(text, text, boolean, text, text, jsonb, text, integer, text, boolean)']) f
 $$;
 
 COMMENT ON FUNCTION claimq.distributed_calls() IS

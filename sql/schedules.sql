@@ -920,6 +920,10 @@ BEGIN
 	next_at := claimq.schedule_first(create_schedule.cron,
 									 create_schedule.time_zone, now_ts);
 
+-- @c
+	/* On a distributed install a schedule lives with its queue. */
+	PERFORM claimq.route_to(create_schedule.queue);
+-- @end
 	SELECT t.queue_id INTO qid FROM claimq.queue t
 	 WHERE t.name OPERATOR(pg_catalog.=) create_schedule.queue;
 	IF NOT FOUND THEN
@@ -975,6 +979,17 @@ BEGIN
 		RAISE EXCEPTION 'missed must be "skip", "once" or "all"'
 			USING ERRCODE = '22023';
 	END IF;
+-- @c
+	IF claimq.node_role() OPERATOR(pg_catalog.=) 'coordinator' THEN
+		PERFORM claimq.at_schedule(claimq.schedule_home(alter_schedule.schedule,
+														 alter_schedule.queue),
+								   alter_schedule.schedule, false, alter_schedule.queue,
+								   alter_schedule.cron, alter_schedule.payload,
+								   alter_schedule.time_zone, alter_schedule.priority,
+								   alter_schedule.missed, alter_schedule.enabled);
+		RETURN;
+	END IF;
+-- @end
 
 	SELECT * INTO s FROM claimq.schedule t
 	 WHERE t.name OPERATOR(pg_catalog.=) alter_schedule.schedule FOR UPDATE;
@@ -1029,6 +1044,13 @@ AS $$
 BEGIN
 	-- @include check-primary.sql function=drop_schedule
 	PERFORM claimq.check_schedule_name(drop_schedule.schedule);
+-- @c
+	IF claimq.node_role() OPERATOR(pg_catalog.=) 'coordinator' THEN
+		PERFORM claimq.at_schedule(claimq.schedule_home(drop_schedule.schedule, NULL),
+								   drop_schedule.schedule, true);
+		RETURN;
+	END IF;
+-- @end
 	DELETE FROM claimq.schedule s
 	 WHERE s.name OPERATOR(pg_catalog.=) drop_schedule.schedule;
 	IF NOT FOUND THEN
@@ -1040,6 +1062,55 @@ $$;
 
 COMMENT ON FUNCTION claimq.drop_schedule(text) IS
 'drop a schedule; jobs it enqueued stay';
+
+-- @c
+/*
+ * On a distributed install a schedule lives on its queue's node, where
+ * alter_schedule and drop_schedule must run: on the coordinator,
+ * schedule_home finds its queue (one look over every worker), and
+ * at_schedule (src/shard.c) forwards the call to that queue's node, where
+ * its statements run against the queue's shards.  A schedule does not
+ * move to another queue there yet (0A000).
+ */
+CREATE FUNCTION claimq.schedule_home(schedule text, new_queue text)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	home text;
+BEGIN
+	SELECT s.queue INTO home FROM claimq.schedule s
+	 WHERE s.name OPERATOR(pg_catalog.=) schedule_home.schedule;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'schedule "%" does not exist', schedule
+			USING ERRCODE = '42704';
+	END IF;
+	IF new_queue IS NOT NULL AND new_queue OPERATOR(pg_catalog.<>) home THEN
+		RAISE EXCEPTION 'on a distributed install a schedule cannot move to another queue yet'
+			USING ERRCODE = '0A000',
+				  HINT = 'Drop the schedule and create it in the other queue.';
+	END IF;
+	RETURN home;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.schedule_home(text,text) IS
+'private: on a distributed install''s coordinator, the queue of a schedule (42704 if none; 0A000 for a move to another queue)';
+
+CREATE FUNCTION claimq.at_schedule(queue text, schedule text, drop_it boolean,
+								   new_queue text DEFAULT NULL, cron text DEFAULT NULL,
+								   payload jsonb DEFAULT NULL, time_zone text DEFAULT NULL,
+								   priority integer DEFAULT NULL, missed text DEFAULT NULL,
+								   enabled boolean DEFAULT NULL)
+RETURNS void
+LANGUAGE c
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_at_schedule';
+
+COMMENT ON FUNCTION claimq.at_schedule(text,text,boolean,text,text,jsonb,text,integer,text,boolean) IS
+'private: on a distributed install, alter or drop a schedule on its queue''s node (delegated there by queue)';
+-- @end
 
 /*
  * The high bits of the job ids this server issues (claimq.node_id, in the
@@ -1142,6 +1213,10 @@ BEGIN
 		 */
 		CONTINUE WHEN NOT pg_catalog.pg_try_advisory_xact_lock_shared(@CQ_PRODUCER_LOCK_KEY@,
 			pg_catalog.hashtext(r.queue_name COLLATE pg_catalog."C"));
+-- @c
+		/* A distributed install's jobs are inserted under their queue's route. */
+		PERFORM claimq.route_to(r.queue_name);
+-- @end
 		/* As stored: an @every that would now be refused still steps. */
 		parsed := claimq.cron_parse(r.cron, false);
 		occurrences := '{}';

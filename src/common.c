@@ -853,7 +853,13 @@ PG_FUNCTION_INFO_V1(claimq_job_id_base);
 Datum
 claimq_job_id_base(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_INT64(cq_job_id_base());
+	int64		base;
+
+	/* A distributed install's reads the node's Citus group by SPI. */
+	SPI_connect();
+	base = cq_job_id_base();
+	SPI_finish();
+	PG_RETURN_INT64(base);
 }
 
 /*

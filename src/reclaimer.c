@@ -593,13 +593,14 @@ cq_step_census(bool *more)
 
 /*
  * The first step's count is the pass's: the claims it reclaimed.  On a
- * distributed install a node's pass reclaims, prunes and syncs the groups
- * of the queues, and sweeps the key claims, whose shards it holds, a shard
- * at a time; the other steps do not run there yet (docs/distributed.md).
+ * distributed install a node's pass reclaims, fires the schedules of,
+ * prunes and syncs the groups of the queues, and sweeps the key claims,
+ * whose shards it holds, a shard at a time; the other steps do not run
+ * there yet (docs/distributed.md).
  */
 static const CqStep cq_steps[] = {
 	{"claimq: reclaiming expired claims", cq_step_reclaim, CQ_STEP_QUEUE_SHARDS},
-	{"claimq: firing schedules", cq_step_fire, CQ_STEP_NOT_DISTRIBUTED},
+	{"claimq: firing schedules", cq_step_fire, CQ_STEP_QUEUE_SHARDS},
 	{"claimq: pruning finished jobs", cq_step_prune, CQ_STEP_QUEUE_SHARDS},
 	{"claimq: sweeping expired key claims", cq_step_sweep, CQ_STEP_KEY_SHARDS},
 	{"claimq: keeping flow control", cq_step_flow, CQ_STEP_NOT_DISTRIBUTED},
@@ -954,7 +955,7 @@ cq_maintain_sweep(bool *more)
 
 static const CqStep cq_maintain_steps[] = {
 	{"reclaim", cq_maintain_reclaim, CQ_STEP_QUEUE_SHARDS},
-	{"fire_schedules", cq_maintain_fire, CQ_STEP_NOT_DISTRIBUTED},
+	{"fire_schedules", cq_maintain_fire, CQ_STEP_QUEUE_SHARDS},
 	{"prune", cq_maintain_prune, CQ_STEP_QUEUE_SHARDS},
 	{"sweep_keys", cq_maintain_sweep, CQ_STEP_KEY_SHARDS},
 };

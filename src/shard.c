@@ -1299,3 +1299,48 @@ claimq_route_to_shard(PG_FUNCTION_ARGS)
 	SPI_finish();
 	PG_RETURN_VOID();
 }
+
+/*
+ * at_schedule(queue text, schedule text, drop_it boolean, new_queue text,
+ * cron text, payload jsonb, time_zone text, priority integer, missed text,
+ * enabled boolean) returns void: on a distributed install, alter_schedule
+ * (or, drop_it, drop_schedule) of schedule `schedule` of queue `queue`,
+ * run on the queue's node with its statements routed to the queue's
+ * shards.  Forwarded there from the coordinator (alter_schedule and
+ * drop_schedule call it there: Citus delegates no call of PL/pgSQL's
+ * own).  In no duty.
+ */
+PG_FUNCTION_INFO_V1(claimq_at_schedule);
+
+Datum
+claimq_at_schedule(PG_FUNCTION_ARGS)
+{
+	Oid			argtypes[8] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID,
+	INT4OID, TEXTOID, BOOLOID};
+	Datum		values[8];
+	char		nulls[8];
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		elog(ERROR, "claimq.at_schedule() needs its queue, schedule and drop_it");
+	if (cq_forward_wanted_arg(fcinfo, 0))
+		return cq_forward(fcinfo);
+	for (int i = 0; i < 8; i++)
+	{
+		int			argno = i == 0 ? 1 : i + 2;
+
+		values[i] = PG_ARGISNULL(argno) ? (Datum) 0 : PG_GETARG_DATUM(argno);
+		nulls[i] = PG_ARGISNULL(argno) ? 'n' : ' ';
+	}
+	SPI_connect();
+	if (PG_GETARG_BOOL(2))
+	{
+		if (SPI_execute_with_args("SELECT claimq.drop_schedule($1)", 1, argtypes,
+								  values, nulls, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "SPI_execute_with_args failed: claimq.drop_schedule()");
+	}
+	else if (SPI_execute_with_args("SELECT claimq.alter_schedule($1, $2, $3, $4, $5, $6, $7, $8)",
+								   8, argtypes, values, nulls, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_with_args failed: claimq.alter_schedule()");
+	SPI_finish();
+	PG_RETURN_VOID();
+}

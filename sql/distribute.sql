@@ -153,6 +153,44 @@ COMMENT ON FUNCTION claimq.cluster_metrics() IS
 'private: metrics() of a distributed install''s coordinator: every worker''s, labelled by node, and claimq_node_up';
 
 /*
+ * queue_stats of a distributed install's coordinator (distribute_layout
+ * makes the view read it there): every worker's node_queue_stats(), each
+ * asked within five seconds; a worker that does not answer is left out,
+ * with a WARNING that names it.  In the observe duty, as the functions of
+ * the other views are: a view's reader calls its functions.
+ */
+CREATE FUNCTION claimq.cluster_queue_stats()
+RETURNS SETOF claimq.queue_stats
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	w record;
+BEGIN
+	IF claimq.node_role() OPERATOR(pg_catalog.<>) 'coordinator' THEN
+		RETURN;
+	END IF;
+	PERFORM pg_catalog.set_config('citus.node_connection_timeout', '5000', true);
+	FOR w IN SELECT r.nodename, r.nodeport, r.success, r.result
+			   FROM pg_catalog.run_command_on_workers(
+						'SELECT COALESCE(pg_catalog.json_agg(s), ''[]'') FROM claimq.node_queue_stats() s') r
+			  ORDER BY r.nodename, r.nodeport LOOP
+		IF NOT w.success THEN
+			RAISE WARNING 'claimq: worker %:% did not answer; its queues are left out of queue_stats',
+				w.nodename, w.nodeport
+				USING DETAIL = w.result;
+			CONTINUE;
+		END IF;
+		RETURN QUERY SELECT * FROM pg_catalog.json_populate_recordset(NULL::claimq.queue_stats,
+																	   w.result::pg_catalog.json);
+	END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION claimq.cluster_queue_stats() IS
+'queue_stats of a distributed install''s coordinator: every worker''s queues; a worker that does not answer is left out, with a WARNING';
+
+/*
  * One node's part of distribute(), run on the coordinator and on every
  * worker before any table is distributed (Citus does not carry the DDL
  * of an extension's tables to the workers; each has the extension as its
@@ -175,6 +213,7 @@ DECLARE
 	first_id integer;
 	view regclass;
 	def text;
+	grantee regrole;
 BEGIN
 	IF EXISTS (SELECT FROM pg_catalog.pg_attribute a
 				WHERE a.attrelid OPERATOR(pg_catalog.=) 'claimq.job'::pg_catalog.regclass
@@ -242,6 +281,24 @@ BEGIN
 		-- replaces nothing: test/sql/security.sql.)
 		EXECUTE pg_catalog.format('CREATE %s VIEW %s AS %s', 'OR REPLACE', view, def);
 	END LOOP;
+	-- The coordinator's queue_stats asks every worker for its queues and
+	-- goes on without one that does not answer (where Citus's query over
+	-- the shards would fail).
+	IF node OPERATOR(pg_catalog.=) 0 THEN
+		EXECUTE pg_catalog.format('CREATE %s VIEW claimq.queue_stats AS SELECT * FROM claimq.cluster_queue_stats()',
+								  'OR REPLACE');
+		-- Who may read the view now calls the function (the observe duty
+		-- grants it to those given the duty from now on).
+		FOR grantee IN SELECT DISTINCT g.grantee::pg_catalog.regrole
+						 FROM pg_catalog.pg_class c,
+							  LATERAL pg_catalog.aclexplode(c.relacl) g
+						WHERE c.oid OPERATOR(pg_catalog.=) 'claimq.queue_stats'::pg_catalog.regclass
+						  AND g.privilege_type OPERATOR(pg_catalog.=) 'SELECT'
+						  AND g.grantee OPERATOR(pg_catalog.<>) c.relowner LOOP
+			EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION claimq.cluster_queue_stats() TO %s',
+									  grantee);
+		END LOOP;
+	END IF;
 	-- A new lifetime's epoch, congruent to the node's group (node_epoch):
 	-- every backend forgets the epoch it kept (src/token.c).
 	TRUNCATE claimq.lifetime;
@@ -580,6 +637,7 @@ REVOKE ALL ON FUNCTION claimq.route_to_shard(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.node_role() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.node_queue_stats() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.cluster_metrics() FROM PUBLIC;
+REVOKE ALL ON FUNCTION claimq.cluster_queue_stats() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.distribute_layout() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.distributed_calls() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.distribute(integer) FROM PUBLIC;

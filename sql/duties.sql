@@ -16,6 +16,9 @@ DECLARE
 	observe text[] := '{"claimq.counters()",'
 					  '"claimq.queue_latency()",'
 					  '"claimq.reclaimer_status()",'
+-- @c
+					  '"claimq.cluster_queue_stats()",'
+-- @end
 					  '"claimq.metrics()"}';
 	every text[] := '{"claimq.version()",'
 					'"claimq.edition()"}';

@@ -102,9 +102,10 @@ SELECT is(ARRAY(SELECT name FROM hard_functions
 		'claimq.status(bigint[],text)',
 		'claimq.version()',
 		'claimq.wait_for(bigint[],interval,text)']),
-	-- distribute() and update_distributed() are the C edition's alone (Citus).
+	-- cluster_queue_stats(), distribute() and update_distributed() are the C
+	-- edition's alone (Citus).
 	('regress_claimq_hard_admin', ARRAY(SELECT f FROM pg_catalog.unnest(
-		CASE WHEN claimq.edition() = 'c' THEN ARRAY['claimq.distribute(integer)', 'claimq.update_distributed()'] ELSE '{}' END || ARRAY[
+		CASE WHEN claimq.edition() = 'c' THEN ARRAY['claimq.cluster_queue_stats()', 'claimq.distribute(integer)', 'claimq.update_distributed()'] ELSE '{}' END || ARRAY[
 		'claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval)',
 		'claimq.alter_schedule(text,text,text,jsonb,text,integer,text,boolean)',
 		'claimq.cancel(bigint[],text)',

@@ -1029,6 +1029,26 @@ DROP FUNCTION claimq.duty_functions(text);
 -- @include distribute.sql
 -- @end
 
+-- count_dependents() and forget_after() in PL/pgSQL, whose plans a
+-- distributed install makes again for each shard a transaction judges.
+ALTER FUNCTION claimq.count_dependents(bigint[], integer) RENAME TO count_dependents_0_7;
+ALTER FUNCTION claimq.forget_after(bigint[], bigint[]) RENAME TO forget_after_0_7;
+
+-- @include count-dependents.sql
+-- @include forget-after.sql
+
+REVOKE ALL ON FUNCTION claimq.count_dependents(bigint[], integer),
+	claimq.forget_after(bigint[], bigint[]) FROM PUBLIC;
+
+SELECT claimq.copy_grants('claimq.count_dependents_0_7(bigint[], integer)'::regprocedure,
+						  'claimq.count_dependents(bigint[], integer)'::regprocedure,
+						  'pg_catalog.pg_proc');
+SELECT claimq.copy_grants('claimq.forget_after_0_7(bigint[], bigint[])'::regprocedure,
+						  'claimq.forget_after(bigint[], bigint[])'::regprocedure,
+						  'pg_catalog.pg_proc');
+DROP FUNCTION claimq.count_dependents_0_7(bigint[], integer);
+DROP FUNCTION claimq.forget_after_0_7(bigint[], bigint[]);
+
 -- lock_queue() routes the administration calls of a queue on a
 -- distributed install (the C edition's; the same in the portable one).
 ALTER FUNCTION claimq.lock_queue(text) RENAME TO lock_queue_0_7;

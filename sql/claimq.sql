@@ -1319,42 +1319,7 @@ $$;
 COMMENT ON FUNCTION claimq.link_after(bigint[]) IS
 'private: check, lock and record an enqueue''s "after" list as a set; returns it, how many of its jobs are unfinished, and whether the finished ones all ended done';
 
-/*
- * The jobs waiting on the listed jobs count them off (delta -1: they
- * finished or were removed) or on again (delta 1: retry_dead redrove
- * them), each under its row lock, taken in id order.  Returns the jobs
- * that have none left to wait for.
- */
-CREATE FUNCTION claimq.count_dependents(job_ids bigint[], delta integer)
-RETURNS bigint[]
-LANGUAGE sql
-SET search_path = pg_catalog, pg_temp
-AS $$
-	WITH hit AS (
-		SELECT e.set_id, pg_catalog.count(*)::integer AS n
-		  FROM claimq.job_after e
-		 WHERE e.after_id OPERATOR(pg_catalog.=) ANY (job_ids)
-		 GROUP BY e.set_id),
-	locked AS MATERIALIZED (
-		SELECT w.job_id, h.n
-		  FROM claimq.job w
-		  JOIN hit h ON h.set_id OPERATOR(pg_catalog.=) w.after_set
-		 WHERE w.state OPERATOR(pg_catalog.=) 'waiting'
-		 ORDER BY w.job_id
-		 FOR UPDATE OF w),
-	counted AS (
-		UPDATE claimq.job j
-		   SET after_count = j.after_count OPERATOR(pg_catalog.+) (delta OPERATOR(pg_catalog.*) l.n)
-		  FROM locked l
-		 WHERE j.job_id OPERATOR(pg_catalog.=) l.job_id
-		   AND j.state OPERATOR(pg_catalog.=) 'waiting'
-		RETURNING j.job_id, j.after_count)
-	SELECT pg_catalog.array_agg(c.job_id) FROM counted c
-	 WHERE c.after_count OPERATOR(pg_catalog.<=) 0;
-$$;
-
-COMMENT ON FUNCTION claimq.count_dependents(bigint[],integer) IS
-'private: the jobs waiting on the listed jobs count them off (delta -1) or on again (delta 1), under their row locks; returns those with none left to wait for';
+-- @include count-dependents.sql
 
 /*
  * The listed jobs have finished, or been removed unfinished: their waiting
@@ -1521,29 +1486,7 @@ CREATE CONSTRAINT TRIGGER job_finish_judge
 
 ALTER TABLE claimq.job_finish ENABLE ALWAYS TRIGGER job_finish_judge;
 
-/*
- * Jobs were deleted: the sets that no job names any more go, those named
- * (set_ids) and those that named the deleted jobs (job_ids).  A set whose
- * last two jobs are deleted at once by two transactions stays until one
- * of the jobs it names is deleted.
- */
-CREATE FUNCTION claimq.forget_after(set_ids bigint[], job_ids bigint[])
-RETURNS void
-LANGUAGE sql
-SET search_path = pg_catalog, pg_temp
-AS $$
-	DELETE FROM claimq.job_after e
-	 WHERE e.set_id OPERATOR(pg_catalog.=) ANY (ARRAY(
-			SELECT s.id FROM pg_catalog.unnest(set_ids) AS s(id)
-			UNION
-			SELECT d.set_id FROM claimq.job_after d
-			 WHERE d.after_id OPERATOR(pg_catalog.=) ANY (job_ids)))
-	   AND NOT EXISTS (SELECT 1 FROM claimq.job j
-						WHERE j.after_set OPERATOR(pg_catalog.=) e.set_id);
-$$;
-
-COMMENT ON FUNCTION claimq.forget_after(bigint[],bigint[]) IS
-'private: delete the sets of jobs to run after that no job names any more, among those listed and those that named the deleted jobs';
+-- @include forget-after.sql
 
 /*
  * Retention of the jobs that jobs ran after (prune's second pass): each

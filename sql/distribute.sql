@@ -51,6 +51,20 @@ COMMENT ON FUNCTION claimq.route_to_shard(bigint) IS
 'private: on a distributed install, run the call''s statements that follow against the shards colocated with shard';
 
 /*
+ * dependencies() not delegated on a distributed install (sql/job-calls.sql
+ * calls it there): each listed job's, on its queue's node.
+ */
+CREATE FUNCTION claimq.dependencies_everywhere(job_ids bigint[], queue text)
+RETURNS TABLE(job_id bigint, after_id bigint, state text, result jsonb,
+			  last_error text)
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_dependencies_everywhere';
+
+COMMENT ON FUNCTION claimq.dependencies_everywhere(bigint[],text) IS
+'private: on a distributed install, dependencies() not delegated to the jobs'' queue''s node: each job''s (of queue, if given), on its queue''s node';
+
+/*
  * NULL, but volatile: the planner hook puts it in place of a NULL queue
  * (src/shard.c), so that Citus does not delegate the call.
  */
@@ -632,6 +646,7 @@ COMMENT ON FUNCTION claimq.distribute(integer) IS
 REVOKE ALL ON FUNCTION claimq.routed_queue() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.no_queue() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.route_to(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION claimq.dependencies_everywhere(bigint[], text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.routed_shard() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.route_to_shard(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.node_role() FROM PUBLIC;

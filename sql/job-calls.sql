@@ -201,11 +201,18 @@ BEGIN
 	-- @include check-job-ids.sql function=dependencies
 -- @c
 	-- Delegated to the queue's node, where check_in_queue routes the query
-	-- to its shards; Citus cannot join the tables of every worker so.
-	IF dependencies.queue IS NULL AND claimq.node_role() OPERATOR(pg_catalog.<>) 'single' THEN
-		RAISE EXCEPTION 'claimq.dependencies() on a distributed install needs its queue argument'
-			USING ERRCODE = '0A000',
-				  HINT = 'Give the jobs'' queue as the argument "queue".';
+	-- to its shards (Citus cannot join the tables of every worker so);
+	-- without its queue, or not delegated (on the coordinator), each job's
+	-- on its queue's node.
+	IF claimq.node_role() OPERATOR(pg_catalog.<>) 'single'
+	   AND (dependencies.queue IS NULL
+			OR claimq.node_role() OPERATOR(pg_catalog.=) 'coordinator') THEN
+		IF dependencies.queue IS NOT NULL THEN
+			PERFORM claimq.check_in_queue(dependencies.queue, dependencies.job_ids);
+		END IF;
+		RETURN QUERY SELECT * FROM claimq.dependencies_everywhere(dependencies.job_ids,
+																   dependencies.queue);
+		RETURN;
 	END IF;
 -- @end
 	-- @include check-in-queue.sql function=dependencies ids=dependencies.job_ids

@@ -116,7 +116,7 @@ claimq_cancel(PG_FUNCTION_ARGS)
 
 	cq_require_primary(fcinfo);
 	ids = cq_job_ids_arg(fcinfo, 0);
-	if (cq_answered_elsewhere(fcinfo, 1, &elsewhere))
+	if (cq_answered_elsewhere(fcinfo, 1, -1, 0, &elsewhere))
 		return elsewhere;
 	cq_in_queue_begin(&in_queue, fcinfo, 1);
 	deconstruct_array(ids, INT8OID, sizeof(int64), FLOAT8PASSBYVAL,

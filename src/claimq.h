@@ -661,11 +661,13 @@ extern uint64 cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 extern void cq_shard_init(void);
 extern bool cq_distributed(void);
 extern bool cq_answered_elsewhere(FunctionCallInfo fcinfo, int queue_argno,
+								  int timeout_argno, TimestampTz deadline,
 								  Datum *result);
 extern bool cq_forward_wanted(const char *name);
 extern bool cq_forward_wanted_arg(FunctionCallInfo fcinfo, int argno);
 extern bool cq_forward_wanted_scope(const char *scope);
 extern Datum cq_forward(FunctionCallInfo fcinfo);
+extern Datum cq_reclaim_every_queue(FunctionCallInfo fcinfo, int32 max_jobs);
 extern int32 cq_local_group(void);
 extern void cq_route_to(const char *name);
 extern bool cq_routed(void);

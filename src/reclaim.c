@@ -181,10 +181,7 @@ claimq_reclaim(PG_FUNCTION_ARGS)
 		queue_name = cq_queue_name_arg(fcinfo, 0);
 	max_jobs = cq_int_arg(fcinfo, 1, "max_jobs", 1, CQ_MAX_BATCH);
 	if (queue_name == NULL && cq_distributed())
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("claimq.reclaim() on a distributed install needs its queue"),
-				 errhint("Each worker's reclaimer, or claimq.maintain() on the worker, reclaims every queue whose shards it holds.")));
+		return cq_reclaim_every_queue(fcinfo, max_jobs);
 	if (queue_name != NULL && cq_forward_wanted(queue_name))
 		return cq_forward(fcinfo);
 

@@ -770,7 +770,7 @@ cq_settle_many(FunctionCallInfo fcinfo, CqSettleOp *op)
 	cq_settle_extra(fcinfo, op, 2, extra, extranulls);
 	if (op->args == CQ_ARGS_RESULTS)
 		cq_complete_results(fcinfo, 2, n, false, extra, extranulls);
-	if (cq_answered_elsewhere(fcinfo, CQ_SETTLE_QUEUE_ARGNO(op), &elsewhere))
+	if (cq_answered_elsewhere(fcinfo, CQ_SETTLE_QUEUE_ARGNO(op), -1, 0, &elsewhere))
 		return elsewhere;
 	cq_in_queue_begin(&in_queue, fcinfo, CQ_SETTLE_QUEUE_ARGNO(op));
 
@@ -805,7 +805,7 @@ cq_settle_one(FunctionCallInfo fcinfo, CqSettleOp *op)
 	cq_settle_extra(fcinfo, op, 2, extra, extranulls);
 	if (op->args == CQ_ARGS_RESULTS)
 		cq_complete_results(fcinfo, 2, 1, true, extra, extranulls);
-	if (cq_answered_elsewhere(fcinfo, CQ_SETTLE_QUEUE_ARGNO(op), &elsewhere))
+	if (cq_answered_elsewhere(fcinfo, CQ_SETTLE_QUEUE_ARGNO(op), -1, 0, &elsewhere))
 		return elsewhere;
 	cq_in_queue_begin(&in_queue, fcinfo, CQ_SETTLE_QUEUE_ARGNO(op));
 	id = PG_GETARG_DATUM(0);

@@ -12,28 +12,36 @@
  * of the call, and it refuses what claimq's statements do (a volatile
  * function in an UPDATE of a distributed table: the token's nextval, the
  * clock).  So a call that names a queue routes here first
- * (cq_route_to, from the queue look-up and the settles' queue argument):
- * at its first statement the queue's shards are found (Citus hashes the
- * name with the text type's hash, hashtext), their metadata is locked in
- * ShareLock as Citus's own writes lock it, so that a shard move waits for
- * this transaction and none can begin under it, and their placement must
- * be on this node, read after the lock with a snapshot taken then (else
- * 40001: the queue moved; or, on a node that was not delegated the call,
- * 0A000).  From then on cq_plan prepares each statement with claimq's
- * table names replaced by the shards' (claimq.job becomes
- * claimq.job_102012): plain PostgreSQL on the shard, with every
- * statement's text unchanged, kept per statement and shard.  A row
- * inserted takes its queue column from the route (claimq.routed_queue(),
- * the column's default), so no insert names it either.
+ * (cq_route_to, from the queue look-up and the settles' queue argument;
+ * route_to from PL/pgSQL): at its first statement the queue's shards are
+ * found (Citus hashes the name with the text type's hash, hashtext),
+ * their metadata is locked in ShareLock as Citus's own writes lock it, so
+ * that a shard move waits for this transaction and none can begin under
+ * it, and their placement must be on this node, read after the lock with
+ * a snapshot taken then (else 40001: the queue moved; or, on a node that
+ * was not delegated the call, 0A000).  From then on claimq's planner hook
+ * plans each statement of a claimq call, C or PL/pgSQL, with the shard
+ * (claimq.job_102012) in the place of each of claimq's tables, in the
+ * statement already analyzed: plain PostgreSQL on the shard, with every
+ * statement's text unchanged.  A row inserted takes its queue column from
+ * the route (claimq.routed_queue(), the column's default), so no insert
+ * names it either.  The plans a backend keeps are marked, and made again
+ * when its route moves to other shards (cq_remark).
+ *
+ * A call that Citus did not delegate is forwarded (cq_forward: the same
+ * call as a statement of constants, which Citus delegates); a settle or
+ * job call without its queue is fanned out over its jobs' queues
+ * (cq_fan_out).
  *
  * A single server has no such column: cq_distributed() tells the layouts
  * apart once per backend (and again when claimq.job changes), and a call
- * on a single server does nothing more than ask it.
+ * on a single server does nothing more than ask it; the hooks are
+ * installed only beside Citus.
  *
  * The route lasts until the next call names a queue, and ends with the
  * transaction, or with a subtransaction's abort, which lets go of the
- * shard locks taken in it.  It calls no other claimq file but common.c's plan and
- * execution helpers.
+ * shard locks taken in it.  It calls no other claimq file but common.c's
+ * plan and execution helpers.
  *
  *-------------------------------------------------------------------------
  */
@@ -49,6 +57,8 @@
 #include "common/hashfn.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "executor/executor.h"
+#include "fmgr.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
 #include "nodes/params.h"
@@ -107,11 +117,34 @@ static Oid	cq_route_shard_relids[CQ_QUEUE_TABLES]; /* and their shards */
 /*
  * The plans this backend keeps (SPI's, PL/pgSQL's) that read claimq's
  * tables were made for one route's shards, or (0) for none: the planner
- * hook marks them, and when a route resolves to other shards, or a
- * statement is planned with no route, the marked plans are made again.
+ * hook marks them (a plan made for shards with a second mark), and when a
+ * route resolves to other shards, or a statement is planned with no
+ * route, the marked plans are made again.  A plan made for shards that
+ * is run with no route resolved (a statement of the caller's own after a
+ * claimq call, on a worker) is refused at its start (cq_executor_start):
+ * it would read one queue's shards in place of the tables.  Plans kept
+ * elsewhere than in the plan cache (a SQL function's, for its caller's
+ * transaction) see no mark: claimq's functions that read its tables are
+ * C and PL/pgSQL, not SQL.
  */
 #define CQ_ROUTE_MARK 0x636c6d71
+#define CQ_ROUTE_MARK_SHARDS 0x636c6d72
 static int64 cq_marked_for = 0;
+
+/*
+ * How many calls of claimq's functions are running in this backend
+ * (fmgr_hook: each has SET search_path, so each passes the hook): only
+ * their statements, and the reclaimer's, are planned against a route's
+ * shards; a statement of the caller's own, after a claimq call in its
+ * transaction on a worker, reads the tables.
+ */
+static int	cq_call_depth = 0;
+
+static bool
+cq_in_claimq_call(void)
+{
+	return cq_call_depth > 0 || IsBackgroundWorker;
+}
 
 static void cq_remark(int64 shard);
 
@@ -449,6 +482,7 @@ cq_remark(int64 shard)
 	if (cq_marked_for == shard)
 		return;
 	CallSyscacheCallbacks(PROCOID, CQ_ROUTE_MARK);
+	CallSyscacheCallbacks(PROCOID, CQ_ROUTE_MARK_SHARDS);
 	cq_marked_for = shard;
 }
 
@@ -539,20 +573,45 @@ cq_fan_out_wanted(FunctionCallInfo fcinfo, int queue_argno)
  * For a settle or job call whose queue is argument queue_argno: whether
  * another node answers it (a call without its queue fanned out over the
  * jobs' queues, or a call forwarded to its queue's node), and then its
- * result in *result.
+ * result in *result.  A call with a timeout (argument timeout_argno, or
+ * -1) that ends at deadline gives each call of a fan-out what is left of
+ * it.
  */
-static Datum cq_fan_out(FunctionCallInfo fcinfo, int queue_argno);
+static Datum cq_fan_out(FunctionCallInfo fcinfo, int queue_argno,
+						int timeout_argno, TimestampTz deadline);
 
 bool
-cq_answered_elsewhere(FunctionCallInfo fcinfo, int queue_argno, Datum *result)
+cq_answered_elsewhere(FunctionCallInfo fcinfo, int queue_argno,
+					  int timeout_argno, TimestampTz deadline, Datum *result)
 {
 	if (cq_fan_out_wanted(fcinfo, queue_argno))
-		*result = cq_fan_out(fcinfo, queue_argno);
+		*result = cq_fan_out(fcinfo, queue_argno, timeout_argno, deadline);
 	else if (cq_forward_wanted_arg(fcinfo, queue_argno))
 		*result = cq_forward(fcinfo);
 	else
 		return false;
 	return true;
+}
+
+/*
+ * Run sql, a call of claimq's that Citus delegates to its queue's node;
+ * the node that runs it must hold the queue (cq_forward_wanted).  The
+ * caller has connected SPI; the rows are in SPI_tuptable.
+ */
+static void
+cq_execute_forwarded(const char *sql)
+{
+	cq_forwarding++;
+	PG_TRY();
+	{
+		if (SPI_execute(sql, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "SPI_execute failed: %s", sql);
+	}
+	PG_FINALLY();
+	{
+		cq_forwarding--;
+	}
+	PG_END_TRY();
 }
 
 /* The literal of argument argno, limited to the positions of `subset` if it is an array. */
@@ -618,7 +677,8 @@ cq_append_arg(StringInfo sql, FunctionCallInfo fcinfo, int argno, Oid type,
  */
 static void
 cq_fan_out_call(FunctionCallInfo fcinfo, Oid *argtypes, int queue_argno,
-				const char *queue, int *subset, int nsubset, int nids)
+				const char *queue, int *subset, int nsubset, int nids,
+				int timeout_argno, TimestampTz deadline)
 {
 	Oid			fn = fcinfo->flinfo->fn_oid;
 	StringInfoData sql;
@@ -633,22 +693,15 @@ cq_fan_out_call(FunctionCallInfo fcinfo, Oid *argtypes, int queue_argno,
 		if (argno == queue_argno)
 			appendStringInfo(&sql, "%s::pg_catalog.text",
 							 quote_literal_cstr(queue));
+		else if (argno == timeout_argno)
+			appendStringInfo(&sql, "'" INT64_FORMAT " microseconds'::pg_catalog.interval",
+							 Max((int64) (deadline - GetCurrentTimestamp()), (int64) 0));
 		else
 			cq_append_arg(&sql, fcinfo, argno, argtypes[argno], subset,
 						  nsubset, nids);
 	}
 	appendStringInfoChar(&sql, ')');
-	cq_forwarding++;
-	PG_TRY();
-	{
-		if (SPI_execute(sql.data, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "SPI_execute failed: %s", sql.data);
-	}
-	PG_FINALLY();
-	{
-		cq_forwarding--;
-	}
-	PG_END_TRY();
+	cq_execute_forwarded(sql.data);
 }
 
 /*
@@ -674,7 +727,7 @@ cq_forward(FunctionCallInfo fcinfo)
 	if (retset)
 		InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	SPI_connect();
-	cq_fan_out_call(fcinfo, argtypes, -1, NULL, NULL, 0, -1);
+	cq_fan_out_call(fcinfo, argtypes, -1, NULL, NULL, 0, -1, -1, 0);
 	if (retset)
 	{
 		for (uint64 row = 0; row < SPI_processed; row++)
@@ -711,7 +764,8 @@ cq_forward(FunctionCallInfo fcinfo)
  * to the worker of each queue.  Call after the arguments are judged.
  */
 static Datum
-cq_fan_out(FunctionCallInfo fcinfo, int queue_argno)
+cq_fan_out(FunctionCallInfo fcinfo, int queue_argno, int timeout_argno,
+		   TimestampTz deadline)
 {
 	Oid			fn = fcinfo->flinfo->fn_oid;
 	Oid		   *argtypes;
@@ -805,7 +859,7 @@ cq_fan_out(FunctionCallInfo fcinfo, int queue_argno)
 				subset[nsubset++] = i;
 			}
 		cq_fan_out_call(fcinfo, argtypes, queue_argno, calls[c], subset,
-						nsubset, nids);
+						nsubset, nids, timeout_argno, deadline);
 		if (SPI_processed != (uint64) nsubset)
 			elog(ERROR, "claimq.%s() returned " UINT64_FORMAT " rows for %d jobs",
 				 get_func_name(fn), SPI_processed, nsubset);
@@ -1084,7 +1138,7 @@ cq_planner(Query *parse, const char *query_string, int cursor_options,
 		cq_shield_null_queue(call, bound_params);
 	if (cq_distributed())
 	{
-		context.swap = cq_route_resolved;
+		context.swap = cq_route_resolved && cq_in_claimq_call();
 		(void) cq_swap_walker((Node *) parse, &context);
 		if (context.found && !context.swap)
 			cq_remark(0);
@@ -1100,10 +1154,55 @@ cq_planner(Query *parse, const char *query_string, int cursor_options,
 		PlanInvalItem *mark = makeNode(PlanInvalItem);
 
 		mark->cacheId = PROCOID;
-		mark->hashValue = CQ_ROUTE_MARK;
+		mark->hashValue = context.swap ? CQ_ROUTE_MARK_SHARDS : CQ_ROUTE_MARK;
 		result->invalItems = lappend(result->invalItems, mark);
 	}
 	return result;
+}
+
+static ExecutorStart_hook_type cq_prev_executor_start = NULL;
+static fmgr_hook_type cq_prev_fmgr_hook = NULL;
+
+static void
+cq_fmgr_hook(FmgrHookEventType event, FmgrInfo *flinfo, Datum *arg)
+{
+	if (get_func_namespace(flinfo->fn_oid) == get_namespace_oid("claimq", true))
+	{
+		if (event == FHET_START)
+			cq_call_depth++;
+		else if (cq_call_depth > 0)
+			cq_call_depth--;
+	}
+	if (cq_prev_fmgr_hook)
+		cq_prev_fmgr_hook(event, flinfo, arg);
+}
+
+static void
+cq_executor_start(QueryDesc *query, int eflags)
+{
+	ListCell   *lc;
+
+	if ((!cq_route_resolved || !cq_in_claimq_call()) && cq_marked_for != 0)
+	{
+		foreach(lc, query->plannedstmt->invalItems)
+		{
+			PlanInvalItem *item = lfirst(lc);
+
+			if (item->cacheId == PROCOID && item->hashValue == CQ_ROUTE_MARK_SHARDS)
+			{
+				cq_remark(0);
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("a statement planned for a queue's shards ran outside the claimq call that routed it"),
+						 errdetail("On a distributed install a statement that names claimq's tables, run on a worker after a claimq call in the same session, was planned against that call's queue's shards."),
+						 errhint("Run it again: it is planned against the tables now.")));
+			}
+		}
+	}
+	if (cq_prev_executor_start)
+		cq_prev_executor_start(query, eflags);
+	else
+		standard_ExecutorStart(query, eflags);
 }
 
 /* At load: the hook, if Citus is preloaded before claimq. */
@@ -1116,6 +1215,10 @@ cq_shard_init(void)
 		return;
 	cq_prev_planner = planner_hook;
 	planner_hook = cq_planner;
+	cq_prev_executor_start = ExecutorStart_hook;
+	ExecutorStart_hook = cq_executor_start;
+	cq_prev_fmgr_hook = fmgr_hook;
+	fmgr_hook = cq_fmgr_hook;
 }
 
 /*
@@ -1343,4 +1446,111 @@ claimq_at_schedule(PG_FUNCTION_ARGS)
 		elog(ERROR, "SPI_execute_with_args failed: claimq.alter_schedule()");
 	SPI_finish();
 	PG_RETURN_VOID();
+}
+
+/*
+ * reclaim() given no queue, on a distributed install: reclaim() of each
+ * queue in turn, in name order, as a statement that Citus delegates to
+ * the queue's node, with what is left of max_jobs, until it is spent; the
+ * rows of the queues that had expired claims.  One look over every
+ * worker for the queues, then a round trip per queue.
+ */
+Datum
+cq_reclaim_every_queue(FunctionCallInfo fcinfo, int32 max_jobs)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	List	   *names = NIL;
+	ListCell   *lc;
+	int64		left = max_jobs;
+	bool		isnull;
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	if (SPI_execute("SELECT q.name FROM claimq.queue q ORDER BY q.name COLLATE \"C\"",
+					true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute failed on claimq.queue");
+	for (uint64 row = 0; row < SPI_processed; row++)
+		names = lappend(names, TextDatumGetCString(cq_spi_value(row, 1, &isnull)));
+	foreach(lc, names)
+	{
+		char	   *sql;
+
+		if (left <= 0)
+			break;
+		sql = psprintf("SELECT * FROM claimq.reclaim(%s::pg_catalog.text, %d)",
+					   quote_literal_cstr(lfirst(lc)), (int) left);
+		cq_execute_forwarded(sql);
+		for (uint64 row = 0; row < SPI_processed; row++)
+		{
+			int64		n = 0;
+
+			for (int col = 2; col <= 4; col++)
+				n += DatumGetInt64(cq_spi_value(row, col, &isnull));
+			if (n > 0)
+				tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[row]);
+			left -= n;
+		}
+	}
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/*
+ * dependencies_everywhere(job_ids bigint[], queue text) returns the rows
+ * of claimq.dependencies: on a distributed install, dependencies() given
+ * no queue, or not delegated to the queue's node.  One look over every
+ * worker finds each job's queue, then dependencies() of each listed job
+ * that exists (in `queue`, if given: a job of another queue is as one
+ * that does not exist, as on the queue's node) runs, delegated to its
+ * queue's node, in the order of the list (one round trip per job).  In no
+ * duty.
+ */
+PG_FUNCTION_INFO_V1(claimq_dependencies_everywhere);
+
+Datum
+claimq_dependencies_everywhere(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ArrayType  *ids = cq_job_ids_arg(fcinfo, 0);
+	Datum	   *idv;
+	int			nids;
+	char	  **queues;
+	Oid			argtypes[1] = {INT8ARRAYOID};
+	Datum		values[1];
+	bool		isnull;
+
+	InitMaterializedSRF(fcinfo, 0);
+	deconstruct_array(ids, INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
+					  TYPALIGN_DOUBLE, &idv, NULL, &nids);
+	if (nids == 0)
+		return (Datum) 0;
+	SPI_connect();
+	values[0] = PointerGetDatum(ids);
+	if (SPI_execute_with_args("SELECT j.job_id, j.queue FROM claimq.job j"
+							  " WHERE j.job_id OPERATOR(pg_catalog.=) ANY ($1)",
+							  1, argtypes, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_with_args failed");
+	queues = palloc0(sizeof(char *) * nids);
+	for (uint64 row = 0; row < SPI_processed; row++)
+	{
+		int64		id = DatumGetInt64(cq_spi_value(row, 1, &isnull));
+		char	   *queue = TextDatumGetCString(cq_spi_value(row, 2, &isnull));
+
+		for (int i = 0; i < nids; i++)
+			if (DatumGetInt64(idv[i]) == id)
+				queues[i] = queue;
+	}
+	for (int i = 0; i < nids; i++)
+	{
+		if (queues[i] == NULL ||
+			(!PG_ARGISNULL(1) && strcmp(queues[i], text_to_cstring(PG_GETARG_TEXT_PP(1))) != 0))
+			continue;
+		cq_execute_forwarded(psprintf("SELECT * FROM claimq.dependencies(ARRAY[" INT64_FORMAT "]::pg_catalog.int8[], %s::pg_catalog.text)",
+									  DatumGetInt64(idv[i]),
+									  quote_literal_cstr(queues[i])));
+		for (uint64 row = 0; row < SPI_processed; row++)
+			tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[row]);
+	}
+	SPI_finish();
+	return (Datum) 0;
 }

@@ -99,7 +99,7 @@ claimq_status(PG_FUNCTION_ARGS)
 	CqInQueue	in_queue;
 	Datum		elsewhere;
 
-	if (cq_answered_elsewhere(fcinfo, 1, &elsewhere))
+	if (cq_answered_elsewhere(fcinfo, 1, -1, 0, &elsewhere))
 		return elsewhere;
 	cq_in_queue_begin(&in_queue, fcinfo, 1);
 	InitMaterializedSRF(fcinfo, 0);
@@ -124,22 +124,19 @@ claimq_wait_for(PG_FUNCTION_ARGS)
 	long		poll_ms = CQ_POLL_MIN_MS;
 	bool		waiting = false;
 	CqInQueue	in_queue;
+	Datum		elsewhere;
 
 	cq_arg_not_null(fcinfo, 1, "timeout");
 	deadline = cq_time_plus(GetCurrentTimestamp(),
 							cq_lease_arg(fcinfo, 1, "timeout", true));
 
 	/*
-	 * On a distributed install a wait runs where its queue is: it must be
-	 * named.
+	 * On a distributed install a wait runs where its queue is: without one, a
+	 * wait per queue of the jobs, in turn, each until what is left of the
+	 * timeout.
 	 */
-	if ((PG_NARGS() <= 2 || PG_ARGISNULL(2)) && cq_distributed())
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("claimq.wait_for() on a distributed install needs its queue argument"),
-				 errhint("Give the jobs' queue as the argument \"queue\".")));
-	if (cq_forward_wanted_arg(fcinfo, 2))
-		return cq_forward(fcinfo);
+	if (cq_answered_elsewhere(fcinfo, 2, 1, deadline, &elsewhere))
+		return elsewhere;
 	cq_in_queue_begin(&in_queue, fcinfo, 2);
 
 	InitMaterializedSRF(fcinfo, 0);

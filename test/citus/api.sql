@@ -10,7 +10,7 @@
 \pset tuples_only on
 \pset footer off
 SET client_min_messages = warning;
-SELECT plan(52);
+SELECT plan(55);
 
 -- Queues.
 SELECT lives_ok($$SELECT claimq.create_queue('ca_lease', lease => '1 minute')$$,
@@ -91,8 +91,9 @@ SELECT is(claimq.complete(:b3, :tb3, queue => :'qb'), true, 'complete (scalar) w
 SELECT claimq.enqueue(:'qb', '{"n": 4}') AS b_last \gset
 SELECT is((SELECT state FROM claimq.wait_for(ARRAY[:b_last]::bigint[], '10 milliseconds', queue => :'qb')),
 	'pending', 'wait_for with the queue returns the state at its timeout');
-SELECT throws_ok($$SELECT * FROM claimq.wait_for(ARRAY[1]::bigint[], '1 second')$$, '0A000', NULL,
-	'wait_for without the queue: 0A000');
+SELECT is((SELECT array_agg(state ORDER BY n) FROM claimq.wait_for(ARRAY[:b_last, 1]::bigint[], '10 milliseconds')
+		WITH ORDINALITY AS r(job_id, queue, state, attempts, run_at, finished_at, last_error, result, n)),
+	'{pending,NULL}', 'wait_for without the queue: each job''s state at the timeout, in order');
 SELECT is((SELECT count(*) FROM claimq.jobs WHERE job_id = :b_last), 1::bigint,
 	'the jobs view finds a job through the coordinator');
 
@@ -158,7 +159,36 @@ SELECT * FROM claimq.dependencies(ARRAY[:w2]::bigint[], :'qa') \gset dep_
 SELECT is(:'dep_state'::text, 'done', 'dependencies with the queue: the job it ran after is done');
 SELECT is((SELECT state FROM claimq.status(ARRAY[:w2]::bigint[], queue => :'qa')),
 	'pending', 'and the dependent is ready');
-SELECT throws_ok($$SELECT * FROM claimq.dependencies(ARRAY[1]::bigint[])$$, '0A000', NULL,
-	'dependencies without the queue: 0A000');
+SELECT is((SELECT count(*) FROM claimq.dependencies(ARRAY[:w2]::bigint[], :'qa')), 1::bigint,
+	'dependencies with the queue in a subquery, not delegated: found on the queue''s worker');
+SELECT is((SELECT count(*) FROM claimq.dependencies(ARRAY[:w2]::bigint[], :'qb')), 0::bigint,
+	'dependencies naming another queue than the job''s, not delegated: no rows, as on that queue''s worker');
+SELECT is((SELECT array_agg(after_id) FROM claimq.dependencies(ARRAY[1, :w2]::bigint[])),
+	ARRAY[:w1]::bigint[], 'dependencies without the queue: the rows of the jobs that exist, found on their worker');
+
+-- One transaction finishes jobs in two queues whose shards are two of
+-- one worker's: at its commit each shard's dependents are judged, the
+-- second's with statements planned for its own shard (a plan kept from
+-- the first's would find none of them).
+WITH c AS (SELECT 'ca_two_' || i AS name,
+				  get_shard_id_for_distribution_column('claimq.queue', 'ca_two_' || i) AS shard
+			 FROM generate_series(1, 64) i),
+	 p AS (SELECT c.*, l.groupid FROM c JOIN pg_dist_placement l ON l.shardid = c.shard)
+SELECT a.name AS tq1, b.name AS tq2 FROM p a JOIN p b ON a.groupid = b.groupid AND a.shard < b.shard
+ ORDER BY a.name, b.name LIMIT 1 \gset
+SELECT claimq.create_queue(:'tq1') \gset
+SELECT claimq.create_queue(:'tq2') \gset
+SELECT claimq.enqueue(:'tq1', '{}') AS t1p \gset
+SELECT claimq.enqueue(:'tq1', '{}', after => ARRAY[:t1p]::bigint[]) AS t1d \gset
+SELECT claimq.enqueue(:'tq2', '{}') AS t2p \gset
+SELECT claimq.enqueue(:'tq2', '{}', after => ARRAY[:t2p]::bigint[]) AS t2d \gset
+SELECT job_id AS t1c, token AS t1t FROM claimq.claim(:'tq1', 1) \gset
+SELECT job_id AS t2c, token AS t2t FROM claimq.claim(:'tq2', 1) \gset
+BEGIN;
+SELECT outcome FROM claimq.complete(ARRAY[:t1c]::bigint[], ARRAY[:t1t]::bigint[], queue => :'tq1') \gset
+SELECT outcome FROM claimq.complete(ARRAY[:t2c]::bigint[], ARRAY[:t2t]::bigint[], queue => :'tq2') \gset
+COMMIT;
+SELECT is((SELECT array_agg(state ORDER BY job_id) FROM claimq.status(ARRAY[:t1d, :t2d]::bigint[])),
+	'{pending,pending}', 'jobs finished on two shards of one worker in one transaction: the dependents of both are ready');
 
 SELECT * FROM finish();

@@ -763,6 +763,38 @@ cq_forward(FunctionCallInfo fcinfo)
  * returns them.  Costs a round trip to every worker for the look, and one
  * to the worker of each queue.  Call after the arguments are judged.
  */
+/*
+ * The queue of each of the nids jobs idv (NULL for a job found nowhere),
+ * by one look over every worker: Citus plans it (not a kept generic plan,
+ * which it cannot distribute with parameters).  The caller has connected
+ * SPI.
+ */
+static char **
+cq_queues_of_jobs(Datum *idv, int nids)
+{
+	Oid			argtypes[1] = {INT8ARRAYOID};
+	Datum		values[1];
+	char	  **queues = palloc0(sizeof(char *) * nids);
+	bool		isnull;
+
+	values[0] = PointerGetDatum(construct_array(idv, nids, INT8OID, sizeof(int64),
+												FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	if (SPI_execute_with_args("SELECT j.job_id, j.queue FROM claimq.job j"
+							  " WHERE j.job_id OPERATOR(pg_catalog.=) ANY ($1)",
+							  1, argtypes, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_with_args failed");
+	for (uint64 row = 0; row < SPI_processed; row++)
+	{
+		int64		id = DatumGetInt64(cq_spi_value(row, 1, &isnull));
+		char	   *queue = TextDatumGetCString(cq_spi_value(row, 2, &isnull));
+
+		for (int i = 0; i < nids; i++)
+			if (DatumGetInt64(idv[i]) == id)
+				queues[i] = queue;
+	}
+	return queues;
+}
+
 static Datum
 cq_fan_out(FunctionCallInfo fcinfo, int queue_argno, int timeout_argno,
 		   TimestampTz deadline)
@@ -782,8 +814,6 @@ cq_fan_out(FunctionCallInfo fcinfo, int queue_argno, int timeout_argno,
 	int			ncalls = 0;
 	HeapTuple **rows;
 	Datum		scalar = BoolGetDatum(false);
-	Oid			argtypes1[1] = {INT8ARRAYOID};
-	Datum		values[1];
 	bool		isnull;
 
 	(void) get_func_signature(fn, &argtypes, &nargs);
@@ -801,27 +831,8 @@ cq_fan_out(FunctionCallInfo fcinfo, int queue_argno, int timeout_argno,
 	if (nids == 0)
 		return (Datum) 0;
 
-	/*
-	 * Citus plans the look (not a kept generic plan, which it cannot
-	 * distribute with parameters).
-	 */
 	SPI_connect();
-	values[0] = PointerGetDatum(construct_array(idv, nids, INT8OID, sizeof(int64),
-												FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	if (SPI_execute_with_args("SELECT j.job_id, j.queue FROM claimq.job j"
-							  " WHERE j.job_id OPERATOR(pg_catalog.=) ANY ($1)",
-							  1, argtypes1, values, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute_with_args failed");
-	queues = palloc0(sizeof(char *) * nids);
-	for (uint64 row = 0; row < SPI_processed; row++)
-	{
-		int64		id = DatumGetInt64(cq_spi_value(row, 1, &isnull));
-		char	   *queue = TextDatumGetCString(cq_spi_value(row, 2, &isnull));
-
-		for (int i = 0; i < nids; i++)
-			if (DatumGetInt64(idv[i]) == id)
-				queues[i] = queue;
-	}
+	queues = cq_queues_of_jobs(idv, nids);
 
 	/* The calls: one per queue, in order of first appearance. */
 	group = palloc(sizeof(int) * nids);
@@ -1515,9 +1526,6 @@ claimq_dependencies_everywhere(PG_FUNCTION_ARGS)
 	Datum	   *idv;
 	int			nids;
 	char	  **queues;
-	Oid			argtypes[1] = {INT8ARRAYOID};
-	Datum		values[1];
-	bool		isnull;
 
 	InitMaterializedSRF(fcinfo, 0);
 	deconstruct_array(ids, INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
@@ -1525,21 +1533,7 @@ claimq_dependencies_everywhere(PG_FUNCTION_ARGS)
 	if (nids == 0)
 		return (Datum) 0;
 	SPI_connect();
-	values[0] = PointerGetDatum(ids);
-	if (SPI_execute_with_args("SELECT j.job_id, j.queue FROM claimq.job j"
-							  " WHERE j.job_id OPERATOR(pg_catalog.=) ANY ($1)",
-							  1, argtypes, values, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute_with_args failed");
-	queues = palloc0(sizeof(char *) * nids);
-	for (uint64 row = 0; row < SPI_processed; row++)
-	{
-		int64		id = DatumGetInt64(cq_spi_value(row, 1, &isnull));
-		char	   *queue = TextDatumGetCString(cq_spi_value(row, 2, &isnull));
-
-		for (int i = 0; i < nids; i++)
-			if (DatumGetInt64(idv[i]) == id)
-				queues[i] = queue;
-	}
+	queues = cq_queues_of_jobs(idv, nids);
 	for (int i = 0; i < nids; i++)
 	{
 		if (queues[i] == NULL ||

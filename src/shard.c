@@ -143,7 +143,7 @@ static int	cq_call_depth = 0;
 static bool
 cq_in_claimq_call(void)
 {
-	return cq_call_depth > 0 || IsBackgroundWorker;
+	return cq_call_depth > 0 || MyBackendType == B_BG_WORKER;
 }
 
 static void cq_remark(int64 shard);

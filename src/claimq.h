@@ -675,7 +675,6 @@ extern void cq_route_to_scope(const char *scope);
 extern List *cq_local_shards(bool keys);
 extern void cq_route_to_shard(int64 shard, bool keys);
 extern void cq_route_end(void);
-extern SPIPlanPtr cq_route_plan(SPIPlanPtr *cache, const char *sql, int nargs,
-								Oid *argtypes);
+extern void cq_route_ready(void);
 
 #endif							/* CLAIMQ_H */

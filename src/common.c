@@ -361,17 +361,15 @@ SPIPlanPtr
 cq_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 {
 	/*
-	 * On a distributed install the cache slot holds the plan of the route at
-	 * hand (see shard.c).
+	 * On a distributed install a routed call's first statement finds the
+	 * queue's shards, against which the planner hook plans (see shard.c).
 	 */
 	if (cq_distributed())
-		*cache = cq_route_plan(cache, sql, nargs, argtypes);
-	else
-		cq_plan_unrouted(cache, sql, nargs, argtypes);
-	return *cache;
+		cq_route_ready();
+	return cq_plan_unrouted(cache, sql, nargs, argtypes);
 }
 
-/* cq_plan, with the statement's table names as written. */
+/* cq_plan, without finding a route's shards first (shard.c's own looks). */
 SPIPlanPtr
 cq_plan_unrouted(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 {

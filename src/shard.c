@@ -164,6 +164,7 @@ bool
 cq_distributed(void)
 {
 	static bool callback_registered = false;
+	Oid			nsp;
 
 	if (cq_layout_distributed < 0)
 	{
@@ -173,15 +174,14 @@ cq_distributed(void)
 			callback_registered = true;
 		}
 		/* Asked by the planner hook in any database, claimq's or not. */
-		if (!OidIsValid(get_namespace_oid("claimq", true)))
+		nsp = get_namespace_oid("claimq", true);
+		if (!OidIsValid(nsp))
 			return false;
-		cq_layout_relid = cq_job_relid();
+		cq_layout_relid = get_relname_relid("job", nsp);
 		cq_layout_distributed = OidIsValid(cq_layout_relid) &&
 			get_attnum(cq_layout_relid, "queue") != InvalidAttrNumber;
 		if (cq_layout_distributed)
 		{
-			Oid			nsp = get_namespace_oid("claimq", false);
-
 			for (int i = 0; i < CQ_DISTRIBUTED_TABLES; i++)
 				cq_distributed_relids[i] =
 					get_relname_relid(i < CQ_QUEUE_TABLES ? cq_queue_tables[i] :
@@ -487,16 +487,15 @@ cq_remark(int64 shard)
 }
 
 /*
- * The plan of a statement (cq_plan calls it on a distributed install):
- * a routed call's first statement resolves the route, and the planner
- * hook plans it against the route's shards.
+ * Before a statement is planned or run (cq_plan calls it on a distributed
+ * install): a routed call's first statement resolves the route, so that
+ * the planner hook plans it against the route's shards.
  */
-SPIPlanPtr
-cq_route_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
+void
+cq_route_ready(void)
 {
 	if (cq_routed() && !cq_route_resolved)
 		(void) cq_route_resolve(true);
-	return cq_plan_unrouted(cache, sql, nargs, argtypes);
 }
 
 /* Calls forwarded by this backend and not yet returned (cq_forward). */
@@ -569,6 +568,9 @@ cq_fan_out_wanted(FunctionCallInfo fcinfo, int queue_argno)
 		cq_distributed();
 }
 
+static Datum cq_fan_out(FunctionCallInfo fcinfo, int queue_argno,
+						int timeout_argno, TimestampTz deadline);
+
 /*
  * For a settle or job call whose queue is argument queue_argno: whether
  * another node answers it (a call without its queue fanned out over the
@@ -577,8 +579,6 @@ cq_fan_out_wanted(FunctionCallInfo fcinfo, int queue_argno)
  * -1) that ends at deadline gives each call of a fan-out what is left of
  * it.
  */
-static Datum cq_fan_out(FunctionCallInfo fcinfo, int queue_argno,
-						int timeout_argno, TimestampTz deadline);
 
 bool
 cq_answered_elsewhere(FunctionCallInfo fcinfo, int queue_argno,
@@ -752,18 +752,6 @@ cq_forward(FunctionCallInfo fcinfo)
 }
 
 /*
- * A settle or job call given no queue, on a distributed install (where it
- * runs on the coordinator: Citus delegates no call whose queue is NULL):
- * one multi-shard look finds each job's queue, then the call runs again
- * once per queue, delegated to that queue's worker, with that queue's
- * jobs (cq_fan_out_call).  A job found nowhere goes with the first queue's
- * call, which finds it missing too; if none is found, every row says
- * missing (the columns job_id and outcome; the scalar forms false).  The
- * rows come back in the order of the job ids, one per id, as each form
- * returns them.  Costs a round trip to every worker for the look, and one
- * to the worker of each queue.  Call after the arguments are judged.
- */
-/*
  * The queue of each of the nids jobs idv (NULL for a job found nowhere),
  * by one look over every worker: Citus plans it (not a kept generic plan,
  * which it cannot distribute with parameters).  The caller has connected
@@ -795,6 +783,19 @@ cq_queues_of_jobs(Datum *idv, int nids)
 	return queues;
 }
 
+/*
+ * A settle or job call given no queue, on a distributed install (where it
+ * runs on the coordinator: Citus delegates no call whose queue is NULL):
+ * one multi-shard look finds each job's queue, then the call runs again
+ * once per queue, delegated to that queue's worker, with that queue's
+ * jobs (cq_fan_out_call; a wait's timeout, argument timeout_argno, cut to
+ * what is left of it until deadline).  A job found nowhere goes with the first queue's
+ * call, which finds it missing too; if none is found, every row says
+ * missing (the columns job_id and outcome; the scalar forms false).  The
+ * rows come back in the order of the job ids, one per id, as each form
+ * returns them.  Costs a round trip to every worker for the look, and one
+ * to the worker of each queue.  Call after the arguments are judged.
+ */
 static Datum
 cq_fan_out(FunctionCallInfo fcinfo, int queue_argno, int timeout_argno,
 		   TimestampTz deadline)
@@ -1361,22 +1362,11 @@ claimq_route_to(PG_FUNCTION_ARGS)
 		PG_RETURN_VOID();
 	name = cq_queue_name_arg(fcinfo, 0);
 	cq_route_to(name);
-	if (!cq_route_resolved)
-	{
-		bool		here;
-
-		SPI_connect();
-		here = cq_route_resolve(false);
-		SPI_finish();
-		if (!here)
-		{
-			cq_route_end();
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("queue \"%s\" is on another node", name),
-					 errhint("On a distributed install, call it as a statement of its own, with the queue a constant or a parameter: Citus runs that on the queue's node.")));
-		}
-	}
+	if (cq_route_elsewhere())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("queue \"%s\" is on another node", name),
+				 errhint("On a distributed install, call it as a statement of its own, with the queue a constant or a parameter: Citus runs that on the queue's node.")));
 	PG_RETURN_VOID();
 }
 
@@ -1390,7 +1380,7 @@ PG_FUNCTION_INFO_V1(claimq_routed_shard);
 Datum
 claimq_routed_shard(PG_FUNCTION_ARGS)
 {
-	if (!cq_routed() || !cq_route_resolved || cq_route_tables != cq_queue_tables)
+	if (!cq_route_resolved || cq_route_tables != cq_queue_tables)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("claimq's jobs of a distributed install finish only in claimq's calls that name a queue")));
@@ -1523,6 +1513,7 @@ claimq_dependencies_everywhere(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	ArrayType  *ids = cq_job_ids_arg(fcinfo, 0);
+	char	   *only = PG_ARGISNULL(1) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(1));
 	Datum	   *idv;
 	int			nids;
 	char	  **queues;
@@ -1536,8 +1527,7 @@ claimq_dependencies_everywhere(PG_FUNCTION_ARGS)
 	queues = cq_queues_of_jobs(idv, nids);
 	for (int i = 0; i < nids; i++)
 	{
-		if (queues[i] == NULL ||
-			(!PG_ARGISNULL(1) && strcmp(queues[i], text_to_cstring(PG_GETARG_TEXT_PP(1))) != 0))
+		if (queues[i] == NULL || (only != NULL && strcmp(queues[i], only) != 0))
 			continue;
 		cq_execute_forwarded(psprintf("SELECT * FROM claimq.dependencies(ARRAY[" INT64_FORMAT "]::pg_catalog.int8[], %s::pg_catalog.text)",
 									  DatumGetInt64(idv[i]),

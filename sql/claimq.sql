@@ -1205,6 +1205,9 @@ COMMENT ON FUNCTION claimq.sync_groups(integer,text[]) IS
  *	forget_after		jobs deleted: the sets no job names any more go
  *	prune_after			retention of the jobs that jobs ran after
  *
+ * On a distributed install a job of another shard is watched there and its
+ * final state heard here after the commits (sql/after-elsewhere.sql).
+ *
  * Races.  An enqueue writes a new version of each job it names (marking
  * it as having dependents) before it records its set, and every finish and
  * redrive changes the row too: so either the finish waits for the enqueue
@@ -1239,85 +1242,7 @@ COMMENT ON FUNCTION claimq.sync_groups(integer,text[]) IS
  * judges the finishes so far at once).
  */
 
-/*
- * Record an enqueue's "after" list: each job once, in order of first
- * appearance, as a new set.  Raises 22023 for more than 100,000 ids, 22004
- * for a NULL element and 23503 for the first id (in input order) of no
- * existing job; locks the listed jobs until the transaction ends.
- * Returns the set, how many of its jobs are unfinished, and whether the
- * finished ones all ended done.
- */
-CREATE FUNCTION claimq.link_after(after bigint[], OUT set_id bigint,
-								  OUT unfinished integer, OUT all_done boolean)
-RETURNS record
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	ids bigint[];
-	found bigint;
-	unknown bigint;
-BEGIN
-	IF pg_catalog.array_ndims(after) OPERATOR(pg_catalog.>) 1 THEN
-		RAISE EXCEPTION 'after must be a one-dimensional array'
-			USING ERRCODE = '22023';
-	END IF;
-	IF pg_catalog.cardinality(after) OPERATOR(pg_catalog.>) 100000 THEN
-		RAISE EXCEPTION 'after must have at most 100000 elements'
-			USING ERRCODE = '22023';
-	END IF;
-	IF pg_catalog.array_position(after, NULL) IS NOT NULL THEN
-		RAISE EXCEPTION 'after must not contain null elements'
-			USING ERRCODE = '22004';
-	END IF;
-	SELECT pg_catalog.array_agg(a.id ORDER BY a.first) INTO ids
-	  FROM (SELECT u.id, pg_catalog.min(u.ord) AS first
-			  FROM pg_catalog.unnest(after) WITH ORDINALITY AS u(id, ord)
-			 GROUP BY u.id) a;
-
-	/*
-	 * Write a new version of every listed job, locked in id order.  A finish
-	 * or redrive of one of them that commits after this waits for it and
-	 * then reads this set; one whose snapshot is older than this set cannot
-	 * read it, and its update of the job fails with a serialization failure
-	 * (REPEATABLE READ and SERIALIZABLE) rather than missing it.
-	 */
-	WITH listed AS MATERIALIZED (
-		SELECT j.job_id FROM claimq.job j
-		 WHERE j.job_id OPERATOR(pg_catalog.=) ANY (ids)
-		 ORDER BY j.job_id
-		 FOR NO KEY UPDATE OF j),
-	marked AS (
-		UPDATE claimq.job j SET dependents = true
-		  FROM listed l
-		 WHERE j.job_id OPERATOR(pg_catalog.=) l.job_id
-		RETURNING j.state)
-	SELECT pg_catalog.count(*),
-		   pg_catalog.count(*) FILTER (WHERE m.state OPERATOR(pg_catalog.<>) ALL ('{done,dead,cancelled}'::text[])),
-		   COALESCE(pg_catalog.bool_and(m.state OPERATOR(pg_catalog.=) 'done')
-					FILTER (WHERE m.state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[])), true)
-	  INTO found, unfinished, all_done
-	  FROM marked m;
-	IF found OPERATOR(pg_catalog.<) pg_catalog.cardinality(ids) THEN
-		SELECT u.id INTO unknown
-		  FROM pg_catalog.unnest(ids) WITH ORDINALITY AS u(id, ord)
-		 WHERE NOT EXISTS (SELECT 1 FROM claimq.job j
-							WHERE j.job_id OPERATOR(pg_catalog.=) u.id)
-		 ORDER BY u.ord LIMIT 1;
-		RAISE EXCEPTION 'job % in "after" does not exist', unknown
-			USING ERRCODE = '23503',
-				  HINT = 'A job that completed in a queue that keeps nothing no longer exists: enqueue a workflow''s jobs in one transaction, or keep done jobs.';
-	END IF;
-
-	set_id := pg_catalog.nextval('claimq.after_set_seq'::pg_catalog.regclass);
-	INSERT INTO claimq.job_after (set_id, position, after_id)
-	SELECT link_after.set_id, u.ord, u.id
-	  FROM pg_catalog.unnest(ids) WITH ORDINALITY AS u(id, ord);
-END
-$$;
-
-COMMENT ON FUNCTION claimq.link_after(bigint[]) IS
-'private: check, lock and record an enqueue''s "after" list as a set; returns it, how many of its jobs are unfinished, and whether the finished ones all ended done';
+-- @include link-after.sql
 
 -- @include count-dependents.sql
 
@@ -1340,134 +1265,7 @@ $$;
 COMMENT ON FUNCTION claimq.judge_dependents(bigint[]) IS
 'private: the listed jobs finished or were removed: their waiting dependents are judged at the transaction''s commit';
 
-/*
- * Judge the jobs waiting on the listed jobs, which have finished or been
- * removed unfinished (a removed job counts as cancelled, or, if it
- * finished before, as its final_state), and those that their judgement
- * cancels in turn.  See the section's head.
- */
-CREATE FUNCTION claimq.judge_finished(job_ids bigint[])
-RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	finished bigint[] := job_ids;
-	ready bigint[];
-	moves jsonb;
-	m record;
-BEGIN
-	/*
-	 * Each pass below locks the jobs it counts off in id order, but a
-	 * cascade's second pass comes after its first: two cascades that cross
-	 * would each hold what the other's next pass needs.  So if a job this
-	 * call counts off may be cancelled (after_failed cancel) and has
-	 * dependents, first lock every waiting job the cascade can reach, in
-	 * id order; the passes then take no lock they do not hold, but for a
-	 * job that an enqueue after one of them committed between the look
-	 * and its lock (see the section's head).
-	 */
-	IF EXISTS (SELECT 1 FROM claimq.job_after e
-				 JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
-				WHERE e.after_id OPERATOR(pg_catalog.=) ANY (job_ids)
-				  AND w.state OPERATOR(pg_catalog.=) 'waiting'
-				  AND w.dependents
-				  AND w.after_failed OPERATOR(pg_catalog.=) 'cancel') THEN
-		PERFORM FROM claimq.job w
-		 WHERE w.job_id OPERATOR(pg_catalog.=) ANY (ARRAY(
-				WITH RECURSIVE reach(job_id, cascades) AS (
-					SELECT w.job_id,
-						   w.dependents AND w.after_failed OPERATOR(pg_catalog.=) 'cancel'
-					  FROM claimq.job_after e
-					  JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
-					 WHERE e.after_id OPERATOR(pg_catalog.=) ANY (job_ids)
-					   AND w.state OPERATOR(pg_catalog.=) 'waiting'
-					UNION
-					SELECT w.job_id,
-						   w.dependents AND w.after_failed OPERATOR(pg_catalog.=) 'cancel'
-					  FROM reach r
-					  JOIN claimq.job_after e ON e.after_id OPERATOR(pg_catalog.=) r.job_id
-					  JOIN claimq.job w ON w.after_set OPERATOR(pg_catalog.=) e.set_id
-					 WHERE r.cascades
-					   AND w.state OPERATOR(pg_catalog.=) 'waiting')
-				SELECT r.job_id FROM reach r))
-		   AND w.state OPERATOR(pg_catalog.=) 'waiting'
-		 ORDER BY w.job_id
-		   FOR UPDATE OF w;
-	END IF;
-
-	WHILE pg_catalog.cardinality(finished) OPERATOR(pg_catalog.>) 0 LOOP
-		/* Count the finished jobs off, under each waiting job's lock. */
-		ready := claimq.count_dependents(finished, -1);
-		EXIT WHEN ready IS NULL;
-
-		/*
-		 * Judge those with none left, by the states of their sets' jobs now
-		 * (a new snapshot: it sees what the count waited for): pending if
-		 * every one ended done or after_failed is run, else cancelled.
-		 */
-		PERFORM claimq.ledger_begin();
-		WITH verdict AS (
-			SELECT e.set_id,
-				   pg_catalog.bool_and(COALESCE(a.state, e.final_state)
-									   IS NOT DISTINCT FROM 'done') AS all_done
-			  FROM claimq.job_after e
-			  LEFT JOIN claimq.job a ON a.job_id OPERATOR(pg_catalog.=) e.after_id
-			 WHERE e.set_id OPERATOR(pg_catalog.=) ANY (ARRAY(
-					SELECT DISTINCT w.after_set FROM claimq.job w
-					 WHERE w.job_id OPERATOR(pg_catalog.=) ANY (ready)))
-			 GROUP BY e.set_id),
-		judged AS (
-			UPDATE claimq.job j
-			   SET state = CASE WHEN v.all_done OR j.after_failed OPERATOR(pg_catalog.=) 'run'
-							THEN 'pending' ELSE 'cancelled' END,
-				   run_at = CASE WHEN v.all_done OR j.after_failed OPERATOR(pg_catalog.=) 'run'
-							THEN GREATEST(j.run_at, pg_catalog.clock_timestamp())
-							ELSE j.run_at END,
-				   finished_at = CASE WHEN v.all_done OR j.after_failed OPERATOR(pg_catalog.=) 'run'
-								 THEN NULL ELSE pg_catalog.clock_timestamp() END,
-				   held = (v.all_done OR j.after_failed OPERATOR(pg_catalog.=) 'run')
-						  AND j.group_key IS NOT NULL
-						  AND (q.group_limit IS NOT NULL OR q.group_fifo)
-			  FROM verdict v, claimq.queue q
-			 WHERE j.job_id OPERATOR(pg_catalog.=) ANY (ready)
-			   AND j.after_set OPERATOR(pg_catalog.=) v.set_id
-			   AND j.state OPERATOR(pg_catalog.=) 'waiting'
-			   AND q.queue_id OPERATOR(pg_catalog.=) j.queue_id
-			RETURNING j.job_id, j.queue_id, j.state, j.group_key, j.held,
-					  j.dependents)
-		SELECT (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-							'queue_id', g.queue_id, 'to_state', g.state, 'n', g.n,
-							'groups', g.groups))
-				  FROM (SELECT x.queue_id, x.state, pg_catalog.count(*) AS n,
-							   pg_catalog.array_agg(DISTINCT x.group_key)
-								 FILTER (WHERE x.held) AS groups
-						  FROM judged x GROUP BY x.queue_id, x.state) g),
-			   (SELECT pg_catalog.array_agg(x.job_id) FROM judged x
-				 WHERE x.state OPERATOR(pg_catalog.=) 'cancelled' AND x.dependents)
-		  INTO moves, finished;
-
-		/* Tell the ledger, one move per queue and state. */
-		PERFORM claimq.ledger_note((x OPERATOR(pg_catalog.->>) 'queue_id')::integer,
-								   x OPERATOR(pg_catalog.->>) 'to_state', '{waiting}',
-								   ARRAY[(x OPERATOR(pg_catalog.->>) 'n')::bigint])
-		   FROM pg_catalog.jsonb_array_elements(COALESCE(moves, '[]')) AS x;
-		PERFORM claimq.ledger_end();
-
-		/* Jobs made pending in limited groups go in held, then are synced. */
-		FOR m IN SELECT (x OPERATOR(pg_catalog.->>) 'queue_id')::integer AS queue_id,
-						ARRAY(SELECT pg_catalog.jsonb_array_elements_text(x OPERATOR(pg_catalog.->) 'groups')) AS groups
-				   FROM pg_catalog.jsonb_array_elements(COALESCE(moves, '[]')) AS x
-				  WHERE pg_catalog.jsonb_typeof(x OPERATOR(pg_catalog.->) 'groups') OPERATOR(pg_catalog.=) 'array'
-				  ORDER BY 1 LOOP
-			PERFORM claimq.sync_groups(m.queue_id, m.groups);
-		END LOOP;
-	END LOOP;
-END
-$$;
-
-COMMENT ON FUNCTION claimq.judge_finished(bigint[]) IS
-'private: the listed jobs finished or were removed: count them off their waiting dependents, and judge each that has none left (pending, or cancelled, whose own dependents are judged in turn)';
+-- @include judge-finished.sql
 
 /*
  * At the commit of a transaction that noted finishes (judge_dependents):

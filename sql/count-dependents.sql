@@ -3,13 +3,16 @@
 /*
  * The jobs waiting on the listed jobs count them off (delta -1: they
  * finished or were removed) or on again (delta 1: retry_dead redrove
- * them), each under its row lock, taken in id order.  Returns the jobs
- * that have none left to wait for.  In PL/pgSQL, not SQL: a SQL
+ * them), each under its row lock, taken in id order; given sets, only
+ * the jobs of those sets (a job of another shard heard of: its state
+ * reaches the sets that had not heard it yet).  Returns the jobs that
+ * have none left to wait for.  In PL/pgSQL, not SQL: a SQL
  * function's plans stay with its caller's expression for the whole
  * transaction, and on a distributed install a transaction judges shard
  * after shard (judge_finishes), each statement planned for its own.
  */
-CREATE FUNCTION claimq.count_dependents(job_ids bigint[], delta integer)
+CREATE FUNCTION claimq.count_dependents(job_ids bigint[], delta integer,
+										sets bigint[] DEFAULT NULL)
 RETURNS bigint[]
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -21,6 +24,7 @@ BEGIN
 		SELECT e.set_id, pg_catalog.count(*)::integer AS n
 		  FROM claimq.job_after e
 		 WHERE e.after_id OPERATOR(pg_catalog.=) ANY (job_ids)
+		   AND (sets IS NULL OR e.set_id OPERATOR(pg_catalog.=) ANY (sets))
 		 GROUP BY e.set_id),
 	locked AS MATERIALIZED (
 		SELECT w.job_id, h.n
@@ -42,5 +46,5 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION claimq.count_dependents(bigint[],integer) IS
-'private: the jobs waiting on the listed jobs count them off (delta -1) or on again (delta 1), under their row locks; returns those with none left to wait for';
+COMMENT ON FUNCTION claimq.count_dependents(bigint[],integer,bigint[]) IS
+'private: the jobs waiting on the listed jobs (in the sets given, or any) count them off (delta -1) or on again (delta 1), under their row locks; returns those with none left to wait for';

@@ -371,7 +371,9 @@ SELECT f::pg_catalog.regprocedure FROM pg_catalog.unnest(ARRAY[
 	'claimq.retry_dead(text, bigint[])',
 	'claimq.dependencies(bigint[], text)',
 	'claimq.create_schedule(text, text, text, jsonb, text, integer, text)',
-	'claimq.at_schedule(text, text, boolean, text, text, jsonb, text, integer, text, boolean)']) f
+	'claimq.at_schedule(text, text, boolean, text, text, jsonb, text, integer, text, boolean)',
+	'claimq.watch_after(text, bigint, text)',
+	'claimq.hear_after(text, bigint, text)']) f
 $$;
 
 COMMENT ON FUNCTION claimq.distributed_calls() IS
@@ -633,6 +635,10 @@ BEGIN
 												colocate_with => 'claimq.queue');
 	PERFORM pg_catalog.create_distributed_table('claimq.schedule', 'queue',
 												colocate_with => 'claimq.queue');
+	PERFORM pg_catalog.create_distributed_table('claimq.after_mail', 'queue',
+												colocate_with => 'claimq.queue');
+	PERFORM pg_catalog.create_distributed_table('claimq.job_watcher', 'queue',
+												colocate_with => 'claimq.queue');
 	PERFORM pg_catalog.create_distributed_table('claimq.key_claim', 'scope',
 												shard_count => shard_count,
 												colocate_with => 'none');
@@ -642,6 +648,8 @@ $$;
 
 COMMENT ON FUNCTION claimq.distribute(integer) IS
 'on a Citus coordinator, before any queue exists: distribute claimq''s tables by queue and have Citus delegate each call to the node that holds its queue';
+
+-- @include after-elsewhere.sql
 
 REVOKE ALL ON FUNCTION claimq.routed_queue() FROM PUBLIC;
 REVOKE ALL ON FUNCTION claimq.no_queue() FROM PUBLIC;

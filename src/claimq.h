@@ -676,5 +676,6 @@ extern List *cq_local_shards(bool keys);
 extern void cq_route_to_shard(int64 shard, bool keys);
 extern void cq_route_end(void);
 extern void cq_route_ready(void);
+extern int64 cq_hand_off_after(bool *more);
 
 #endif							/* CLAIMQ_H */

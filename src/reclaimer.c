@@ -30,6 +30,8 @@
  *	sweep		expired key claims
  *	flow		rate buckets recorded in their queues' rows
  *	groups		groups left behind synced
+ *	hand-off	on a distributed install, the mail of workflows across
+ *				shards handed on (shard.c, sql/after-elsewhere.sql)
  *	census		the census recounted, if it is unknown
  *
  * Queue SQL runs as the extension's owner inside a security-restricted
@@ -594,8 +596,9 @@ cq_step_census(bool *more)
 /*
  * The first step's count is the pass's: the claims it reclaimed.  On a
  * distributed install a node's pass reclaims, fires the schedules of,
- * prunes and syncs the groups of the queues, and sweeps the key claims,
- * whose shards it holds, a shard at a time; the other steps do not run
+ * prunes, syncs the groups of and hands off the workflow mail of the
+ * queues, and sweeps the key claims, whose shards it holds, a shard at a
+ * time; the other steps do not run
  * there yet (docs/distributed.md).
  */
 static const CqStep cq_steps[] = {
@@ -605,6 +608,7 @@ static const CqStep cq_steps[] = {
 	{"claimq: sweeping expired key claims", cq_step_sweep, CQ_STEP_KEY_SHARDS},
 	{"claimq: keeping flow control", cq_step_flow, CQ_STEP_NOT_DISTRIBUTED},
 	{"claimq: syncing group limits", cq_step_groups, CQ_STEP_QUEUE_SHARDS},
+	{"claimq: handing off workflows across shards", cq_hand_off_after, CQ_STEP_QUEUE_SHARDS},
 	{"claimq: counting jobs per queue and state", cq_step_census, CQ_STEP_NOT_DISTRIBUTED},
 };
 

@@ -85,7 +85,8 @@
  * each is the one whose shards stand for the group's.
  */
 static const char *const cq_queue_tables[] = {
-	"queue", "job", "job_after", "job_group", "schedule"
+	"queue", "job", "job_after", "job_group", "schedule", "after_mail",
+	"job_watcher"
 };
 static const char *const cq_key_tables[] = {"key_claim"};
 
@@ -918,6 +919,156 @@ cq_fan_out(FunctionCallInfo fcinfo, int queue_argno, int timeout_argno,
 		}
 	}
 	return (Datum) 0;
+}
+
+/* Messages a hand-off (cq_hand_off_after) takes at most per shard. */
+#define CQ_MAIL_BATCH 100
+
+/*
+ * A call of claimq's that Citus delegates to the node of its queue (its
+ * first argument), and its result.  In FROM: Citus delegates no call in a
+ * transaction of several statements that is a simple expression.
+ */
+static char *
+cq_hand_off_call(const char *fn, const char *queue, int64 job_id,
+				 const char *last)
+{
+	StringInfoData sql;
+	bool		isnull;
+	Datum		value;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT r::pg_catalog.text FROM claimq.%s(%s::pg_catalog.text, "
+					 INT64_FORMAT "::pg_catalog.int8, %s::pg_catalog.text) r",
+					 fn, quote_literal_cstr(queue), job_id,
+					 quote_literal_cstr(last));
+	cq_execute_forwarded(sql.data);
+	value = cq_spi_value(0, 1, &isnull);
+	return isnull ? NULL : TextDatumGetCString(value);
+}
+
+/*
+ * The reclaimer's hand-off of workflows across shards
+ * (sql/after-elsewhere.sql) for the shard of claimq.queue it is routed to:
+ * up to CQ_MAIL_BATCH of the shard's messages, oldest first, taken from
+ * it, then each handed to the node of the queue it concerns by a call
+ * that Citus delegates there, all in the step's transaction, which Citus
+ * commits on every node it wrote to at once.  The shard is read and
+ * written first, before Citus runs anything in the transaction.  A look
+ * for a job found nowhere is written again (by Citus) until two minutes
+ * after it was first written, and is then heard as a job removed
+ * unfinished.  Returns how many messages it handed on; on a single
+ * server, 0.  The caller has connected SPI.
+ */
+int64
+cq_hand_off_after(bool *more)
+{
+	int			nmail;
+	char	  **queue;
+	int64	   *job_id;
+	char	  **to_queue;
+	char	  **state;
+	char	  **written_at;
+	bool	   *expired;
+	Datum	   *look_ids;
+	int			nlooks = 0;
+	char	  **look_queues = NULL;
+	int64		nhanded = 0;
+
+	if (!cq_distributed())
+		return 0;
+	(void) cq_route_resolve(true);
+	if (SPI_execute("DELETE FROM claimq.after_mail m"
+					" WHERE m.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+					"       SELECT t.ctid FROM claimq.after_mail t"
+					"        ORDER BY t.written_at"
+					"        LIMIT " CppAsString2(CQ_MAIL_BATCH) " FOR UPDATE SKIP LOCKED))"
+					" RETURNING m.queue, m.job_id, m.to_queue, m.state, m.written_at,"
+					"       m.written_at OPERATOR(pg_catalog.<) (pg_catalog.clock_timestamp()"
+					"         OPERATOR(pg_catalog.-) '2 minutes'::pg_catalog.interval)",
+					false, 0) != SPI_OK_DELETE_RETURNING)
+		elog(ERROR, "SPI_execute failed");
+	nmail = (int) SPI_processed;
+	*more = nmail == CQ_MAIL_BATCH;
+	if (nmail == 0)
+		return 0;
+
+	queue = palloc(sizeof(char *) * nmail);
+	job_id = palloc(sizeof(int64) * nmail);
+	to_queue = palloc(sizeof(char *) * nmail);
+	state = palloc(sizeof(char *) * nmail);
+	written_at = palloc(sizeof(char *) * nmail);
+	expired = palloc(sizeof(bool) * nmail);
+	look_ids = palloc(sizeof(Datum) * nmail);
+	for (int i = 0; i < nmail; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+
+		queue[i] = SPI_getvalue(row, desc, 1);
+		job_id[i] = DatumGetInt64(SPI_getbinval(row, desc, 2, &isnull));
+		to_queue[i] = SPI_getvalue(row, desc, 3);
+		state[i] = SPI_getvalue(row, desc, 4);
+		written_at[i] = SPI_getvalue(row, desc, 5);
+		expired[i] = DatumGetBool(SPI_getbinval(row, desc, 6, &isnull));
+		if (to_queue[i] == NULL)
+			look_ids[nlooks++] = Int64GetDatum(job_id[i]);
+	}
+
+	/* The looks: where each job is, by one look over every worker. */
+	cq_route_end();
+	if (nlooks > 0)
+		look_queues = cq_queues_of_jobs(look_ids, nlooks);
+
+	for (int i = 0, look = 0; i < nmail; i++)
+	{
+		char	   *heard = state[i];
+		const char *hearer = to_queue[i];
+
+		if (to_queue[i] == NULL)
+		{
+			char	   *found = look_queues[look++];
+
+			hearer = queue[i];
+			if (found != NULL)
+			{
+				heard = cq_hand_off_call("watch_after", found, job_id[i], queue[i]);
+				if (heard != NULL && strcmp(heard, "missing") == 0)
+					heard = "cancelled";
+			}
+			else if (expired[i])
+			{
+				ereport(WARNING,
+						(errmsg("job " INT64_FORMAT ", which jobs of queue \"%s\" run after, is not found on any node",
+								job_id[i], queue[i]),
+						 errdetail("It counts as a job removed unfinished.")));
+				heard = "cancelled";
+			}
+			else
+			{
+				/*
+				 * Its enqueue may not have reached every node yet: looked for
+				 * again at the next pass.
+				 */
+				StringInfoData again;
+
+				initStringInfo(&again);
+				appendStringInfo(&again,
+								 "INSERT INTO claimq.after_mail (queue, job_id, written_at)"
+								 " VALUES (%s, " INT64_FORMAT ", %s::pg_catalog.timestamptz)",
+								 quote_literal_cstr(queue[i]), job_id[i],
+								 quote_literal_cstr(written_at[i]));
+				if (SPI_execute(again.data, false, 0) != SPI_OK_INSERT)
+					elog(ERROR, "SPI_execute failed: %s", again.data);
+				continue;
+			}
+		}
+		if (heard != NULL)
+			(void) cq_hand_off_call("hear_after", hearer, job_id[i], heard);
+		nhanded++;
+	}
+	return nhanded;
 }
 
 /*

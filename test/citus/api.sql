@@ -10,7 +10,7 @@
 \pset tuples_only on
 \pset footer off
 SET client_min_messages = warning;
-SELECT plan(55);
+SELECT plan(65);
 
 -- Queues.
 SELECT lives_ok($$SELECT claimq.create_queue('ca_lease', lease => '1 minute')$$,
@@ -190,5 +190,82 @@ SELECT outcome FROM claimq.complete(ARRAY[:t2c]::bigint[], ARRAY[:t2t]::bigint[]
 COMMIT;
 SELECT is((SELECT array_agg(state ORDER BY job_id) FROM claimq.status(ARRAY[:t1d, :t2d]::bigint[])),
 	'{pending,pending}', 'jobs finished on two shards of one worker in one transaction: the dependents of both are ready');
+
+-- Workflows across workers: a job of :'qa' runs after jobs of :'qb'.
+-- The two workers exchange mail after their commits, handed on by their
+-- reclaimers (sql/after-elsewhere.sql): each check waits for its event,
+-- within a deadline that is part of what it states.
+CREATE FUNCTION pg_temp.state_within(job bigint, q text, want text, secs integer)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+	now_state text;
+	deadline timestamptz := clock_timestamp() + make_interval(secs => secs);
+BEGIN
+	LOOP
+		SELECT s.state INTO now_state FROM claimq.status(ARRAY[job], queue => q) s;
+		EXIT WHEN now_state IS NOT DISTINCT FROM want OR clock_timestamp() > deadline;
+		PERFORM pg_sleep(0.05);
+	END LOOP;
+	RETURN now_state;
+END
+$$;
+CREATE FUNCTION pg_temp.watched_within(job bigint, secs integer)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+	deadline timestamptz := clock_timestamp() + make_interval(secs => secs);
+BEGIN
+	LOOP
+		IF (SELECT count(*) FROM claimq.job_watcher w WHERE w.job_id = job) > 0 THEN
+			RETURN true;
+		END IF;
+		EXIT WHEN clock_timestamp() > deadline;
+		PERFORM pg_sleep(0.05);
+	END LOOP;
+	RETURN false;
+END
+$$;
+
+SELECT claimq.enqueue(:'qb', '{"x": 1}') AS xb \gset
+SELECT claimq.enqueue(:'qa', '{"x": 2}', after => ARRAY[:xb]::bigint[]) AS xa \gset
+SELECT is((SELECT state FROM claimq.status(ARRAY[:xa]::bigint[], queue => :'qa')),
+	'waiting', 'a job enqueued after a job of another worker''s queue is accepted, and waits');
+SELECT ok(pg_temp.watched_within(:xb, 30),
+	'within 30 s the job it runs after is watched on its own worker');
+SELECT job_id AS xbc, token AS xbt FROM claimq.claim(:'qb', 10) WHERE job_id = :xb \gset
+SELECT is(claimq.complete(:xbc, :xbt, queue => :'qb'), true, 'that job completes (its queue keeps nothing)');
+SELECT is(pg_temp.state_within(:xa, :'qa', 'pending', 30), 'pending',
+	'within 30 s of the commit the dependent on the other worker is ready');
+
+-- A job of the other worker that finished before the look reaches it: its
+-- state is heard at once; one that failed cancels its dependents, and the
+-- cancellation reaches a job of the first worker after them in turn.
+SELECT claimq.alter_queue(:'qb', keep_done => '1 hour', keep_dead => '1 hour') \gset
+SELECT claimq.enqueue(:'qb', '{"y": 1}') AS yb \gset
+SELECT job_id AS ybc, token AS ybt FROM claimq.claim(:'qb', 10) WHERE job_id = :yb \gset
+SELECT claimq.complete(:ybc, :ybt, queue => :'qb') \gset
+SELECT claimq.enqueue(:'qa', '{"y": 2}', after => ARRAY[:yb]::bigint[]) AS ya \gset
+SELECT is(pg_temp.state_within(:ya, :'qa', 'pending', 30), 'pending',
+	'after a job of another worker that is done already: ready within 30 s');
+SELECT claimq.enqueue(:'qb', '{"z": 1}', max_attempts => 1) AS zb \gset
+SELECT claimq.enqueue(:'qa', '{"z": 2}', after => ARRAY[:zb]::bigint[]) AS za \gset
+SELECT claimq.enqueue(:'qb', '{"z": 3}', after => ARRAY[:za]::bigint[]) AS zc \gset
+SELECT ok(pg_temp.watched_within(:zb, 30) AND pg_temp.watched_within(:za, 30),
+	'each job is watched on its own worker within 30 s');
+SELECT job_id AS zbc, token AS zbt FROM claimq.claim(:'qb', 10) WHERE job_id = :zb \gset
+SELECT claimq.fail(:zbc, :zbt, 'boom', queue => :'qb') \gset
+SELECT is(pg_temp.state_within(:zc, :'qb', 'cancelled', 30), 'cancelled',
+	'a dead job cancels its dependent on the other worker, and that one its own back on the first, within 30 s');
+SELECT is((SELECT state FROM claimq.status(ARRAY[:za]::bigint[], queue => :'qa')),
+	'cancelled', 'the dependent between them is cancelled');
+SELECT claimq.alter_queue(:'qb', keep_done => '0', keep_dead => '14 days') \gset
+
+-- Across two shards of one worker: the same mail, handed on within the node.
+SELECT claimq.enqueue(:'tq1', '{"s": 1}') AS sb \gset
+SELECT claimq.enqueue(:'tq2', '{"s": 2}', after => ARRAY[:sb]::bigint[]) AS sa \gset
+SELECT ok(pg_temp.watched_within(:sb, 30), 'a job of another shard of the same worker is watched within 30 s');
+SELECT job_id AS sbc, token AS sbt FROM claimq.claim(:'tq1', 10) WHERE job_id = :sb \gset
+SELECT claimq.complete(:sbc, :sbt, queue => :'tq1') \gset
+SELECT is(pg_temp.state_within(:sa, :'tq2', 'pending', 30), 'pending',
+	'and its dependent in the other shard is ready within 30 s of its completion');
 
 SELECT * FROM finish();

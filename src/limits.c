@@ -423,7 +423,9 @@ cq_flow_spend(const CqQueue *queue, CqFlowTicket *ticket, int32 n)
  * only after a whole rate_period, up to a day) does not keep other limited
  * queues on their rows for long.  A row that another transaction holds
  * (an alter_queue not yet committed) is skipped, not waited for: the next
- * pass writes it.  The caller has connected SPI.
+ * pass writes it.  On a distributed install the buckets, read once, are
+ * written to the queue rows of each shard placed here in turn.  The
+ * caller has connected SPI.
  */
 void
 cq_flow_upkeep(void)
@@ -436,6 +438,8 @@ cq_flow_upkeep(void)
 	TimestampTz now;
 	int			n;
 	Datum	   *d[5];
+	List	   *shards;
+	ListCell   *lc;
 
 	if (!cq_shmem_ready)
 		return;
@@ -482,15 +486,26 @@ cq_flow_upkeep(void)
 	values[4] = TimestampTzGetDatum(now);
 	values[5] = PointerGetDatum(construct_array(d[4], n, BOOLOID, sizeof(bool),
 												true, TYPALIGN_CHAR));
-	cq_execute(mark_plan, values, NULL, SPI_OK_UPDATE_RETURNING);
-
-	/* The idle buckets written: their slots may go once this commits. */
-	for (uint64 r = 0; r < SPI_processed; r++)
+	shards = cq_distributed() ? cq_local_shards(false) : list_make1(NULL);
+	foreach(lc, shards)
 	{
-		bool		isnull;
-		CqFlowBucket *b = &buckets[DatumGetInt64(cq_spi_value(r, 1, &isnull)) - 1];
+		if (lfirst(lc) != NULL)
+		{
+			cq_route_to_shard(*(int64 *) lfirst(lc), false);
+			cq_route_ready();
+		}
+		cq_execute(mark_plan, values, NULL, SPI_OK_UPDATE_RETURNING);
 
-		if (b->idle)
-			cq_bucket_recorded(b);
+		/* The idle buckets written: their slots may go once this commits. */
+		for (uint64 r = 0; r < SPI_processed; r++)
+		{
+			bool		isnull;
+			CqFlowBucket *b = &buckets[DatumGetInt64(cq_spi_value(r, 1, &isnull)) - 1];
+
+			if (b->idle)
+				cq_bucket_recorded(b);
+		}
 	}
+	if (cq_distributed())
+		cq_route_end();
 }

@@ -519,12 +519,14 @@ typedef int64 (*CqStepFn) (bool *more);
 
 /*
  * Where a step runs on a distributed install (shard.c): once per shard of
- * the queues, or of the key claims, placed on this node, or not yet.
+ * the queues, or of the key claims, placed on this node, once (routing its
+ * statements itself), or not yet.
  */
 typedef enum CqStepShards
 {
 	CQ_STEP_QUEUE_SHARDS,
 	CQ_STEP_KEY_SHARDS,
+	CQ_STEP_ROUTES_ITSELF,
 	CQ_STEP_NOT_DISTRIBUTED
 } CqStepShards;
 
@@ -596,9 +598,9 @@ cq_step_census(bool *more)
 /*
  * The first step's count is the pass's: the claims it reclaimed.  On a
  * distributed install a node's pass reclaims, fires the schedules of,
- * prunes, syncs the groups of and hands off the workflow mail of the
- * queues, and sweeps the key claims, whose shards it holds, a shard at a
- * time; the other steps do not run
+ * prunes, keeps the rate buckets of, syncs the groups of and hands off the
+ * workflow mail of the queues, and sweeps the key claims, whose shards it
+ * holds, a shard at a time; the other steps do not run
  * there yet (docs/distributed.md).
  */
 static const CqStep cq_steps[] = {
@@ -606,7 +608,7 @@ static const CqStep cq_steps[] = {
 	{"claimq: firing schedules", cq_step_fire, CQ_STEP_QUEUE_SHARDS},
 	{"claimq: pruning finished jobs", cq_step_prune, CQ_STEP_QUEUE_SHARDS},
 	{"claimq: sweeping expired key claims", cq_step_sweep, CQ_STEP_KEY_SHARDS},
-	{"claimq: keeping flow control", cq_step_flow, CQ_STEP_NOT_DISTRIBUTED},
+	{"claimq: keeping flow control", cq_step_flow, CQ_STEP_ROUTES_ITSELF},
 	{"claimq: syncing group limits", cq_step_groups, CQ_STEP_QUEUE_SHARDS},
 	{"claimq: handing off workflows across shards", cq_hand_off_after, CQ_STEP_QUEUE_SHARDS},
 	{"claimq: counting jobs per queue and state", cq_step_census, CQ_STEP_NOT_DISTRIBUTED},
@@ -623,7 +625,7 @@ cq_step_run(const CqStep *step, bool *more)
 	ListCell   *lc;
 	int64		result = 0;
 
-	if (!cq_distributed())
+	if (!cq_distributed() || step->shards == CQ_STEP_ROUTES_ITSELF)
 		return step->run(more);
 	if (step->shards == CQ_STEP_NOT_DISTRIBUTED)
 		return 0;

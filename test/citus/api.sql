@@ -10,7 +10,7 @@
 \pset tuples_only on
 \pset footer off
 SET client_min_messages = warning;
-SELECT plan(65);
+SELECT plan(70);
 
 -- Queues.
 SELECT lives_ok($$SELECT claimq.create_queue('ca_lease', lease => '1 minute')$$,
@@ -267,5 +267,36 @@ SELECT job_id AS sbc, token AS sbt FROM claimq.claim(:'tq1', 10) WHERE job_id = 
 SELECT claimq.complete(:sbc, :sbt, queue => :'tq1') \gset
 SELECT is(pg_temp.state_within(:sa, :'tq2', 'pending', 30), 'pending',
 	'and its dependent in the other shard is ready within 30 s of its completion');
+
+-- A rate limit on a worker: its claims obey it, and that worker's
+-- reclaimer records the bucket in the queue's row.
+CREATE FUNCTION pg_temp.rate_recorded_within(q text, secs integer)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+	deadline timestamptz := clock_timestamp() + make_interval(secs => secs);
+BEGIN
+	LOOP
+		IF (SELECT r.rate_at FROM claimq.queue r WHERE r.name = q) IS NOT NULL THEN
+			RETURN true;
+		END IF;
+		EXIT WHEN clock_timestamp() > deadline;
+		PERFORM pg_sleep(0.05);
+	END LOOP;
+	RETURN false;
+END
+$$;
+SELECT claimq.create_queue('ca_rate', rate_limit => 2, rate_period => '1 hour') \gset
+SELECT count(*) AS rate_jobs FROM claimq.enqueue_many('ca_rate', ARRAY['{}', '{}', '{}', '{}']::jsonb[]) \gset
+SELECT is((SELECT count(*) FROM claimq.claim('ca_rate', 4)), 2::bigint,
+	'a claim of a queue limited to 2 jobs an hour gets 2');
+SELECT is((SELECT count(*) FROM claimq.claim('ca_rate', 4)), 0::bigint, 'and the next gets none');
+SELECT ok(pg_temp.rate_recorded_within('ca_rate', 30),
+	'its worker''s reclaimer records the rate bucket in the queue''s row within 30 s');
+SELECT claimq.create_queue('ca_flight', max_in_flight => 1) \gset
+SELECT count(*) AS flight_jobs FROM claimq.enqueue_many('ca_flight', ARRAY['{}', '{}']::jsonb[]) \gset
+SELECT is((SELECT count(*) FROM claimq.claim('ca_flight', 2)), 1::bigint,
+	'a claim of a queue with max_in_flight 1 gets 1 job');
+SELECT is((SELECT count(*) FROM claimq.claim('ca_flight', 2)), 0::bigint,
+	'and none more while that one is claimed');
 
 SELECT * FROM finish();

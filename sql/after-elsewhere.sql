@@ -26,7 +26,8 @@
  *					their waiting jobs count it off and are judged, as
  *					those of a job of their own shard at its finish
  *
- * A look that finds the job nowhere is tried again at each pass (an
+ * A look whose job another transaction holds is made again at the next
+ * pass.  A look that finds the job nowhere is tried again at each pass (an
  * enqueue of the job whose commit has not reached every node yet) and,
  * two minutes after it was written, heard as a job removed unfinished
  * (cancelled).  Watching the job locks it as link_after does, so its
@@ -95,7 +96,9 @@ COMMENT ON FUNCTION claimq.tell_watchers(bigint[]) IS
 /*
  * Jobs of to_queue wait on job job_id of queue (a call Citus delegates to
  * queue's node): watch it, or return its final state if it has one
- * already ('missing' if it is gone).
+ * already ('missing' if it is gone, 'busy' if another transaction holds
+ * its row: a claim inside a longer transaction, say; the look is made
+ * again at the next pass, rather than the hand-off waiting for it).
  */
 CREATE FUNCTION claimq.watch_after(queue text, job_id bigint, to_queue text)
 RETURNS text
@@ -106,6 +109,14 @@ DECLARE
 	now_state text;
 BEGIN
 	PERFORM claimq.route_to(watch_after.queue);
+	PERFORM FROM claimq.job j
+	  WHERE j.job_id OPERATOR(pg_catalog.=) watch_after.job_id
+	  FOR NO KEY UPDATE SKIP LOCKED;
+	IF NOT FOUND THEN
+		PERFORM FROM claimq.job j
+		  WHERE j.job_id OPERATOR(pg_catalog.=) watch_after.job_id;
+		RETURN CASE WHEN FOUND THEN 'busy' ELSE 'missing' END;
+	END IF;
 	-- A new version of the job, as link_after writes.
 	UPDATE claimq.job j SET dependents = true
 	 WHERE j.job_id OPERATOR(pg_catalog.=) watch_after.job_id

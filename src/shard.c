@@ -955,9 +955,9 @@ cq_hand_off_call(const char *fn, const char *queue, int64 job_id,
  * that Citus delegates there, all in the step's transaction, which Citus
  * commits on every node it wrote to at once.  The shard is read and
  * written first, before Citus runs anything in the transaction.  A look
- * for a job found nowhere is written again (by Citus) until two minutes
- * after it was first written, and is then heard as a job removed
- * unfinished.  Returns how many messages it handed on; on a single
+ * for a job that another transaction holds is written again (by Citus),
+ * and so is one for a job found nowhere, until two minutes after it was
+ * first written; it is then heard as a job removed unfinished.  Returns how many messages it handed on; on a single
  * server, 0.  The caller has connected SPI.
  */
 int64
@@ -1031,25 +1031,25 @@ cq_hand_off_after(bool *more)
 			char	   *found = look_queues[look++];
 
 			hearer = queue[i];
+			heard = NULL;
 			if (found != NULL)
-			{
 				heard = cq_hand_off_call("watch_after", found, job_id[i], queue[i]);
-				if (heard != NULL && strcmp(heard, "missing") == 0)
-					heard = "cancelled";
-			}
 			else if (expired[i])
 			{
 				ereport(WARNING,
 						(errmsg("job " INT64_FORMAT ", which jobs of queue \"%s\" run after, is not found on any node",
 								job_id[i], queue[i]),
 						 errdetail("It counts as a job removed unfinished.")));
-				heard = "cancelled";
+				heard = "missing";
 			}
-			else
+			if (heard != NULL && strcmp(heard, "missing") == 0)
+				heard = "cancelled";
+			if (found == NULL ? !expired[i] :
+				heard != NULL && strcmp(heard, "busy") == 0)
 			{
 				/*
-				 * Its enqueue may not have reached every node yet: looked for
-				 * again at the next pass.
+				 * Its enqueue may not have reached every node yet, or another
+				 * transaction holds it: looked for again at the next pass.
 				 */
 				StringInfoData again;
 

@@ -111,7 +111,11 @@ $update$;
  * order (claimq.job_finish and its deferred trigger)
  *-----------------------------------------------------------------------*/
 
-ALTER TABLE claimq.job_after ADD COLUMN final_state text;
+ALTER TABLE claimq.job_after ADD COLUMN final_state text,
+	ADD COLUMN remote boolean NOT NULL DEFAULT false;
+
+-- A set's id carries the node's bits, as a job id does (link_after).
+ALTER SEQUENCE claimq.after_set_seq MAXVALUE 281474976710655;
 
 CREATE UNLOGGED TABLE claimq.job_finish (
 	xact			xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),

@@ -325,15 +325,19 @@ CREATE INDEX job_after_set_idx ON claimq.job (after_set)
  * jobs by job_after_set_idx.  A set lives as long as a job that names it.
  * final_state keeps the state of a listed job that drop_queue removed
  * after it had finished (NULL while the job exists, or if it was removed
- * unfinished): its dependents judge it by that state (section 8).
+ * unfinished): its dependents judge it by that state (section 8).  On a
+ * distributed install, remote marks a listed job that the enqueue did not
+ * find in its shard: its final state is heard from elsewhere, and only
+ * that counts it off (sql/after-elsewhere.sql).
  */
-CREATE SEQUENCE claimq.after_set_seq AS bigint;
+CREATE SEQUENCE claimq.after_set_seq AS bigint MAXVALUE 281474976710655;
 
 CREATE TABLE claimq.job_after (
 	set_id			bigint NOT NULL,
 	position		integer NOT NULL,
 	after_id		bigint NOT NULL,
 	final_state		text,
+	remote			boolean NOT NULL DEFAULT false,
 	CONSTRAINT job_after_pkey PRIMARY KEY (set_id, position)
 );
 

@@ -3,10 +3,10 @@
 /*
  * The jobs waiting on the listed jobs count them off (delta -1: they
  * finished or were removed) or on again (delta 1: retry_dead redrove
- * them), each under its row lock, taken in id order; given sets, only
- * the jobs of those sets (a job of another shard heard of: its state
- * reaches the sets that had not heard it yet).  Returns the jobs that
- * have none left to wait for.  In PL/pgSQL, not SQL: a SQL
+ * them), each under its row lock, taken in id order.  A set's job of
+ * another shard (remote) is counted only when its state is heard, which
+ * names the set (sets); without sets, only the others.  Returns the jobs
+ * that have none left to wait for.  In PL/pgSQL, not SQL: a SQL
  * function's plans stay with its caller's expression for the whole
  * transaction, and on a distributed install a transaction judges shard
  * after shard (judge_finishes), each statement planned for its own.
@@ -24,7 +24,8 @@ BEGIN
 		SELECT e.set_id, pg_catalog.count(*)::integer AS n
 		  FROM claimq.job_after e
 		 WHERE e.after_id OPERATOR(pg_catalog.=) ANY (job_ids)
-		   AND (sets IS NULL OR e.set_id OPERATOR(pg_catalog.=) ANY (sets))
+		   AND CASE WHEN sets IS NULL THEN NOT e.remote
+					ELSE e.set_id OPERATOR(pg_catalog.=) ANY (sets) END
 		 GROUP BY e.set_id),
 	locked AS MATERIALIZED (
 		SELECT w.job_id, h.n

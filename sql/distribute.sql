@@ -372,8 +372,8 @@ SELECT f::pg_catalog.regprocedure FROM pg_catalog.unnest(ARRAY[
 	'claimq.dependencies(bigint[], text)',
 	'claimq.create_schedule(text, text, text, jsonb, text, integer, text)',
 	'claimq.at_schedule(text, text, boolean, text, text, jsonb, text, integer, text, boolean)',
-	'claimq.watch_after(text, bigint, text)',
-	'claimq.hear_after(text, bigint, text)']) f
+	'claimq.watch_after(text, bigint, text, bigint)',
+	'claimq.hear_after(text, bigint, text, bigint)']) f
 $$;
 
 COMMENT ON FUNCTION claimq.distributed_calls() IS

@@ -19,7 +19,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	ids bigint[];
-	found bigint;
+	found bigint[];
 	unknown bigint;
 -- @c
 	elsewhere bigint[];
@@ -58,43 +58,50 @@ BEGIN
 		UPDATE claimq.job j SET dependents = true
 		  FROM listed l
 		 WHERE j.job_id OPERATOR(pg_catalog.=) l.job_id
-		RETURNING j.state)
-	SELECT pg_catalog.count(*),
+		RETURNING j.job_id, j.state)
+	SELECT pg_catalog.array_agg(m.job_id),
 		   pg_catalog.count(*) FILTER (WHERE m.state OPERATOR(pg_catalog.<>) ALL ('{done,dead,cancelled}'::text[])),
 		   COALESCE(pg_catalog.bool_and(m.state OPERATOR(pg_catalog.=) 'done')
 					FILTER (WHERE m.state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[])), true)
 	  INTO found, unfinished, all_done
 	  FROM marked m;
-	IF found OPERATOR(pg_catalog.<) pg_catalog.cardinality(ids) THEN
+	IF COALESCE(pg_catalog.cardinality(found), 0) OPERATOR(pg_catalog.<) pg_catalog.cardinality(ids) THEN
 -- @c
 		IF claimq.node_role() OPERATOR(pg_catalog.<>) 'single' THEN
+			-- The ids the lock above did not find, whatever commits since.
 			elsewhere := ARRAY(
 				SELECT u.id FROM pg_catalog.unnest(ids) AS u(id)
-				 WHERE NOT EXISTS (SELECT 1 FROM claimq.job j
-									WHERE j.job_id OPERATOR(pg_catalog.=) u.id));
+				 WHERE u.id OPERATOR(pg_catalog.<>) ALL (COALESCE(found, '{}')));
 			unfinished := unfinished OPERATOR(pg_catalog.+) pg_catalog.cardinality(elsewhere);
 		END IF;
 	END IF;
-	IF elsewhere IS NULL AND found OPERATOR(pg_catalog.<) pg_catalog.cardinality(ids) THEN
+	IF elsewhere IS NULL
+	   AND COALESCE(pg_catalog.cardinality(found), 0) OPERATOR(pg_catalog.<) pg_catalog.cardinality(ids) THEN
 -- @end
 		SELECT u.id INTO unknown
 		  FROM pg_catalog.unnest(ids) WITH ORDINALITY AS u(id, ord)
-		 WHERE NOT EXISTS (SELECT 1 FROM claimq.job j
-							WHERE j.job_id OPERATOR(pg_catalog.=) u.id)
+		 WHERE u.id OPERATOR(pg_catalog.<>) ALL (COALESCE(found, '{}'))
 		 ORDER BY u.ord LIMIT 1;
 		RAISE EXCEPTION 'job % in "after" does not exist', unknown
 			USING ERRCODE = '23503',
 				  HINT = 'A job that completed in a queue that keeps nothing no longer exists: enqueue a workflow''s jobs in one transaction, or keep done jobs.';
 	END IF;
 
-	set_id := pg_catalog.nextval('claimq.after_set_seq'::pg_catalog.regclass);
+	-- With the node's bits, as a job id: a shard moved to another node
+	-- keeps sets of both nodes (claimq.job_id_base).
+	set_id := claimq.job_id_base() OPERATOR(pg_catalog.+)
+		pg_catalog.nextval('claimq.after_set_seq'::pg_catalog.regclass);
 	INSERT INTO claimq.job_after (set_id, position, after_id)
 	SELECT link_after.set_id, u.ord, u.id
 	  FROM pg_catalog.unnest(ids) WITH ORDINALITY AS u(id, ord);
 -- @c
 	IF elsewhere IS NOT NULL THEN
-		INSERT INTO claimq.after_mail (queue, job_id)
-		SELECT claimq.routed_queue(), u.id FROM pg_catalog.unnest(elsewhere) AS u(id);
+		UPDATE claimq.job_after e SET remote = true
+		 WHERE e.set_id OPERATOR(pg_catalog.=) link_after.set_id
+		   AND e.after_id OPERATOR(pg_catalog.=) ANY (elsewhere);
+		INSERT INTO claimq.after_mail (queue, job_id, set_id)
+		SELECT claimq.routed_queue(), u.id, link_after.set_id
+		  FROM pg_catalog.unnest(elsewhere) AS u(id);
 	END IF;
 -- @end
 END

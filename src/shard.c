@@ -72,6 +72,7 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/ruleutils.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
@@ -921,17 +922,24 @@ cq_fan_out(FunctionCallInfo fcinfo, int queue_argno, int timeout_argno,
 	return (Datum) 0;
 }
 
-/* Messages a hand-off (cq_hand_off_after) takes at most per shard. */
+/* Messages a hand-off (cq_hand_off_after) takes at most per batch. */
 #define CQ_MAIL_BATCH 100
 
 /*
- * A call of claimq's that Citus delegates to the node of its queue (its
- * first argument), and its result.  In FROM: Citus delegates no call in a
- * transaction of several statements that is a simple expression.
+ * The last failure of each kind of hand-off batch (final states, looks)
+ * that this backend logged, or NULL.
+ */
+static char *cq_hand_off_failure[2] = {NULL, NULL};
+
+/*
+ * A call of claimq's about job job_id and set set_id that Citus delegates
+ * to the node of queue (its first argument), and its result.  In FROM:
+ * Citus delegates no call in a transaction of several statements that is
+ * a simple expression.
  */
 static char *
 cq_hand_off_call(const char *fn, const char *queue, int64 job_id,
-				 const char *last)
+				 const char *third, int64 set_id)
 {
 	StringInfoData sql;
 	bool		isnull;
@@ -939,55 +947,54 @@ cq_hand_off_call(const char *fn, const char *queue, int64 job_id,
 
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "SELECT r::pg_catalog.text FROM claimq.%s(%s::pg_catalog.text, "
-					 INT64_FORMAT "::pg_catalog.int8, %s::pg_catalog.text) r",
+					 INT64_FORMAT "::pg_catalog.int8, %s::pg_catalog.text, "
+					 INT64_FORMAT "::pg_catalog.int8) r",
 					 fn, quote_literal_cstr(queue), job_id,
-					 quote_literal_cstr(last));
+					 quote_literal_cstr(third), set_id);
 	cq_execute_forwarded(sql.data);
 	value = cq_spi_value(0, 1, &isnull);
 	return isnull ? NULL : TextDatumGetCString(value);
 }
 
 /*
- * The reclaimer's hand-off of workflows across shards
- * (sql/after-elsewhere.sql) for the shard of claimq.queue it is routed to:
- * up to CQ_MAIL_BATCH of the shard's messages, oldest first, taken from
- * it, then each handed to the node of the queue it concerns by a call
- * that Citus delegates there, all in the step's transaction, which Citus
- * commits on every node it wrote to at once.  The shard is read and
- * written first, before Citus runs anything in the transaction.  A look
- * for a job that another transaction holds is written again (by Citus),
- * and so is one for a job found nowhere, until two minutes after it was
- * first written; it is then heard as a job removed unfinished.  Returns how many messages it handed on; on a single
- * server, 0.  The caller has connected SPI.
+ * One batch of the hand-off (cq_hand_off_after) of the shard routed to:
+ * the final states (looks false) or the looks, up to CQ_MAIL_BATCH of them,
+ * oldest first.  The shard's mail is read and written first, before Citus
+ * runs anything in the transaction.  A look for a job that another
+ * transaction holds, or that is found nowhere, is written again (by
+ * Citus), at the back; one missed for two minutes is heard as a job
+ * removed unfinished.  Returns how many messages it handed on.
  */
-int64
-cq_hand_off_after(bool *more)
+static int64
+cq_hand_off_batch(bool looks, bool *more)
 {
+	StringInfoData take;
 	int			nmail;
 	char	  **queue;
 	int64	   *job_id;
+	int64	   *set_id;
 	char	  **to_queue;
 	char	  **state;
-	char	  **written_at;
+	char	  **missed_at;
 	bool	   *expired;
 	Datum	   *look_ids;
-	int			nlooks = 0;
 	char	  **look_queues = NULL;
 	int64		nhanded = 0;
 
-	if (!cq_distributed())
-		return 0;
-	(void) cq_route_resolve(true);
-	if (SPI_execute("DELETE FROM claimq.after_mail m"
-					" WHERE m.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-					"       SELECT t.ctid FROM claimq.after_mail t"
-					"        ORDER BY t.written_at"
-					"        LIMIT " CppAsString2(CQ_MAIL_BATCH) " FOR UPDATE SKIP LOCKED))"
-					" RETURNING m.queue, m.job_id, m.to_queue, m.state, m.written_at,"
-					"       m.written_at OPERATOR(pg_catalog.<) (pg_catalog.clock_timestamp()"
-					"         OPERATOR(pg_catalog.-) '2 minutes'::pg_catalog.interval)",
-					false, 0) != SPI_OK_DELETE_RETURNING)
-		elog(ERROR, "SPI_execute failed");
+	initStringInfo(&take);
+	appendStringInfo(&take,
+					 "DELETE FROM claimq.after_mail m"
+					 " WHERE m.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+					 "       SELECT t.ctid FROM claimq.after_mail t"
+					 "        WHERE t.to_queue IS %s NULL ORDER BY t.written_at"
+					 "        LIMIT %d FOR UPDATE SKIP LOCKED))"
+					 " RETURNING m.queue, m.job_id, m.set_id, m.to_queue, m.state,"
+					 "       m.missed_at, m.missed_at OPERATOR(pg_catalog.<)"
+					 "         (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-)"
+					 "          '2 minutes'::pg_catalog.interval)",
+					 looks ? "" : "NOT", CQ_MAIL_BATCH);
+	if (SPI_execute(take.data, false, 0) != SPI_OK_DELETE_RETURNING)
+		elog(ERROR, "SPI_execute failed: %s", take.data);
 	nmail = (int) SPI_processed;
 	*more = nmail == CQ_MAIL_BATCH;
 	if (nmail == 0)
@@ -995,9 +1002,10 @@ cq_hand_off_after(bool *more)
 
 	queue = palloc(sizeof(char *) * nmail);
 	job_id = palloc(sizeof(int64) * nmail);
+	set_id = palloc(sizeof(int64) * nmail);
 	to_queue = palloc(sizeof(char *) * nmail);
 	state = palloc(sizeof(char *) * nmail);
-	written_at = palloc(sizeof(char *) * nmail);
+	missed_at = palloc(sizeof(char *) * nmail);
 	expired = palloc(sizeof(bool) * nmail);
 	look_ids = palloc(sizeof(Datum) * nmail);
 	for (int i = 0; i < nmail; i++)
@@ -1008,32 +1016,33 @@ cq_hand_off_after(bool *more)
 
 		queue[i] = SPI_getvalue(row, desc, 1);
 		job_id[i] = DatumGetInt64(SPI_getbinval(row, desc, 2, &isnull));
-		to_queue[i] = SPI_getvalue(row, desc, 3);
-		state[i] = SPI_getvalue(row, desc, 4);
-		written_at[i] = SPI_getvalue(row, desc, 5);
-		expired[i] = DatumGetBool(SPI_getbinval(row, desc, 6, &isnull));
-		if (to_queue[i] == NULL)
-			look_ids[nlooks++] = Int64GetDatum(job_id[i]);
+		set_id[i] = DatumGetInt64(SPI_getbinval(row, desc, 3, &isnull));
+		to_queue[i] = SPI_getvalue(row, desc, 4);
+		state[i] = SPI_getvalue(row, desc, 5);
+		missed_at[i] = SPI_getvalue(row, desc, 6);
+		expired[i] = DatumGetBool(SPI_getbinval(row, desc, 7, &isnull)) && !isnull;
+		look_ids[i] = Int64GetDatum(job_id[i]);
 	}
 
 	/* The looks: where each job is, by one look over every worker. */
 	cq_route_end();
-	if (nlooks > 0)
-		look_queues = cq_queues_of_jobs(look_ids, nlooks);
+	if (looks)
+		look_queues = cq_queues_of_jobs(look_ids, nmail);
 
-	for (int i = 0, look = 0; i < nmail; i++)
+	for (int i = 0; i < nmail; i++)
 	{
 		char	   *heard = state[i];
 		const char *hearer = to_queue[i];
 
-		if (to_queue[i] == NULL)
+		if (looks)
 		{
-			char	   *found = look_queues[look++];
+			bool		missed = look_queues[i] == NULL;
 
 			hearer = queue[i];
 			heard = NULL;
-			if (found != NULL)
-				heard = cq_hand_off_call("watch_after", found, job_id[i], queue[i]);
+			if (!missed)
+				heard = cq_hand_off_call("watch_after", look_queues[i],
+										 job_id[i], queue[i], set_id[i]);
 			else if (expired[i])
 			{
 				ereport(WARNING,
@@ -1042,10 +1051,7 @@ cq_hand_off_after(bool *more)
 						 errdetail("It counts as a job removed unfinished.")));
 				heard = "missing";
 			}
-			if (heard != NULL && strcmp(heard, "missing") == 0)
-				heard = "cancelled";
-			if (found == NULL ? !expired[i] :
-				heard != NULL && strcmp(heard, "busy") == 0)
+			if (missed ? !expired[i] : heard != NULL && strcmp(heard, "busy") == 0)
 			{
 				/*
 				 * Its enqueue may not have reached every node yet, or another
@@ -1055,20 +1061,117 @@ cq_hand_off_after(bool *more)
 
 				initStringInfo(&again);
 				appendStringInfo(&again,
-								 "INSERT INTO claimq.after_mail (queue, job_id, written_at)"
-								 " VALUES (%s, " INT64_FORMAT ", %s::pg_catalog.timestamptz)",
-								 quote_literal_cstr(queue[i]), job_id[i],
-								 quote_literal_cstr(written_at[i]));
+								 "INSERT INTO claimq.after_mail (queue, job_id, set_id, missed_at)"
+								 " VALUES (%s, " INT64_FORMAT ", " INT64_FORMAT ", %s)",
+								 quote_literal_cstr(queue[i]), job_id[i], set_id[i],
+								 missed_at[i] ? quote_literal_cstr(missed_at[i]) :
+								 missed ? "pg_catalog.clock_timestamp()" : "NULL");
 				if (SPI_execute(again.data, false, 0) != SPI_OK_INSERT)
 					elog(ERROR, "SPI_execute failed: %s", again.data);
 				continue;
 			}
+			if (heard != NULL && strcmp(heard, "missing") == 0)
+				heard = "cancelled";
 		}
 		if (heard != NULL)
-			(void) cq_hand_off_call("hear_after", hearer, job_id[i], heard);
+			(void) cq_hand_off_call("hear_after", hearer, job_id[i], heard,
+									set_id[i]);
 		nhanded++;
 	}
 	return nhanded;
+}
+
+/*
+ * A batch of the hand-off in a subtransaction of its own: if it fails (a
+ * worker that does not answer, a lock wait that times out), it changes
+ * nothing, its error is logged (again only if it changes) and the
+ * reclaimer's pass goes on.  Returns how many messages it handed on.
+ */
+static int64
+cq_hand_off_guarded(int64 shard, bool looks, bool *more)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	int64		n = 0;
+
+	*more = false;
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcontext);
+	PG_TRY();
+	{
+		SPI_connect();
+		cq_route_to_shard(shard, false);
+		(void) cq_route_resolve(true);
+		n = cq_hand_off_batch(looks, more);
+		SPI_finish();
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+		if (cq_hand_off_failure[looks] != NULL)
+		{
+			ereport(LOG,
+					(errmsg("claimq's hand-off of workflow mail succeeds again")));
+			pfree(cq_hand_off_failure[looks]);
+			cq_hand_off_failure[looks] = NULL;
+		}
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcontext);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+		cq_route_end();
+		if (cq_hand_off_failure[looks] == NULL ||
+			strcmp(cq_hand_off_failure[looks], edata->message) != 0)
+		{
+			ereport(WARNING,
+					(errmsg("claimq's hand-off of workflow mail failed: %s",
+							edata->message),
+					 errdetail("It is tried again at each pass; this is logged again only if the error changes.")));
+			if (cq_hand_off_failure[looks] != NULL)
+				pfree(cq_hand_off_failure[looks]);
+			cq_hand_off_failure[looks] = MemoryContextStrdup(TopMemoryContext,
+															 edata->message);
+		}
+		FreeErrorData(edata);
+		*more = false;
+		n = 0;
+	}
+	PG_END_TRY();
+	return n;
+}
+
+/*
+ * The reclaimer's hand-off of workflows across shards
+ * (sql/after-elsewhere.sql) for the shard of claimq.queue it is routed to:
+ * a batch of the final states, then one of the looks, each handed to the
+ * node of the queue it concerns by calls that Citus delegates there, each
+ * batch in a subtransaction that Citus commits with the step's
+ * transaction on every node it wrote to at once.  Returns how many
+ * messages it handed on; on a single server, 0.  The caller has connected
+ * SPI.
+ */
+int64
+cq_hand_off_after(bool *more)
+{
+	int64		shard;
+	bool		more_states;
+	bool		more_looks;
+	int64		n;
+
+	if (!cq_distributed())
+		return 0;
+	(void) cq_route_resolve(true);
+	shard = cq_route_shards[0];
+	n = cq_hand_off_guarded(shard, false, &more_states);
+	n += cq_hand_off_guarded(shard, true, &more_looks);
+	*more = more_states || more_looks;
+	return n;
 }
 
 /*

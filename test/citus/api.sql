@@ -10,7 +10,7 @@
 \pset tuples_only on
 \pset footer off
 SET client_min_messages = warning;
-SELECT plan(70);
+SELECT plan(71);
 
 -- Queues.
 SELECT lives_ok($$SELECT claimq.create_queue('ca_lease', lease => '1 minute')$$,
@@ -153,6 +153,8 @@ SELECT claimq.enqueue(:'qa', '{"w": 1}') AS w1 \gset
 SELECT claimq.enqueue(:'qa', '{"w": 2}', after => ARRAY[:w1]::bigint[]) AS w2 \gset
 SELECT is((SELECT state FROM claimq.status(ARRAY[:w2]::bigint[], queue => :'qa')),
 	'waiting', 'a job enqueued after another waits');
+SELECT is((SELECT claimq.node_of(j.after_set) FROM claimq.job j WHERE j.job_id = :w2),
+	claimq.node_of(:w2), 'its set of jobs to run after carries its worker''s group, as its id does');
 SELECT job_id AS w1c, token AS w1t FROM claimq.claim(:'qa', 10) WHERE job_id = :w1 \gset
 SELECT is(claimq.complete(:w1c, :w1t), true, 'its job completes (without the queue)');
 SELECT * FROM claimq.dependencies(ARRAY[:w2]::bigint[], :'qa') \gset dep_

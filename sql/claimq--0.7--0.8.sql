@@ -175,12 +175,14 @@ BEGIN
 	/*
 	 * A job that finished before was counted off by its dependents then:
 	 * they judge it by the state it ended in (section 8), never count it
-	 * off again.
+	 * off again.  A set that counts it by hearing of it (remote, on a
+	 * distributed install) is left to hear it.
 	 */
 	kept AS (
 		UPDATE claimq.job_after e SET final_state = d.state
 		  FROM gone d
 		 WHERE e.after_id OPERATOR(pg_catalog.=) d.job_id AND d.dependents
+		   AND NOT e.remote
 		   AND d.state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[]))
 	SELECT pg_catalog.array_agg(g.state), pg_catalog.array_agg(g.n),
 		   (SELECT pg_catalog.array_agg(d.job_id) FROM gone d WHERE d.dependents),

@@ -796,6 +796,14 @@ BEGIN
 		 WHERE e.after_id OPERATOR(pg_catalog.=) ANY (removed)
 		   AND w.state OPERATOR(pg_catalog.=) 'waiting'
 		   AND w.queue_id OPERATOR(pg_catalog.<>) q.queue_id;
+-- @c
+		-- And the sets of other shards that watch them (at least a job each).
+		IF claimq.node_role() OPERATOR(pg_catalog.<>) 'single' THEN
+			held := held OPERATOR(pg_catalog.+)
+				(SELECT pg_catalog.count(*) FROM claimq.job_watcher w
+				  WHERE w.job_id OPERATOR(pg_catalog.=) ANY (removed));
+		END IF;
+-- @end
 		IF held OPERATOR(pg_catalog.>) 0 THEN
 			RAISE EXCEPTION 'cannot drop queue "%" while jobs of other queues wait on its jobs', queue
 				USING ERRCODE = '2BP01',

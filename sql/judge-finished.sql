@@ -62,7 +62,8 @@ BEGIN
 	WHILE pg_catalog.cardinality(finished) OPERATOR(pg_catalog.>) 0 LOOP
 		/* Count the finished jobs off, under each waiting job's lock. */
 -- @c
-		IF claimq.node_role() OPERATOR(pg_catalog.<>) 'single' THEN
+		-- Not for a job heard of (sets): its watchers are another matter.
+		IF sets IS NULL AND claimq.node_role() OPERATOR(pg_catalog.<>) 'single' THEN
 			PERFORM claimq.tell_watchers(finished);
 		END IF;
 -- @end

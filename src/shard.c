@@ -925,21 +925,119 @@ cq_fan_out(FunctionCallInfo fcinfo, int queue_argno, int timeout_argno,
 /* Messages a hand-off (cq_hand_off_after) takes at most per batch. */
 #define CQ_MAIL_BATCH 100
 
-/*
- * The last failure of each kind of hand-off batch (final states, looks)
- * that this backend logged, or NULL.
- */
-static char *cq_hand_off_failure[2] = {NULL, NULL};
+/* A failure of a hand-off is logged again after this long (ms). */
+#define CQ_HAND_OFF_LOG_MS 60000
+
+/* A message of claimq.after_mail (sql/after-elsewhere.sql). */
+typedef struct CqMail
+{
+	char	   *queue;			/* the sender's */
+	int64		job_id;
+	int64		set_id;
+	char	   *to_queue;		/* NULL: a look */
+	char	   *state;
+	char	   *missed_at;		/* a look's first miss, or NULL */
+	bool		expired;		/* missed for two minutes */
+	char	   *found;			/* a look's job's queue, or NULL */
+} CqMail;
+
+/* A batch of the hand-off, and the message at hand. */
+typedef struct CqHandOff
+{
+	MemoryContext cxt;			/* where the batch is kept */
+	int64		shard;
+	bool		looks;
+	int			nmail;
+	CqMail	   *mail;
+	int			at;
+	int			handed;			/* messages handed on */
+} CqHandOff;
+
+/* The last failure of a hand-off that this backend logged, and when. */
+static char *cq_hand_off_failure = NULL;
+static TimestampTz cq_hand_off_failed_at = 0;
 
 /*
- * A call of claimq's about job job_id and set set_id that Citus delegates
- * to the node of queue (its first argument), and its result.  In FROM:
- * Citus delegates no call in a transaction of several statements that is
- * a simple expression.
+ * A hand-off failed: a WARNING, again only if the error changes or a
+ * minute has passed.
+ */
+static void
+cq_hand_off_failed(ErrorData *edata)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (cq_hand_off_failure != NULL &&
+		strcmp(cq_hand_off_failure, edata->message) == 0 &&
+		!TimestampDifferenceExceeds(cq_hand_off_failed_at, now,
+									CQ_HAND_OFF_LOG_MS))
+		return;
+	ereport(WARNING,
+			(errmsg("claimq's hand-off of workflow mail failed: %s",
+					edata->message),
+			 errdetail("It is tried again at each pass; this is logged again if the error changes, or after a minute.")));
+	if (cq_hand_off_failure != NULL)
+		pfree(cq_hand_off_failure);
+	cq_hand_off_failure = MemoryContextStrdup(TopMemoryContext, edata->message);
+	cq_hand_off_failed_at = now;
+}
+
+/*
+ * Run step(h) in a subtransaction, connected to SPI.  Returns false if it
+ * failed: then it changed nothing, and its error is logged.
+ */
+static bool
+cq_hand_off_try(void (*step) (CqHandOff *h), CqHandOff *h)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	volatile bool ok = true;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcontext);
+	PG_TRY();
+	{
+		SPI_connect();
+		step(h);
+		SPI_finish();
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcontext);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+		cq_route_end();
+		cq_hand_off_failed(edata);
+		FreeErrorData(edata);
+		ok = false;
+	}
+	PG_END_TRY();
+	return ok;
+}
+
+/* A copy in the batch's context of a value SPI returned, or NULL. */
+static char *
+cq_hand_off_keep(CqHandOff *h, char *value)
+{
+	return value == NULL ? NULL : MemoryContextStrdup(h->cxt, value);
+}
+
+/*
+ * A call of claimq's about a job and a set that Citus delegates to the
+ * node of queue (its first argument), and its result.  In FROM: Citus
+ * delegates no call in a transaction of several statements that is a
+ * simple expression.
  */
 static char *
-cq_hand_off_call(const char *fn, const char *queue, int64 job_id,
-				 const char *third, int64 set_id)
+cq_hand_off_call(CqHandOff *h, const char *fn, const char *queue,
+				 int64 job_id, const char *third, int64 set_id)
 {
 	StringInfoData sql;
 	bool		isnull;
@@ -953,34 +1051,49 @@ cq_hand_off_call(const char *fn, const char *queue, int64 job_id,
 					 quote_literal_cstr(third), set_id);
 	cq_execute_forwarded(sql.data);
 	value = cq_spi_value(0, 1, &isnull);
-	return isnull ? NULL : TextDatumGetCString(value);
+	return isnull ? NULL : cq_hand_off_keep(h, TextDatumGetCString(value));
 }
 
 /*
- * One batch of the hand-off (cq_hand_off_after) of the shard routed to:
- * the final states (looks false) or the looks, up to CQ_MAIL_BATCH of them,
- * oldest first.  The shard's mail is read and written first, before Citus
- * runs anything in the transaction.  A look for a job that another
- * transaction holds, or that is found nowhere, is written again (by
- * Citus), at the back; one missed for two minutes is heard as a job
- * removed unfinished.  Returns how many messages it handed on.
+ * Write message m again, at the back of its shard's mail (through Citus,
+ * whatever route a call left), for the next pass; a look missed now keeps
+ * the time of its first miss.
  */
-static int64
-cq_hand_off_batch(bool looks, bool *more)
+static void
+cq_hand_off_again(CqMail *m, bool missed)
+{
+	StringInfoData sql;
+
+	cq_route_end();
+	initStringInfo(&sql);
+	appendStringInfo(&sql,
+					 "INSERT INTO claimq.after_mail"
+					 " (queue, job_id, set_id, to_queue, state, missed_at)"
+					 " VALUES (%s, " INT64_FORMAT ", " INT64_FORMAT ", %s, %s, %s)",
+					 quote_literal_cstr(m->queue), m->job_id, m->set_id,
+					 m->to_queue ? quote_literal_cstr(m->to_queue) : "NULL",
+					 m->state ? quote_literal_cstr(m->state) : "NULL",
+					 m->missed_at ? quote_literal_cstr(m->missed_at) :
+					 missed ? "pg_catalog.clock_timestamp()" : "NULL");
+	if (SPI_execute(sql.data, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "SPI_execute failed: %s", sql.data);
+}
+
+/*
+ * Take a batch from the shard: the final states (h->looks false) or the
+ * looks, up to CQ_MAIL_BATCH, oldest first, read and deleted before Citus
+ * runs anything in the transaction; for the looks, where each job is, by
+ * one look over every worker.
+ */
+static void
+cq_hand_off_take(CqHandOff *h)
 {
 	StringInfoData take;
-	int			nmail;
-	char	  **queue;
-	int64	   *job_id;
-	int64	   *set_id;
-	char	  **to_queue;
-	char	  **state;
-	char	  **missed_at;
-	bool	   *expired;
-	Datum	   *look_ids;
-	char	  **look_queues = NULL;
-	int64		nhanded = 0;
+	Datum	   *ids;
+	char	  **found;
 
+	cq_route_to_shard(h->shard, false);
+	(void) cq_route_resolve(true);
 	initStringInfo(&take);
 	appendStringInfo(&take,
 					 "DELETE FROM claimq.after_mail m"
@@ -992,185 +1105,132 @@ cq_hand_off_batch(bool looks, bool *more)
 					 "       m.missed_at, m.missed_at OPERATOR(pg_catalog.<)"
 					 "         (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-)"
 					 "          '2 minutes'::pg_catalog.interval)",
-					 looks ? "" : "NOT", CQ_MAIL_BATCH);
+					 h->looks ? "" : "NOT", CQ_MAIL_BATCH);
 	if (SPI_execute(take.data, false, 0) != SPI_OK_DELETE_RETURNING)
 		elog(ERROR, "SPI_execute failed: %s", take.data);
-	nmail = (int) SPI_processed;
-	*more = nmail == CQ_MAIL_BATCH;
-	if (nmail == 0)
-		return 0;
-
-	queue = palloc(sizeof(char *) * nmail);
-	job_id = palloc(sizeof(int64) * nmail);
-	set_id = palloc(sizeof(int64) * nmail);
-	to_queue = palloc(sizeof(char *) * nmail);
-	state = palloc(sizeof(char *) * nmail);
-	missed_at = palloc(sizeof(char *) * nmail);
-	expired = palloc(sizeof(bool) * nmail);
-	look_ids = palloc(sizeof(Datum) * nmail);
-	for (int i = 0; i < nmail; i++)
+	h->nmail = (int) SPI_processed;
+	h->mail = MemoryContextAllocZero(h->cxt, sizeof(CqMail) * Max(h->nmail, 1));
+	ids = palloc(sizeof(Datum) * Max(h->nmail, 1));
+	for (int i = 0; i < h->nmail; i++)
 	{
 		HeapTuple	row = SPI_tuptable->vals[i];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
+		CqMail	   *m = &h->mail[i];
 		bool		isnull;
 
-		queue[i] = SPI_getvalue(row, desc, 1);
-		job_id[i] = DatumGetInt64(SPI_getbinval(row, desc, 2, &isnull));
-		set_id[i] = DatumGetInt64(SPI_getbinval(row, desc, 3, &isnull));
-		to_queue[i] = SPI_getvalue(row, desc, 4);
-		state[i] = SPI_getvalue(row, desc, 5);
-		missed_at[i] = SPI_getvalue(row, desc, 6);
-		expired[i] = DatumGetBool(SPI_getbinval(row, desc, 7, &isnull)) && !isnull;
-		look_ids[i] = Int64GetDatum(job_id[i]);
+		m->queue = cq_hand_off_keep(h, SPI_getvalue(row, desc, 1));
+		m->job_id = DatumGetInt64(SPI_getbinval(row, desc, 2, &isnull));
+		m->set_id = DatumGetInt64(SPI_getbinval(row, desc, 3, &isnull));
+		m->to_queue = cq_hand_off_keep(h, SPI_getvalue(row, desc, 4));
+		m->state = cq_hand_off_keep(h, SPI_getvalue(row, desc, 5));
+		m->missed_at = cq_hand_off_keep(h, SPI_getvalue(row, desc, 6));
+		m->expired = DatumGetBool(SPI_getbinval(row, desc, 7, &isnull)) && !isnull;
+		ids[i] = Int64GetDatum(m->job_id);
 	}
-
-	/* The looks: where each job is, by one look over every worker. */
 	cq_route_end();
-	if (looks)
-		look_queues = cq_queues_of_jobs(look_ids, nmail);
-
-	for (int i = 0; i < nmail; i++)
-	{
-		char	   *heard = state[i];
-		const char *hearer = to_queue[i];
-
-		if (looks)
-		{
-			bool		missed = look_queues[i] == NULL;
-
-			hearer = queue[i];
-			heard = NULL;
-			if (!missed)
-				heard = cq_hand_off_call("watch_after", look_queues[i],
-										 job_id[i], queue[i], set_id[i]);
-			else if (expired[i])
-			{
-				ereport(WARNING,
-						(errmsg("job " INT64_FORMAT ", which jobs of queue \"%s\" run after, is not found on any node",
-								job_id[i], queue[i]),
-						 errdetail("It counts as a job removed unfinished.")));
-				heard = "missing";
-			}
-			if (missed ? !expired[i] : heard != NULL && strcmp(heard, "busy") == 0)
-			{
-				/*
-				 * Its enqueue may not have reached every node yet, or another
-				 * transaction holds it: looked for again at the next pass.
-				 */
-				StringInfoData again;
-
-				initStringInfo(&again);
-				appendStringInfo(&again,
-								 "INSERT INTO claimq.after_mail (queue, job_id, set_id, missed_at)"
-								 " VALUES (%s, " INT64_FORMAT ", " INT64_FORMAT ", %s)",
-								 quote_literal_cstr(queue[i]), job_id[i], set_id[i],
-								 missed_at[i] ? quote_literal_cstr(missed_at[i]) :
-								 missed ? "pg_catalog.clock_timestamp()" : "NULL");
-				if (SPI_execute(again.data, false, 0) != SPI_OK_INSERT)
-					elog(ERROR, "SPI_execute failed: %s", again.data);
-				continue;
-			}
-			if (heard != NULL && strcmp(heard, "missing") == 0)
-				heard = "cancelled";
-		}
-		if (heard != NULL)
-			(void) cq_hand_off_call("hear_after", hearer, job_id[i], heard,
-									set_id[i]);
-		nhanded++;
-	}
-	return nhanded;
+	if (!h->looks || h->nmail == 0)
+		return;
+	found = cq_queues_of_jobs(ids, h->nmail);
+	for (int i = 0; i < h->nmail; i++)
+		h->mail[i].found = cq_hand_off_keep(h, found[i]);
 }
 
 /*
- * A batch of the hand-off in a subtransaction of its own: if it fails (a
- * worker that does not answer, a lock wait that times out), it changes
- * nothing, its error is logged (again only if it changes) and the
- * reclaimer's pass goes on.  Returns how many messages it handed on.
+ * Hand on the message at hand (h->at): a final state to its set's node;
+ * a look's watch to its job's node, and what it found to its set's node.
  */
-static int64
-cq_hand_off_guarded(int64 shard, bool looks, bool *more)
+static void
+cq_hand_off_one(CqHandOff *h)
 {
-	MemoryContext oldcontext = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
-	int64		n = 0;
+	CqMail	   *m = &h->mail[h->at];
+	const char *hearer = m->to_queue;
+	char	   *heard = m->state;
 
-	*more = false;
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(oldcontext);
-	PG_TRY();
+	if (m->to_queue == NULL)
 	{
-		SPI_connect();
-		cq_route_to_shard(shard, false);
-		(void) cq_route_resolve(true);
-		n = cq_hand_off_batch(looks, more);
-		SPI_finish();
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
-		if (cq_hand_off_failure[looks] != NULL)
-		{
-			ereport(LOG,
-					(errmsg("claimq's hand-off of workflow mail succeeds again")));
-			pfree(cq_hand_off_failure[looks]);
-			cq_hand_off_failure[looks] = NULL;
-		}
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(oldcontext);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
-		cq_route_end();
-		if (cq_hand_off_failure[looks] == NULL ||
-			strcmp(cq_hand_off_failure[looks], edata->message) != 0)
+		hearer = m->queue;
+		heard = NULL;
+		if (m->found != NULL)
+			heard = cq_hand_off_call(h, "watch_after", m->found, m->job_id,
+									 m->queue, m->set_id);
+		else if (m->expired)
 		{
 			ereport(WARNING,
-					(errmsg("claimq's hand-off of workflow mail failed: %s",
-							edata->message),
-					 errdetail("It is tried again at each pass; this is logged again only if the error changes.")));
-			if (cq_hand_off_failure[looks] != NULL)
-				pfree(cq_hand_off_failure[looks]);
-			cq_hand_off_failure[looks] = MemoryContextStrdup(TopMemoryContext,
-															 edata->message);
+					(errmsg("job " INT64_FORMAT ", which jobs of queue \"%s\" run after, is not found on any node",
+							m->job_id, m->queue),
+					 errdetail("It counts as a job removed unfinished.")));
+			heard = "missing";
 		}
-		FreeErrorData(edata);
-		*more = false;
-		n = 0;
+		if (m->found == NULL ? !m->expired :
+			heard != NULL && strcmp(heard, "busy") == 0)
+		{
+			/*
+			 * Its enqueue may not have reached every node yet, or another
+			 * transaction holds it: looked for again at the next pass.
+			 */
+			cq_hand_off_again(m, m->found == NULL);
+			return;
+		}
+		if (heard != NULL && strcmp(heard, "missing") == 0)
+			heard = "cancelled";
 	}
-	PG_END_TRY();
-	return n;
+	if (heard != NULL)
+		(void) cq_hand_off_call(h, "hear_after", hearer, m->job_id, heard,
+								m->set_id);
+}
+
+/*
+ * A batch: taken, then each message handed on in a subtransaction of its
+ * own; one that fails (its node does not answer, a lock wait that times
+ * out) is written again at the back of the mail, so that it holds up
+ * none of the others.
+ */
+static void
+cq_hand_off_batch(CqHandOff *h)
+{
+	cq_hand_off_take(h);
+	for (h->at = 0; h->at < h->nmail; h->at++)
+	{
+		if (cq_hand_off_try(cq_hand_off_one, h))
+			h->handed++;
+		else
+			cq_hand_off_again(&h->mail[h->at], false);
+	}
 }
 
 /*
  * The reclaimer's hand-off of workflows across shards
  * (sql/after-elsewhere.sql) for the shard of claimq.queue it is routed to:
  * a batch of the final states, then one of the looks, each handed to the
- * node of the queue it concerns by calls that Citus delegates there, each
- * batch in a subtransaction that Citus commits with the step's
- * transaction on every node it wrote to at once.  Returns how many
- * messages it handed on; on a single server, 0.  The caller has connected
- * SPI.
+ * node of the queue it concerns by calls that Citus delegates there, and
+ * committed with the step's transaction, which Citus commits on every node
+ * it wrote to at once.  A batch runs in a subtransaction: if it fails (the
+ * look over every worker while one is down), it changes nothing, is
+ * logged, and the reclaimer's pass goes on.  Returns how many messages it
+ * handed on (a look tried again counts); on a single server, 0.  The caller has connected SPI.
  */
 int64
 cq_hand_off_after(bool *more)
 {
-	int64		shard;
-	bool		more_states;
-	bool		more_looks;
-	int64		n;
+	int64		n = 0;
 
+	*more = false;
 	if (!cq_distributed())
 		return 0;
 	(void) cq_route_resolve(true);
-	shard = cq_route_shards[0];
-	n = cq_hand_off_guarded(shard, false, &more_states);
-	n += cq_hand_off_guarded(shard, true, &more_looks);
-	*more = more_states || more_looks;
+	for (int looks = 0; looks <= 1; looks++)
+	{
+		CqHandOff	h = {0};
+
+		h.cxt = CurrentMemoryContext;
+		h.shard = cq_route_shards[0];
+		h.looks = looks;
+		if (cq_hand_off_try(cq_hand_off_batch, &h))
+		{
+			n += h.handed;
+			*more = *more || (h.nmail == CQ_MAIL_BATCH && h.handed > 0);
+		}
+	}
 	return n;
 }
 

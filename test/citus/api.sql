@@ -10,7 +10,7 @@
 \pset tuples_only on
 \pset footer off
 SET client_min_messages = warning;
-SELECT plan(71);
+SELECT plan(74);
 
 -- Queues.
 SELECT lives_ok($$SELECT claimq.create_queue('ca_lease', lease => '1 minute')$$,
@@ -260,6 +260,30 @@ SELECT is(pg_temp.state_within(:zc, :'qb', 'cancelled', 30), 'cancelled',
 SELECT is((SELECT state FROM claimq.status(ARRAY[:za]::bigint[], queue => :'qa')),
 	'cancelled', 'the dependent between them is cancelled');
 SELECT claimq.alter_queue(:'qb', keep_done => '0', keep_dead => '14 days') \gset
+
+-- drop_queue of a queue whose job a set of another worker watches: 2BP01,
+-- unless forced, and then the dependent hears it was removed unfinished.
+WITH c AS (SELECT 'ca_drop_' || i AS name,
+				  get_shard_id_for_distribution_column('claimq.queue', 'ca_drop_' || i) AS shard
+			 FROM generate_series(1, 64) i)
+SELECT c.name AS dq FROM c JOIN pg_dist_placement l ON l.shardid = c.shard
+ WHERE l.groupid <> (SELECT groupid FROM pg_dist_placement
+					  WHERE shardid = get_shard_id_for_distribution_column('claimq.queue', :'qa'))
+ ORDER BY c.name LIMIT 1 \gset
+SELECT claimq.create_queue(:'dq') \gset
+SELECT claimq.enqueue(:'dq', '{"d": 1}') AS db \gset
+SELECT claimq.enqueue(:'qa', '{"d": 2}', after => ARRAY[:db]::bigint[]) AS da \gset
+SELECT ok(pg_temp.watched_within(:db, 30), 'a job of another worker''s queue is watched within 30 s');
+-- (A statement of its own, as Citus delegates it; throws_ok's EXECUTE
+-- in PL/pgSQL would not be.)
+\set ON_ERROR_STOP 0
+SELECT claimq.drop_queue(:'dq');
+\set ON_ERROR_STOP 1
+SELECT is(:'LAST_ERROR_SQLSTATE'::text, '2BP01',
+	'drop_queue of its queue: 2BP01, a job of another worker waits on it');
+SELECT claimq.drop_queue(:'dq', force => true) \gset
+SELECT is(pg_temp.state_within(:da, :'qa', 'cancelled', 30), 'cancelled',
+	'forced, the dependent on the other worker is cancelled within 30 s');
 
 -- Across two shards of one worker: the same mail, handed on within the node.
 SELECT claimq.enqueue(:'tq1', '{"s": 1}') AS sb \gset

@@ -108,10 +108,10 @@ COMMENT ON FUNCTION claimq.tell_watchers(bigint[]) IS
 /*
  * The jobs of set set_id, of to_queue, wait on job job_id of queue (a call
  * Citus delegates to queue's node): watch it for them, or return its
- * final state if it has one
- * already ('missing' if it is gone, 'busy' if another transaction holds
- * its row: a claim inside a longer transaction, say; the look is made
- * again at the next pass, rather than the hand-off waiting for it).
+ * final state if it has one already ('missing' if it is gone, 'busy' if
+ * another transaction holds its row: a claim inside a longer transaction,
+ * say; the look is made again at the next pass, rather than the hand-off
+ * waiting for it).
  */
 CREATE FUNCTION claimq.watch_after(queue text, job_id bigint, to_queue text,
 								   set_id bigint)
@@ -131,13 +131,10 @@ BEGIN
 		  WHERE j.job_id OPERATOR(pg_catalog.=) watch_after.job_id;
 		RETURN CASE WHEN FOUND THEN 'busy' ELSE 'missing' END;
 	END IF;
-	-- A new version of the job, as link_after writes.
+	-- A new version of the job (locked above), as link_after writes.
 	UPDATE claimq.job j SET dependents = true
 	 WHERE j.job_id OPERATOR(pg_catalog.=) watch_after.job_id
 	RETURNING j.state INTO now_state;
-	IF NOT FOUND THEN
-		RETURN 'missing';
-	END IF;
 	IF now_state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[]) THEN
 		RETURN now_state;
 	END IF;

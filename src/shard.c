@@ -1159,7 +1159,7 @@ cq_hand_off_one(CqHandOff *h)
 					(errmsg("job " INT64_FORMAT ", which jobs of queue \"%s\" run after, is not found on any node",
 							m->job_id, m->queue),
 					 errdetail("It counts as a job removed unfinished.")));
-			heard = "missing";
+			heard = "cancelled";
 		}
 		if (m->found == NULL ? !m->expired :
 			heard != NULL && strcmp(heard, "busy") == 0)
@@ -1172,7 +1172,7 @@ cq_hand_off_one(CqHandOff *h)
 			return;
 		}
 		if (heard != NULL && strcmp(heard, "missing") == 0)
-			heard = "cancelled";
+			heard = "cancelled";	/* gone since the look: removed */
 	}
 	if (heard != NULL)
 		(void) cq_hand_off_call(h, "hear_after", hearer, m->job_id, heard,
@@ -1207,7 +1207,8 @@ cq_hand_off_batch(CqHandOff *h)
  * it wrote to at once.  A batch runs in a subtransaction: if it fails (the
  * look over every worker while one is down), it changes nothing, is
  * logged, and the reclaimer's pass goes on.  Returns how many messages it
- * handed on (a look tried again counts); on a single server, 0.  The caller has connected SPI.
+ * handed on (a look tried again counts); on a single server, 0.  The
+ * caller has connected SPI.
  */
 int64
 cq_hand_off_after(bool *more)

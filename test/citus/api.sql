@@ -211,13 +211,16 @@ BEGIN
 	RETURN now_state;
 END
 $$;
-CREATE FUNCTION pg_temp.watched_within(job bigint, secs integer)
+-- Whether the query (a boolean) holds within secs seconds.
+CREATE FUNCTION pg_temp.holds_within(query text, secs integer)
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
 	deadline timestamptz := clock_timestamp() + make_interval(secs => secs);
+	holds boolean;
 BEGIN
 	LOOP
-		IF (SELECT count(*) FROM claimq.job_watcher w WHERE w.job_id = job) > 0 THEN
+		EXECUTE query INTO holds;
+		IF holds THEN
 			RETURN true;
 		END IF;
 		EXIT WHEN clock_timestamp() > deadline;
@@ -225,6 +228,11 @@ BEGIN
 	END LOOP;
 	RETURN false;
 END
+$$;
+CREATE FUNCTION pg_temp.watched_within(job bigint, secs integer)
+RETURNS boolean LANGUAGE sql AS $$
+	SELECT pg_temp.holds_within(format(
+		'SELECT count(*) > 0 FROM claimq.job_watcher w WHERE w.job_id = %s', job), secs)
 $$;
 
 SELECT claimq.enqueue(:'qb', '{"x": 1}') AS xb \gset
@@ -297,19 +305,9 @@ SELECT is(pg_temp.state_within(:sa, :'tq2', 'pending', 30), 'pending',
 -- A rate limit on a worker: its claims obey it, and that worker's
 -- reclaimer records the bucket in the queue's row.
 CREATE FUNCTION pg_temp.rate_recorded_within(q text, secs integer)
-RETURNS boolean LANGUAGE plpgsql AS $$
-DECLARE
-	deadline timestamptz := clock_timestamp() + make_interval(secs => secs);
-BEGIN
-	LOOP
-		IF (SELECT r.rate_at FROM claimq.queue r WHERE r.name = q) IS NOT NULL THEN
-			RETURN true;
-		END IF;
-		EXIT WHEN clock_timestamp() > deadline;
-		PERFORM pg_sleep(0.05);
-	END LOOP;
-	RETURN false;
-END
+RETURNS boolean LANGUAGE sql AS $$
+	SELECT pg_temp.holds_within(format(
+		'SELECT r.rate_at IS NOT NULL FROM claimq.queue r WHERE r.name = %L', q), secs)
 $$;
 SELECT claimq.create_queue('ca_rate', rate_limit => 2, rate_period => '1 hour') \gset
 SELECT count(*) AS rate_jobs FROM claimq.enqueue_many('ca_rate', ARRAY['{}', '{}', '{}', '{}']::jsonb[]) \gset

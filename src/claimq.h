@@ -660,6 +660,7 @@ extern uint64 cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 /* shard.c: a distributed install's routes */
 extern void cq_shard_init(void);
 extern bool cq_distributed(void);
+extern void cq_notify(const char *queue_name);
 extern bool cq_answered_elsewhere(FunctionCallInfo fcinfo, int queue_argno,
 								  int timeout_argno, TimestampTz deadline,
 								  Datum *result);

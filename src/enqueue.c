@@ -46,7 +46,6 @@
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
-#include "commands/async.h"
 #include "utils/builtins.h"
 
 #include "claimq.h"
@@ -368,7 +367,7 @@ cq_enqueue_done(CqEnqueueArgs *args, Datum groups)
 	if (args->replaced)
 		cq_made_ready(args->queue.queue_id, run_at);
 	if (args->queue.notify)
-		Async_Notify("claimq", args->queue_name);
+		cq_notify(args->queue_name);
 }
 
 /*

@@ -49,11 +49,13 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_constraint.h"
 #include "catalog/pg_type.h"
+#include "commands/async.h"
 #include "common/hashfn.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
@@ -62,6 +64,7 @@
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
 #include "nodes/params.h"
+#include "nodes/plannodes.h"
 #include "optimizer/optimizer.h"
 #include "optimizer/planner.h"
 #include "parser/parse_func.h"
@@ -132,6 +135,32 @@ static Oid	cq_route_shard_relids[CQ_QUEUE_TABLES]; /* and their shards */
 #define CQ_ROUTE_MARK 0x636c6d71
 #define CQ_ROUTE_MARK_SHARDS 0x636c6d72
 static int64 cq_marked_for = 0;
+
+/*
+ * A call of claimq's that Citus delegates to another node is planned as
+ * one that writes nothing there ("the worker takes care of locking"), so
+ * a transaction that also writes on this node would commit in one phase:
+ * the worker's part first, then this node's, and a crash between the two
+ * would keep one without the other.  The planner hook marks a delegated
+ * call's plan (CQ_DELEGATED_MARK), its start notes it for the
+ * transaction, and before this node commits a transaction that both
+ * wrote here and ran such a call, claimq has Citus commit it in two
+ * phases (cq_shard_xact_callback).  "Wrote here" is a write to the WAL:
+ * a transaction that only makes calls, or writes only temporary or
+ * unlogged tables, stays in one phase, as it has nothing here that a
+ * crash would keep.
+ */
+#define CQ_DELEGATED_MARK 0x636c6d73
+static bool cq_delegated_in_xact = false;
+
+/*
+ * Whether this transaction queued a NOTIFY of claimq's (cq_notify):
+ * PostgreSQL cannot prepare a transaction that notifies, so on a
+ * distributed install, where Citus prepares a worker's part of a
+ * transaction that spans nodes, the notification is let go at prepare
+ * rather than failing the commit.
+ */
+static bool cq_notified_in_xact = false;
 
 /*
  * How many calls of claimq's functions are running in this backend
@@ -1484,6 +1513,15 @@ cq_planner(Query *parse, const char *query_string, int cursor_options,
 		mark->hashValue = context.swap ? CQ_ROUTE_MARK_SHARDS : CQ_ROUTE_MARK;
 		result->invalItems = lappend(result->invalItems, mark);
 	}
+	if (call != NULL && IsA(result->planTree, CustomScan) &&
+		get_func_namespace(call->funcid) == get_namespace_oid("claimq", true))
+	{
+		PlanInvalItem *mark = makeNode(PlanInvalItem);
+
+		mark->cacheId = PROCOID;
+		mark->hashValue = CQ_DELEGATED_MARK;
+		result->invalItems = lappend(result->invalItems, mark);
+	}
 	return result;
 }
 
@@ -1509,6 +1547,13 @@ cq_executor_start(QueryDesc *query, int eflags)
 {
 	ListCell   *lc;
 
+	foreach(lc, query->plannedstmt->invalItems)
+	{
+		PlanInvalItem *item = lfirst(lc);
+
+		if (item->cacheId == PROCOID && item->hashValue == CQ_DELEGATED_MARK)
+			cq_delegated_in_xact = true;
+	}
 	if ((!cq_route_resolved || !cq_in_claimq_call()) && cq_marked_for != 0)
 	{
 		foreach(lc, query->plannedstmt->invalItems)
@@ -1532,6 +1577,56 @@ cq_executor_start(QueryDesc *query, int eflags)
 		standard_ExecutorStart(query, eflags);
 }
 
+/*
+ * NOTIFY claimq, queue for an enqueue into a queue created with notify,
+ * noted for cq_shard_xact_callback.
+ */
+void
+cq_notify(const char *queue_name)
+{
+	Async_Notify("claimq", queue_name);
+	cq_notified_in_xact = true;
+}
+
+/*
+ * At the end of a transaction on a node beside Citus: two phases for a
+ * transaction that wrote here and ran a delegated call (CQ_DELEGATED_MARK),
+ * and a prepare that is not failed by claimq's notifications.
+ */
+static void
+cq_shard_xact_callback(XactEvent event, void *arg)
+{
+	static void (*use_2pc) (void) = NULL;
+
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			if (cq_delegated_in_xact && XactLastRecEnd != InvalidXLogRecPtr &&
+				TransactionIdIsValid(GetTopTransactionIdIfAny()))
+			{
+				if (use_2pc == NULL)
+					use_2pc = (void (*) (void))
+						load_external_function("citus",
+											   "Use2PCForCoordinatedTransaction",
+											   true, NULL);
+				use_2pc();
+			}
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			if (cq_notified_in_xact && cq_distributed())
+				AtAbort_Notify();
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+			cq_delegated_in_xact = false;
+			cq_notified_in_xact = false;
+			break;
+		default:
+			break;
+	}
+}
+
 /* At load: the hook, if Citus is preloaded before claimq. */
 void
 cq_shard_init(void)
@@ -1546,6 +1641,7 @@ cq_shard_init(void)
 	ExecutorStart_hook = cq_executor_start;
 	cq_prev_fmgr_hook = fmgr_hook;
 	fmgr_hook = cq_fmgr_hook;
+	RegisterXactCallback(cq_shard_xact_callback, NULL);
 }
 
 /*

@@ -38,8 +38,10 @@ SELECT throws_ok(format($$SELECT claimq.claim(%L, 0)$$, :'qa'), '22023', NULL,
 	'claim of 0 jobs: 22023');
 
 SELECT job_id AS c1, token AS t1 FROM claimq.claim(:'qa', 1, lease => '1 minute') \gset
-SELECT ok(:t1::bigint >> 48 = (SELECT max(epoch) FROM claimq.epoch) OR
-	(:t1::bigint >> 48) % 128 = claimq.node_of(:c1) % 128,
+-- (The job may be older than a move of the queue's shards: the token
+-- carries the group of the worker that holds the queue now.)
+SELECT is((:t1::bigint >> 48) % 128, (SELECT groupid::bigint FROM pg_dist_placement
+	WHERE shardid = get_shard_id_for_distribution_column('claimq.queue', :'qa')) % 128,
 	'a token carries an epoch of its worker''s group modulo 128');
 
 -- The settles, given the queue.

@@ -91,7 +91,8 @@ if [ -n "$results" ]; then
 fi
 
 errfile=$(mktemp) || exit 1
-trap 'rm -f "$errfile"' EXIT
+payfile=$(mktemp) || exit 1
+trap 'rm -f "$errfile" "$payfile"' EXIT
 
 while [ $stopping -eq 0 ]; do
 	jobs=$(sql "SELECT job_id, token, attempts, payload
@@ -130,10 +131,12 @@ while [ $stopping -eq 0 ]; do
 			log "job $id: stale at start, someone else owns it now"
 			continue
 		fi
+		# The payload from a file, not a pipe: a handler that exits without
+		# reading it must not fail the job by the writer's SIGPIPE.
 		status=0
-		printf '%s' "${payloads[i]}" |
-			CLAIMQ_JOB_ID=$id CLAIMQ_ATTEMPT=$((attempts[i] + 1)) "${handler[@]}" 2>"$errfile" ||
-			status=$?
+		printf '%s' "${payloads[i]}" >"$payfile" || exit 1
+		CLAIMQ_JOB_ID=$id CLAIMQ_ATTEMPT=$((attempts[i] + 1)) "${handler[@]}" \
+			<"$payfile" 2>"$errfile" || status=$?
 		if [ $status -eq 0 ]; then
 			ok=$(sql "$complete_sql" id="$id" token="$token" worker="$worker") || exit 1
 			[ "$ok" = t ] || log "job $id: stale or cancelled at complete, not completed"

@@ -319,72 +319,7 @@ ALTER TABLE claimq.job_finish ENABLE ALWAYS TRIGGER job_finish_judge;
 
 ALTER FUNCTION claimq.retry_dead(text, bigint[]) RENAME TO retry_dead_0_7;
 
-CREATE FUNCTION claimq.retry_dead(queue text, job_ids bigint[] DEFAULT NULL)
-RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	q claimq.queue;
-	n bigint;
-	groups text[];
-	redriven_after bigint[];
-BEGIN
-	PERFORM claimq.check_queue_name(queue);
-	IF EXISTS (SELECT FROM pg_catalog.unnest(job_ids) u(id) WHERE u.id IS NULL) THEN
-		RAISE EXCEPTION 'job_ids must not contain null elements'
-			USING ERRCODE = '22004';
-	END IF;
-	/* No enqueue may add a live key while this looks for live keys. */
-	PERFORM claimq.lock_producers(queue);
-	q := claimq.lock_queue(queue);
-	PERFORM claimq.ledger_begin();
-	/*
-	 * A dead job whose dedup key a live job has taken again stays dead:
-	 * redriving it would make two live jobs with one key.  Of several dead
-	 * jobs with one key, only the oldest is redriven.
-	 */
-	WITH redriven AS (
-		UPDATE claimq.job j
-		   SET state = 'pending', attempts = 0, run_at = pg_catalog.clock_timestamp(),
-			   finished_at = NULL, expires_at = NULL,
-			   held = (j.group_key IS NOT NULL
-					   AND (q.group_limit IS NOT NULL OR q.group_fifo))
-		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
-		   AND j.state OPERATOR(pg_catalog.=) 'dead'
-		   AND (job_ids IS NULL OR j.job_id OPERATOR(pg_catalog.=) ANY (job_ids))
-		   AND (j.dedup_key IS NULL OR (
-				NOT EXISTS (SELECT 1 FROM claimq.job l
-							 WHERE l.queue_id OPERATOR(pg_catalog.=) j.queue_id
-							   AND l.dedup_key OPERATOR(pg_catalog.=) j.dedup_key
-							   AND l.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[]))
-				AND NOT EXISTS (SELECT 1 FROM claimq.job o
-								 WHERE o.queue_id OPERATOR(pg_catalog.=) j.queue_id
-								   AND o.dedup_key OPERATOR(pg_catalog.=) j.dedup_key
-								   AND o.state OPERATOR(pg_catalog.=) 'dead'
-								   AND o.job_id OPERATOR(pg_catalog.<) j.job_id
-								   AND (job_ids IS NULL OR o.job_id OPERATOR(pg_catalog.=) ANY (job_ids)))))
-		RETURNING j.group_key, j.job_id, j.dependents)
-	SELECT pg_catalog.count(*),
-		   pg_catalog.array_agg(DISTINCT r.group_key) FILTER (WHERE r.group_key IS NOT NULL),
-		   pg_catalog.array_agg(r.job_id) FILTER (WHERE r.dependents)
-	  INTO n, groups, redriven_after
-	  FROM redriven r;
-	PERFORM claimq.ledger_note(q.queue_id, 'pending', '{dead}', ARRAY[n]);
-	PERFORM claimq.ledger_end();
-	IF groups IS NOT NULL THEN
-		PERFORM claimq.sync_groups(q.queue_id, groups);
-	END IF;
-	/* Jobs still waiting on them wait for them again. */
-	IF redriven_after IS NOT NULL THEN
-		PERFORM claimq.count_dependents(redriven_after, 1);
-	END IF;
-	RETURN n;
-END
-$$;
-
-COMMENT ON FUNCTION claimq.retry_dead(text,bigint[]) IS
-'redrive dead jobs (all of a queue''s, or those listed) to pending with attempts reset; returns how many';
+-- @include retry-dead.sql
 
 REVOKE ALL ON FUNCTION claimq.retry_dead(text, bigint[]) FROM PUBLIC;
 
@@ -505,114 +440,51 @@ REVOKE ALL ON FUNCTION claimq.ledger_note(integer, text, text[], bigint[]),
 
 ALTER FUNCTION claimq.alter_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval) RENAME TO alter_queue_0_7_door;
 
-CREATE FUNCTION claimq.alter_queue(
-	queue text,
-	lease interval DEFAULT NULL,
-	run_lease interval DEFAULT NULL,
-	max_attempts integer DEFAULT NULL,
-	retry_base interval DEFAULT NULL,
-	retry_max interval DEFAULT NULL,
-	keep_done interval DEFAULT NULL,
-	keep_dead interval DEFAULT NULL,
-	notify boolean DEFAULT NULL,
-	group_limit integer DEFAULT NULL,
-	group_fifo boolean DEFAULT NULL,
-	max_in_flight integer DEFAULT NULL,
-	rate_limit integer DEFAULT NULL,
-	rate_period interval DEFAULT NULL)
-RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	q claimq.queue;
-	old claimq.queue;
-BEGIN
-	PERFORM claimq.check_queue_name(queue);
-	/* 0 removes a limit. */
-	PERFORM claimq.check_flow_settings(
-		NULLIF(alter_queue.group_limit, 0), NULLIF(alter_queue.max_in_flight, 0),
-		NULLIF(alter_queue.rate_limit, 0), alter_queue.rate_period);
-	IF alter_queue.group_limit IS NOT NULL OR alter_queue.group_fifo IS NOT NULL THEN
-		PERFORM claimq.lock_producers(queue);
-	END IF;
-	q := claimq.lock_queue(queue);
-	old := q;
-	q.lease := COALESCE(lease, q.lease);
-	q.run_lease := COALESCE(run_lease, q.run_lease);
-	q.max_attempts := COALESCE(max_attempts, q.max_attempts);
-	q.retry_base := COALESCE(retry_base, q.retry_base);
-	q.retry_max := COALESCE(retry_max, q.retry_max);
-	q.keep_done := COALESCE(keep_done, q.keep_done);
-	q.keep_dead := COALESCE(keep_dead, q.keep_dead);
-	q.notify := COALESCE(notify, q.notify);
-	IF alter_queue.group_limit IS NOT NULL THEN
-		q.group_limit := NULLIF(alter_queue.group_limit, 0);
-	END IF;
-	q.group_fifo := COALESCE(alter_queue.group_fifo, q.group_fifo);
-	IF alter_queue.max_in_flight IS NOT NULL THEN
-		q.max_in_flight := NULLIF(alter_queue.max_in_flight, 0);
-	END IF;
-	IF alter_queue.rate_limit IS NOT NULL THEN
-		q.rate_limit := NULLIF(alter_queue.rate_limit, 0);
-	END IF;
-	q.rate_period := COALESCE(alter_queue.rate_period, q.rate_period);
-	IF (q.rate_limit, q.rate_period) IS DISTINCT FROM (old.rate_limit, old.rate_period) THEN
-		/* A new bucket, full. */
-		q.rate_tokens := NULL;
-		q.rate_at := NULL;
-	END IF;
-	PERFORM claimq.check_queue_settings(q.lease, q.run_lease, q.max_attempts,
-										q.retry_base, q.retry_max,
-										q.keep_done, q.keep_dead);
-	UPDATE claimq.queue t
-	   SET lease = q.lease, run_lease = q.run_lease,
-		   max_attempts = q.max_attempts, retry_base = q.retry_base,
-		   retry_max = q.retry_max, keep_done = q.keep_done,
-		   keep_dead = q.keep_dead, notify = q.notify,
-		   group_limit = q.group_limit, group_fifo = q.group_fifo,
-		   max_in_flight = q.max_in_flight, rate_limit = q.rate_limit,
-		   rate_period = q.rate_period, rate_tokens = q.rate_tokens,
-		   rate_at = q.rate_at
-	 WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+/*
+ * Fairness between a queue's tenants (contract 0.5).
+ */
+ALTER TABLE claimq.queue ADD COLUMN fair boolean NOT NULL DEFAULT false;
 
-	IF (q.group_limit, q.group_fifo) IS DISTINCT FROM (old.group_limit, old.group_fifo) THEN
-		PERFORM 1 FROM claimq.job j
-		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
-		   AND j.group_key IS NOT NULL
-		   AND j.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[])
-		   FOR UPDATE OF j;
-		UPDATE claimq.job j
-		   SET held = (q.group_limit IS NOT NULL OR q.group_fifo)
-		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
-		   AND j.group_key IS NOT NULL
-		   AND j.state OPERATOR(pg_catalog.=) 'pending'
-		   AND j.held OPERATOR(pg_catalog.<>) (q.group_limit IS NOT NULL OR q.group_fifo);
-		IF q.group_limit IS NULL AND NOT q.group_fifo THEN
-			DELETE FROM claimq.job_group x
-			 WHERE x.queue_id OPERATOR(pg_catalog.=) q.queue_id;
-		ELSE
-			PERFORM claimq.sync_groups(q.queue_id, ARRAY(
-				SELECT DISTINCT j.group_key FROM claimq.job j
-				 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
-				   AND j.group_key IS NOT NULL
-				   AND j.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[])));
-		END IF;
-		PERFORM claimq.ledger_wake(q.queue_id, true, false);
-	END IF;
-END
-$$;
+-- @include fair-share.sql
 
-COMMENT ON FUNCTION claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval) IS
-'change a queue''s settings; a NULL setting stays as it is, and a limit of 0 is removed';
+ALTER VIEW claimq.group_stats RENAME TO group_stats_0_7;
 
-REVOKE ALL ON FUNCTION claimq.alter_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval) FROM PUBLIC;
+-- @include group-stats.sql
+
+REVOKE ALL ON claimq.group_stats FROM PUBLIC;
+
+SELECT claimq.copy_grants('claimq.group_stats_0_7'::regclass,
+						  'claimq.group_stats'::regclass, 'pg_catalog.pg_class');
+
+DROP VIEW claimq.group_stats_0_7;
+
+REVOKE ALL ON FUNCTION claimq.check_fair(boolean),
+	claimq.fair_join(integer, integer, text[]),
+	claimq.fair_forget(integer),
+	claimq.claim_fair(integer, integer, timestamptz, interval, text, boolean, bigint),
+	claimq.set_group_weight(text, text, real) FROM PUBLIC;
+REVOKE ALL ON claimq.group_weight, claimq.fair_share, claimq.fair_level FROM PUBLIC;
+
+ALTER FUNCTION claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval) RENAME TO create_queue_0_7;
+
+-- @include queue-settings.sql
+
+REVOKE ALL ON FUNCTION claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval, boolean),
+	claimq.alter_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval, boolean) FROM PUBLIC;
 
 SELECT claimq.copy_grants('claimq.alter_queue_0_7_door(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)'::regprocedure,
-						  'claimq.alter_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)'::regprocedure,
+						  'claimq.alter_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval, boolean)'::regprocedure,
+						  'pg_catalog.pg_proc');
+SELECT claimq.copy_grants('claimq.create_queue_0_7(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)'::regprocedure,
+						  'claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval, boolean)'::regprocedure,
 						  'pg_catalog.pg_proc');
 
 DROP FUNCTION claimq.alter_queue_0_7_door(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval);
+-- Who may create queues may weigh their tenants (the administer duty).
+SELECT claimq.copy_grants('claimq.create_queue_0_7(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)'::regprocedure,
+						  'claimq.set_group_weight(text, text, real)'::regprocedure,
+						  'pg_catalog.pg_proc');
+DROP FUNCTION claimq.create_queue_0_7(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval);
 
 ALTER FUNCTION claimq.resume_queue(text) RENAME TO resume_queue_0_7_door;
 

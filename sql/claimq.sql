@@ -22,7 +22,7 @@
  *   4. Queues: create, alter, drop, pause, resume, purge
  *   5. Producing: enqueue, cancel, status
  *   6. Working: claim, start, extend, complete, fail, release, snooze
- *   7. Flow control: group limits
+ *   7. Flow control: group limits; fairness between tenants
  *   8. Workflows: jobs that run after other jobs
  *   9. Dedup keys
  *  10. Schedules
@@ -132,6 +132,7 @@ CREATE TABLE claimq.queue (
 	rate_period		interval NOT NULL DEFAULT '1 second',
 	rate_tokens		double precision,	-- the bucket without the preload
 	rate_at			timestamptz,
+	fair			boolean NOT NULL DEFAULT false,	-- shares claims by tenant
 	CONSTRAINT queue_pkey PRIMARY KEY (queue_id),
 	CONSTRAINT queue_name_key UNIQUE (name),
 	CONSTRAINT queue_name_check
@@ -553,165 +554,7 @@ COMMENT ON FUNCTION claimq.ledger_wake(integer,boolean,boolean) IS
  * 4. Queues: create, alter, drop, pause, resume, purge
  *-----------------------------------------------------------------------*/
 
-CREATE FUNCTION claimq.create_queue(
-	queue text,
-	lease interval DEFAULT '30 seconds',
-	run_lease interval DEFAULT '5 minutes',
-	max_attempts integer DEFAULT 5,
-	retry_base interval DEFAULT '1 second',
-	retry_max interval DEFAULT '1 hour',
-	keep_done interval DEFAULT '0',
-	keep_dead interval DEFAULT '14 days',
-	notify boolean DEFAULT false,
-	group_limit integer DEFAULT NULL,
-	group_fifo boolean DEFAULT false,
-	max_in_flight integer DEFAULT NULL,
-	rate_limit integer DEFAULT NULL,
-	rate_period interval DEFAULT '1 second')
-RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-	PERFORM claimq.check_queue_name(queue);
-	IF lease IS NULL OR run_lease IS NULL OR max_attempts IS NULL
-	   OR retry_base IS NULL OR retry_max IS NULL OR keep_done IS NULL
-	   OR keep_dead IS NULL OR notify IS NULL OR group_fifo IS NULL
-	   OR rate_period IS NULL THEN
-		RAISE EXCEPTION 'queue settings must not be null'
-			USING ERRCODE = '22004',
-				  HINT = 'Omit a setting to take its default; a limit may be NULL (no limit).';
-	END IF;
-	PERFORM claimq.check_queue_settings(lease, run_lease, max_attempts,
-										retry_base, retry_max,
-										keep_done, keep_dead);
-	PERFORM claimq.check_flow_settings(group_limit, max_in_flight,
-									   rate_limit, rate_period);
-	INSERT INTO claimq.queue AS q
-		(name, lease, run_lease, max_attempts, retry_base, retry_max,
-		 keep_done, keep_dead, notify, group_limit, group_fifo,
-		 max_in_flight, rate_limit, rate_period)
-	VALUES (queue, lease, run_lease, max_attempts, retry_base, retry_max,
-			keep_done, keep_dead, notify, group_limit, group_fifo,
-			max_in_flight, rate_limit, rate_period)
-	ON CONFLICT (name) DO NOTHING;
-	IF NOT FOUND THEN
-		RAISE EXCEPTION 'queue "%" already exists', queue
-			USING ERRCODE = '42710';
-	END IF;
-END
-$$;
-
-COMMENT ON FUNCTION claimq.create_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval) IS
-'create a queue; raises 42710 if it exists';
-
-/*
- * A change of group_limit or group_fifo re-decides which pending jobs of
- * the queue's groups are held.  Enqueues wait (the producer lock), and so
- * does every transaction that is changing one of the queue's grouped live
- * jobs (their row locks): one that changed a job before could not know of
- * the new limits, and one that changes a job after sees them.
- */
-CREATE FUNCTION claimq.alter_queue(
-	queue text,
-	lease interval DEFAULT NULL,
-	run_lease interval DEFAULT NULL,
-	max_attempts integer DEFAULT NULL,
-	retry_base interval DEFAULT NULL,
-	retry_max interval DEFAULT NULL,
-	keep_done interval DEFAULT NULL,
-	keep_dead interval DEFAULT NULL,
-	notify boolean DEFAULT NULL,
-	group_limit integer DEFAULT NULL,
-	group_fifo boolean DEFAULT NULL,
-	max_in_flight integer DEFAULT NULL,
-	rate_limit integer DEFAULT NULL,
-	rate_period interval DEFAULT NULL)
-RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	q claimq.queue;
-	old claimq.queue;
-BEGIN
-	PERFORM claimq.check_queue_name(queue);
-	/* 0 removes a limit. */
-	PERFORM claimq.check_flow_settings(
-		NULLIF(alter_queue.group_limit, 0), NULLIF(alter_queue.max_in_flight, 0),
-		NULLIF(alter_queue.rate_limit, 0), alter_queue.rate_period);
-	IF alter_queue.group_limit IS NOT NULL OR alter_queue.group_fifo IS NOT NULL THEN
-		PERFORM claimq.lock_producers(queue);
-	END IF;
-	q := claimq.lock_queue(queue);
-	old := q;
-	q.lease := COALESCE(lease, q.lease);
-	q.run_lease := COALESCE(run_lease, q.run_lease);
-	q.max_attempts := COALESCE(max_attempts, q.max_attempts);
-	q.retry_base := COALESCE(retry_base, q.retry_base);
-	q.retry_max := COALESCE(retry_max, q.retry_max);
-	q.keep_done := COALESCE(keep_done, q.keep_done);
-	q.keep_dead := COALESCE(keep_dead, q.keep_dead);
-	q.notify := COALESCE(notify, q.notify);
-	IF alter_queue.group_limit IS NOT NULL THEN
-		q.group_limit := NULLIF(alter_queue.group_limit, 0);
-	END IF;
-	q.group_fifo := COALESCE(alter_queue.group_fifo, q.group_fifo);
-	IF alter_queue.max_in_flight IS NOT NULL THEN
-		q.max_in_flight := NULLIF(alter_queue.max_in_flight, 0);
-	END IF;
-	IF alter_queue.rate_limit IS NOT NULL THEN
-		q.rate_limit := NULLIF(alter_queue.rate_limit, 0);
-	END IF;
-	q.rate_period := COALESCE(alter_queue.rate_period, q.rate_period);
-	IF (q.rate_limit, q.rate_period) IS DISTINCT FROM (old.rate_limit, old.rate_period) THEN
-		/* A new bucket, full. */
-		q.rate_tokens := NULL;
-		q.rate_at := NULL;
-	END IF;
-	PERFORM claimq.check_queue_settings(q.lease, q.run_lease, q.max_attempts,
-										q.retry_base, q.retry_max,
-										q.keep_done, q.keep_dead);
-	UPDATE claimq.queue t
-	   SET lease = q.lease, run_lease = q.run_lease,
-		   max_attempts = q.max_attempts, retry_base = q.retry_base,
-		   retry_max = q.retry_max, keep_done = q.keep_done,
-		   keep_dead = q.keep_dead, notify = q.notify,
-		   group_limit = q.group_limit, group_fifo = q.group_fifo,
-		   max_in_flight = q.max_in_flight, rate_limit = q.rate_limit,
-		   rate_period = q.rate_period, rate_tokens = q.rate_tokens,
-		   rate_at = q.rate_at
-	 WHERE t.queue_id OPERATOR(pg_catalog.=) q.queue_id;
-
-	IF (q.group_limit, q.group_fifo) IS DISTINCT FROM (old.group_limit, old.group_fifo) THEN
-		PERFORM 1 FROM claimq.job j
-		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
-		   AND j.group_key IS NOT NULL
-		   AND j.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[])
-		   FOR UPDATE OF j;
-		UPDATE claimq.job j
-		   SET held = (q.group_limit IS NOT NULL OR q.group_fifo)
-		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
-		   AND j.group_key IS NOT NULL
-		   AND j.state OPERATOR(pg_catalog.=) 'pending'
-		   AND j.held OPERATOR(pg_catalog.<>) (q.group_limit IS NOT NULL OR q.group_fifo);
-		IF q.group_limit IS NULL AND NOT q.group_fifo THEN
-			DELETE FROM claimq.job_group x
-			 WHERE x.queue_id OPERATOR(pg_catalog.=) q.queue_id;
-		ELSE
-			PERFORM claimq.sync_groups(q.queue_id, ARRAY(
-				SELECT DISTINCT j.group_key FROM claimq.job j
-				 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
-				   AND j.group_key IS NOT NULL
-				   AND j.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[])));
-		END IF;
-		PERFORM claimq.ledger_wake(q.queue_id, true, false);
-	END IF;
-END
-$$;
-
-COMMENT ON FUNCTION claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval) IS
-'change a queue''s settings; a NULL setting stays as it is, and a limit of 0 is removed';
+-- @include queue-settings.sql
 
 CREATE FUNCTION claimq.drop_queue(queue text, force boolean DEFAULT false)
 RETURNS void
@@ -1015,7 +858,7 @@ COMMENT ON FUNCTION claimq.release_worker(text,text) IS
 'release every claimed, not started job that worker holds in queue (graceful shutdown); returns how many';
 
 /*------------------------------------------------------------------------
- * 7. Flow control: group limits
+ * 7. Flow control: group limits; fairness between tenants
  *-----------------------------------------------------------------------*/
 
 /*
@@ -1180,6 +1023,12 @@ $$;
 
 COMMENT ON FUNCTION claimq.sync_groups(integer,text[]) IS
 'private: under each group''s lock, hold or free the groups'' pending jobs so that no more are free than the queue''s group limit allows, first in the group''s order; returns the earliest run_at it freed';
+
+/*
+ * Fairness between a queue's tenants (contract 0.5): the weights, each
+ * tenant's share, and the claim of a fair queue.
+ */
+-- @include fair-share.sql
 
 /*------------------------------------------------------------------------
  * 8. Workflows: jobs that run after other jobs
@@ -1437,72 +1286,7 @@ AS 'MODULE_PATHNAME', 'claimq_reclaim';
 COMMENT ON FUNCTION claimq.reclaim(text,integer) IS
 'put expired claims back: claimed -> pending with no attempt counted, running -> retry or dead';
 
-CREATE FUNCTION claimq.retry_dead(queue text, job_ids bigint[] DEFAULT NULL)
-RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	q claimq.queue;
-	n bigint;
-	groups text[];
-	redriven_after bigint[];
-BEGIN
-	PERFORM claimq.check_queue_name(queue);
-	IF EXISTS (SELECT FROM pg_catalog.unnest(job_ids) u(id) WHERE u.id IS NULL) THEN
-		RAISE EXCEPTION 'job_ids must not contain null elements'
-			USING ERRCODE = '22004';
-	END IF;
-	/* No enqueue may add a live key while this looks for live keys. */
-	PERFORM claimq.lock_producers(queue);
-	q := claimq.lock_queue(queue);
-	PERFORM claimq.ledger_begin();
-	/*
-	 * A dead job whose dedup key a live job has taken again stays dead:
-	 * redriving it would make two live jobs with one key.  Of several dead
-	 * jobs with one key, only the oldest is redriven.
-	 */
-	WITH redriven AS (
-		UPDATE claimq.job j
-		   SET state = 'pending', attempts = 0, run_at = pg_catalog.clock_timestamp(),
-			   finished_at = NULL, expires_at = NULL,
-			   held = (j.group_key IS NOT NULL
-					   AND (q.group_limit IS NOT NULL OR q.group_fifo))
-		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
-		   AND j.state OPERATOR(pg_catalog.=) 'dead'
-		   AND (job_ids IS NULL OR j.job_id OPERATOR(pg_catalog.=) ANY (job_ids))
-		   AND (j.dedup_key IS NULL OR (
-				NOT EXISTS (SELECT 1 FROM claimq.job l
-							 WHERE l.queue_id OPERATOR(pg_catalog.=) j.queue_id
-							   AND l.dedup_key OPERATOR(pg_catalog.=) j.dedup_key
-							   AND l.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[]))
-				AND NOT EXISTS (SELECT 1 FROM claimq.job o
-								 WHERE o.queue_id OPERATOR(pg_catalog.=) j.queue_id
-								   AND o.dedup_key OPERATOR(pg_catalog.=) j.dedup_key
-								   AND o.state OPERATOR(pg_catalog.=) 'dead'
-								   AND o.job_id OPERATOR(pg_catalog.<) j.job_id
-								   AND (job_ids IS NULL OR o.job_id OPERATOR(pg_catalog.=) ANY (job_ids)))))
-		RETURNING j.group_key, j.job_id, j.dependents)
-	SELECT pg_catalog.count(*),
-		   pg_catalog.array_agg(DISTINCT r.group_key) FILTER (WHERE r.group_key IS NOT NULL),
-		   pg_catalog.array_agg(r.job_id) FILTER (WHERE r.dependents)
-	  INTO n, groups, redriven_after
-	  FROM redriven r;
-	PERFORM claimq.ledger_note(q.queue_id, 'pending', '{dead}', ARRAY[n]);
-	PERFORM claimq.ledger_end();
-	IF groups IS NOT NULL THEN
-		PERFORM claimq.sync_groups(q.queue_id, groups);
-	END IF;
-	/* Jobs still waiting on them wait for them again. */
-	IF redriven_after IS NOT NULL THEN
-		PERFORM claimq.count_dependents(redriven_after, 1);
-	END IF;
-	RETURN n;
-END
-$$;
-
-COMMENT ON FUNCTION claimq.retry_dead(text,bigint[]) IS
-'redrive dead jobs (all of a queue''s, or those listed) to pending with attempts reset; returns how many';
+-- @include retry-dead.sql
 
 CREATE FUNCTION claimq.prune(max_jobs integer DEFAULT 10000)
 RETURNS bigint
@@ -1813,26 +1597,7 @@ COMMENT ON VIEW claimq.jobs IS
  * Observing: per group with live jobs, its ready jobs, its jobs in flight,
  * and whether the queue's limits keep every one of its ready jobs back.
  */
-CREATE VIEW claimq.group_stats AS
-SELECT q.name AS queue,
-	   j.group_key,
-	   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'pending'
-									 AND j.run_at OPERATOR(pg_catalog.<=) c.now) AS ready,
-	   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])) AS in_flight,
-	   COALESCE(pg_catalog.bool_or(j.state OPERATOR(pg_catalog.=) 'pending'
-								   AND j.run_at OPERATOR(pg_catalog.<=) c.now), false)
-	   AND NOT COALESCE(pg_catalog.bool_or(j.state OPERATOR(pg_catalog.=) 'pending'
-										   AND j.run_at OPERATOR(pg_catalog.<=) c.now
-										   AND NOT j.held), false) AS blocked
-  FROM claimq.job j
-  JOIN claimq.queue q ON q.queue_id OPERATOR(pg_catalog.=) j.queue_id
- CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) c
- WHERE j.group_key IS NOT NULL
-   AND j.state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[])
- GROUP BY q.name, j.group_key;
-
-COMMENT ON VIEW claimq.group_stats IS
-'per group with live jobs: ready jobs, jobs claimed or running, and whether the queue''s limits hold all its ready jobs back';
+-- @include group-stats.sql
 
 /*------------------------------------------------------------------------
  * 13. Observing: metrics

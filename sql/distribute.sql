@@ -242,6 +242,12 @@ BEGIN
 	PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
 	ALTER TABLE claimq.schedule DROP CONSTRAINT schedule_queue_fkey;
 	ALTER TABLE claimq.job_group DROP CONSTRAINT job_group_queue_fkey;
+	-- Fair queues are not distributed (create_queue and alter_queue
+	-- refuse them there): their shares stay each node's own, and the
+	-- weights, which group_stats shows, become a reference table.
+	ALTER TABLE claimq.group_weight DROP CONSTRAINT group_weight_queue_fkey;
+	ALTER TABLE claimq.fair_share DROP CONSTRAINT fair_share_queue_fkey;
+	ALTER TABLE claimq.fair_level DROP CONSTRAINT fair_level_queue_fkey;
 	ALTER TABLE claimq.queue
 		DROP CONSTRAINT queue_pkey,
 		ADD CONSTRAINT queue_pkey PRIMARY KEY (queue_id, name);
@@ -342,7 +348,7 @@ LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 SELECT f::pg_catalog.regprocedure FROM pg_catalog.unnest(ARRAY[
-	'claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)',
+	'claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval, boolean)',
 	'claimq.enqueue(text, jsonb, timestamptz, integer, text, integer, text, text, bigint[], text)',
 	'claimq.enqueue_many(text, jsonb[], timestamptz, integer, text[], integer, text, text[], bigint[], text)',
 	'claimq.claim(text, integer, interval, text, boolean, interval)',
@@ -363,7 +369,7 @@ SELECT f::pg_catalog.regprocedure FROM pg_catalog.unnest(ARRAY[
 	'claimq.wait_for(bigint[], interval, text)',
 	'claimq.check_in_queue(text, bigint[])',
 	'claimq.reclaim(text, integer)',
-	'claimq.alter_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)',
+	'claimq.alter_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval, boolean)',
 	'claimq.drop_queue(text, boolean)',
 	'claimq.pause_queue(text)',
 	'claimq.resume_queue(text)',
@@ -639,6 +645,7 @@ BEGIN
 												colocate_with => 'claimq.queue');
 	PERFORM pg_catalog.create_distributed_table('claimq.job_watcher', 'queue',
 												colocate_with => 'claimq.queue');
+	PERFORM pg_catalog.create_reference_table('claimq.group_weight');
 	PERFORM pg_catalog.create_distributed_table('claimq.key_claim', 'scope',
 												shard_count => shard_count,
 												colocate_with => 'none');

@@ -53,9 +53,10 @@ BEGIN
 				'"claimq.distribute(integer)",'
 				'"claimq.update_distributed()",'
 -- @end
-				'"claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)",'
-				'"claimq.alter_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)",'
+				'"claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval, boolean)",'
+				'"claimq.alter_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval, boolean)",'
 				'"claimq.drop_queue(text, boolean)",'
+				'"claimq.set_group_weight(text, text, real)",'
 				'"claimq.pause_queue(text)",'
 				'"claimq.resume_queue(text)",'
 				'"claimq.purge_queue(text)",'

@@ -70,6 +70,7 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 			   Tuplestorestate *result, TupleDesc desc, long *refill_ms)
 {
 	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr fair_plan = NULL;
 	Oid			argtypes[9] = {INT4OID, INT4OID, TIMESTAMPTZOID, INTERVALOID,
 	TEXTOID, BOOLOID, INT8OID, TIMESTAMPTZOID, INT8OID};
 	Datum		values[9];
@@ -131,6 +132,13 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 			"  ORDER BY u.priority DESC, u.run_at, u.job_id",
 			9, argtypes);
 
+	cq_plan(&fair_plan,
+			"SELECT f.job_id, f.token, f.payload, f.attempts, f.priority,"
+			"       f.enqueued_at, f.expires_at, f.run_at"
+			"  FROM claimq.claim_fair($1, $2, $3, $4, $5, $6, $7) f"
+			" ORDER BY f.priority DESC, f.run_at, f.job_id",
+			7, argtypes);
+
 	cq_floor_read(queue->queue_id, now, &floor);
 	own_run_at = cq_xact_ready_run_at(queue->queue_id);
 	if (own_run_at <= floor.run_at)
@@ -156,7 +164,8 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	values[6] = Int64GetDatum(cq_token_epoch());
 	values[7] = TimestampTzGetDatum(floor.run_at);
 	values[8] = Int64GetDatum(floor.job_id);
-	cq_execute(plan, values, nulls, SPI_OK_SELECT);
+	/* A fair queue's claim shares the batch between its tenants. */
+	cq_execute(queue->fair ? fair_plan : plan, values, nulls, SPI_OK_SELECT);
 	claimed = SPI_processed;
 
 	call.counts.queue_name = queue->name;
@@ -194,7 +203,7 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	 * transactions that committed after the snapshot claimed and released it;
 	 * see floor.c.)
 	 */
-	if (!IsolationUsesXactSnapshot() &&
+	if (!queue->fair && !IsolationUsesXactSnapshot() &&
 		DatumGetInt64(cq_spi_value(claimed - 1, 10, &isnull)) == (int64) claimed &&
 		DatumGetInt32(cq_spi_value(claimed - 1, 5, &isnull)) ==
 		DatumGetInt32(cq_spi_value(claimed - 1, 9, &isnull)))

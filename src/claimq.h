@@ -321,6 +321,7 @@ typedef struct CqQueue
 	int32		max_in_flight;	/* 0: none */
 	int32		rate_limit;		/* 0: none */
 	Interval	rate_period;
+	bool		fair;			/* shares claims by tenant (fair-share.sql) */
 } CqQueue;
 
 /*

@@ -337,6 +337,29 @@ cq_enqueue_queue(CqEnqueueArgs *args)
 }
 
 /*
+ * Before an enqueue into a fair queue: the rows of its jobs' tenants at
+ * their priority (keys a text[], or NULL for the tenant of jobs without a
+ * group key), held until the transaction ends (fair-share.sql).
+ */
+static void
+cq_enqueue_fair(CqEnqueueArgs *args, Datum keys, bool keys_null)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[3] = {INT4OID, INT4OID, TEXTARRAYOID};
+	Datum		values[3];
+	char		nulls[3] = "   ";
+
+	cq_plan(&plan,
+			"SELECT claimq.fair_join($1, $2, COALESCE($3, ARRAY[NULL::text]))",
+			3, argtypes);
+	values[0] = Int32GetDatum(args->queue.queue_id);
+	values[1] = Int32GetDatum(args->priority);
+	values[2] = keys;
+	nulls[2] = keys_null ? 'n' : ' ';
+	cq_execute(plan, values, nulls, SPI_OK_SELECT);
+}
+
+/*
  * The end of an enqueue: the jobs inserted go to the ledger, which syncs
  * their groups (a text[], or 0) with the queue's group limits; a pending
  * job that took the call's run_at is claimable from then; and the queue's
@@ -412,6 +435,12 @@ claimq_enqueue(PG_FUNCTION_ARGS)
 		cq_after_link(&args.after);
 		args.state = cq_after_state(&args.after);
 	}
+	if (args.queue.fair)
+		cq_enqueue_fair(&args, group_key_null ? (Datum) 0 :
+						PointerGetDatum(construct_array(&PG_GETARG_DATUM(7), 1,
+														TEXTOID, -1, false,
+														TYPALIGN_INT)),
+						group_key_null);
 	if (!group_key_null && cq_queue_groups_limited(&args.queue) &&
 		strcmp(args.state, "pending") == 0)
 	{
@@ -517,6 +546,9 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 	}
 	sync = group_keys != NULL && cq_queue_groups_limited(&args.queue) &&
 		strcmp(args.state, "pending") == 0;
+	if (args.queue.fair)
+		cq_enqueue_fair(&args, group_keys ? PointerGetDatum(group_keys) : (Datum) 0,
+						group_keys == NULL);
 	if (sync)
 		cq_enqueue_sync_groups(args.queue.queue_id, PointerGetDatum(group_keys));
 

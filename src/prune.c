@@ -123,6 +123,19 @@ cq_prune_finished(int32 max_jobs)
 		cq_execute(after_plan, values, NULL, SPI_OK_SELECT);
 		n += DatumGetInt64(cq_spi_value(0, 1, &isnull));
 	}
+
+	/*
+	 * The shares of fair queues' tenants that have no live job left
+	 * (fair-share.sql): rows, not jobs, so not counted.
+	 */
+	if (!cq_distributed())
+	{
+		static SPIPlanPtr fair_plan = NULL;
+
+		cq_plan(&fair_plan, "SELECT claimq.fair_forget($1)", 1, argtypes);
+		values[0] = Int32GetDatum(max_jobs);
+		cq_execute(fair_plan, values, NULL, SPI_OK_SELECT);
+	}
 	return n;
 }
 

@@ -146,6 +146,7 @@ BEGIN
 											  ELSE q.lease END) AS lease
 			  FROM claimq.queue q
 			 WHERE q.name OPERATOR(pg_catalog.=) claim.queue AND NOT q.paused
+			   AND NOT q.fair
 			   AND (limited
 					OR (COALESCE(q.max_in_flight, 0) OPERATOR(pg_catalog.<=) 0
 						AND COALESCE(q.rate_limit, 0) OPERATOR(pg_catalog.<=) 0))
@@ -196,7 +197,9 @@ BEGIN
 
 		/* Nothing: no such queue, paused, nothing ready, or limited. */
 		SELECT t.queue_id, t.paused, COALESCE(t.max_in_flight, 0) AS max_in_flight,
-			   COALESCE(t.rate_limit, 0) AS rate_limit, t.rate_period
+			   COALESCE(t.rate_limit, 0) AS rate_limit, t.rate_period, t.fair,
+			   COALESCE(claim.lease, CASE WHEN claim.start THEN t.run_lease
+										  ELSE t.lease END) AS lease
 		  INTO qu
 		  FROM claimq.queue t WHERE t.name OPERATOR(pg_catalog.=) claim.queue;
 		IF NOT FOUND THEN
@@ -204,8 +207,19 @@ BEGIN
 			RAISE EXCEPTION 'queue "%" does not exist', claim.queue
 				USING ERRCODE = '42704';
 		END IF;
-		IF qu.paused OR (qu.max_in_flight OPERATOR(pg_catalog.<=) 0
-						AND qu.rate_limit OPERATOR(pg_catalog.<=) 0) THEN
+		IF qu.paused OR (NOT qu.fair AND qu.max_in_flight OPERATOR(pg_catalog.<=) 0
+						 AND qu.rate_limit OPERATOR(pg_catalog.<=) 0) THEN
+			RETURN;
+		END IF;
+		IF qu.fair AND qu.max_in_flight OPERATOR(pg_catalog.<=) 0
+		   AND qu.rate_limit OPERATOR(pg_catalog.<=) 0 THEN
+			/* A fair queue shares the batch between its tenants. */
+			RETURN QUERY
+			SELECT f.job_id, f.token, f.payload, f.attempts, f.priority,
+				   f.enqueued_at, f.expires_at
+			  FROM claimq.claim_fair(qu.queue_id, lim, now_, qu.lease, claim.worker,
+									 claim.start, token_base) f
+			 ORDER BY f.priority DESC, f.run_at, f.job_id;
 			RETURN;
 		END IF;
 
@@ -266,6 +280,16 @@ BEGIN
 			RETURN;
 		END IF;
 		limited := true;
+		IF qu.fair THEN
+			RETURN QUERY
+			SELECT f.job_id, f.token, f.payload, f.attempts, f.priority,
+				   f.enqueued_at, f.expires_at
+			  FROM claimq.claim_fair(qu.queue_id, lim, now_, qu.lease, claim.worker,
+									 claim.start, token_base) f
+			 ORDER BY f.priority DESC, f.run_at, f.job_id;
+			GET DIAGNOSTICS n = ROW_COUNT;
+			EXIT;
+		END IF;
 	END LOOP;
 
 	/* The bucket kept in the row spends one token per job handed out. */

@@ -15,6 +15,7 @@ BEGIN
 	  FROM claimq.reclaim_expired(NULL, batch) r;
 	fired := claimq.fire_schedules(batch);
 	pruned := claimq.prune_finished(batch);
+	PERFORM claimq.fair_forget(batch);
 	swept := claimq.sweep_keys(batch);
 	/* For reclaimer_status: this pass, if it commits. */
 	INSERT INTO claimq.maintained AS m (id, last_run, last_reclaimed, total_reclaimed)

@@ -8,6 +8,8 @@ BEGIN
 		RAISE EXCEPTION 'max_jobs must be between 1 and @CQ_MAX_BATCH@'
 			USING ERRCODE = '22023';
 	END IF;
+	/* Fair queues' tenants with no live job left: rows, not jobs. */
+	PERFORM claimq.fair_forget(max_jobs);
 	RETURN claimq.prune_finished(max_jobs)
 		OPERATOR(pg_catalog.+) claimq.sweep_keys(max_jobs);
 END

@@ -38,6 +38,49 @@ AS 'MODULE_PATHNAME', 'claimq_maintain';
 
 DROP FUNCTION claimq.token_base();
 
+/*
+ * Fairness between tenants (fair-share.sql): enqueue and enqueue_many
+ * join a fair queue's tenants, claim shares a fair queue's batch, and
+ * prune forgets the tenants with no live job.
+ */
+CREATE OR REPLACE FUNCTION claimq.enqueue(
+	queue text,
+	payload jsonb,
+	run_at timestamptz DEFAULT NULL,
+	priority integer DEFAULT 0,
+	dedup_key text DEFAULT NULL,
+	max_attempts integer DEFAULT NULL,
+	on_duplicate text DEFAULT 'keep',
+	group_key text DEFAULT NULL,
+	after bigint[] DEFAULT NULL,
+	after_failed text DEFAULT 'cancel')
+RETURNS bigint
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_enqueue';
+
+CREATE OR REPLACE FUNCTION claimq.enqueue_many(
+	queue text,
+	payloads jsonb[],
+	run_at timestamptz DEFAULT NULL,
+	priority integer DEFAULT 0,
+	dedup_keys text[] DEFAULT NULL,
+	max_attempts integer DEFAULT NULL,
+	on_duplicate text DEFAULT 'keep',
+	group_keys text[] DEFAULT NULL,
+	after bigint[] DEFAULT NULL,
+	after_failed text DEFAULT 'cancel')
+RETURNS SETOF bigint
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_enqueue_many';
+
+CREATE OR REPLACE FUNCTION claimq.prune(max_jobs integer DEFAULT 10000)
+RETURNS bigint
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_prune';
+
 ALTER FUNCTION claimq.version() RENAME TO version_0_7;
 
 CREATE FUNCTION claimq.version()

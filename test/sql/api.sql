@@ -7,17 +7,18 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(209);
+SELECT plan(215);
 
 CREATE TEMP TABLE api(sig text, args text, ndefaults int, result text);
 INSERT INTO api VALUES
-('claimq.create_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval)',
- 'queue text, lease interval, run_lease interval, max_attempts integer, retry_base interval, retry_max interval, keep_done interval, keep_dead interval, notify boolean, group_limit integer, group_fifo boolean, max_in_flight integer, rate_limit integer, rate_period interval',
- 13, 'void'),
-('claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval)',
- 'queue text, lease interval, run_lease interval, max_attempts integer, retry_base interval, retry_max interval, keep_done interval, keep_dead interval, notify boolean, group_limit integer, group_fifo boolean, max_in_flight integer, rate_limit integer, rate_period interval',
- 13, 'void'),
+('claimq.create_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval,boolean)',
+ 'queue text, lease interval, run_lease interval, max_attempts integer, retry_base interval, retry_max interval, keep_done interval, keep_dead interval, notify boolean, group_limit integer, group_fifo boolean, max_in_flight integer, rate_limit integer, rate_period interval, fair boolean',
+ 14, 'void'),
+('claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval,boolean)',
+ 'queue text, lease interval, run_lease interval, max_attempts integer, retry_base interval, retry_max interval, keep_done interval, keep_dead interval, notify boolean, group_limit integer, group_fifo boolean, max_in_flight integer, rate_limit integer, rate_period interval, fair boolean',
+ 14, 'void'),
 ('claimq.drop_queue(text,boolean)', 'queue text, force boolean', 1, 'void'),
+('claimq.set_group_weight(text,text,real)', 'queue text, group_key text, weight real', 0, 'void'),
 ('claimq.pause_queue(text)', 'queue text', 0, NULL),
 ('claimq.resume_queue(text)', 'queue text', 0, NULL),
 ('claimq.purge_queue(text)', 'queue text', 0, 'bigint'),
@@ -105,7 +106,7 @@ SELECT is(pg_get_expr(p.proargdefaults, 0), d, s || ' defaults')
   LEFT JOIN pg_proc p ON p.oid = to_regprocedure(v.s);
 SELECT is(pg_get_expr(p.proargdefaults, 0) ~ 'NULL::interval, NULL::interval, NULL::integer, NULL::interval, NULL::interval, NULL::interval, NULL::interval, NULL::boolean, NULL::integer, NULL::boolean, NULL::integer, NULL::integer, NULL::interval',
 	true, 'alter_queue: every option defaults to NULL')
-  FROM pg_proc p WHERE p.oid = to_regprocedure('claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval)');
+  FROM pg_proc p WHERE p.oid = to_regprocedure('claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval,boolean)');
 SELECT claimq.create_queue('api_defaults') IS NULL AS created \gset
 SELECT is((SELECT ARRAY[group_limit::text, group_fifo::text, max_in_flight::text, rate_limit::text,
 						(rate_period = '1 second')::text]

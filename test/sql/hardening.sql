@@ -106,11 +106,11 @@ SELECT is(ARRAY(SELECT name FROM hard_functions
 	-- edition's alone (Citus).
 	('regress_claimq_hard_admin', ARRAY(SELECT f FROM pg_catalog.unnest(
 		CASE WHEN claimq.edition() = 'c' THEN ARRAY['claimq.cluster_queue_stats()', 'claimq.distribute(integer)', 'claimq.update_distributed()'] ELSE '{}' END || ARRAY[
-		'claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval)',
+		'claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval,boolean)',
 		'claimq.alter_schedule(text,text,text,jsonb,text,integer,text,boolean)',
 		'claimq.cancel(bigint[],text)',
 		'claimq.counters()',
-		'claimq.create_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval)',
+		'claimq.create_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval,boolean)',
 		'claimq.create_schedule(text,text,text,jsonb,text,integer,text)',
 		'claimq.dependencies(bigint[],text)',
 		'claimq.drop_queue(text,boolean)',
@@ -129,6 +129,7 @@ SELECT is(ARRAY(SELECT name FROM hard_functions
 		'claimq.reset_counters()',
 		'claimq.resume_queue(text)',
 		'claimq.retry_dead(text,bigint[])',
+		'claimq.set_group_weight(text,text,real)',
 		'claimq.status(bigint[],text)',
 		'claimq.version()',
 		'claimq.wait_for(bigint[],interval,text)']) f ORDER BY f COLLATE "C"))) AS d(r, want)

@@ -173,9 +173,11 @@ SELECT ok(has_function_privilege('regress_claimq_up_admin', 'claimq.retry_dead(t
 				'claimq.create_schedule(text,text,text,jsonb,text,integer,text)', 'EXECUTE')
 		  AND has_table_privilege('regress_claimq_up_admin', 'claimq.schedules', 'SELECT')
 		  AND has_function_privilege('regress_claimq_up_admin',
-				'claimq.create_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval)', 'EXECUTE')
+				'claimq.create_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval,boolean)', 'EXECUTE')
 		  AND has_function_privilege('regress_claimq_up_admin',
-				'claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval)', 'EXECUTE')
+				'claimq.alter_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval,boolean)', 'EXECUTE')
+		  AND has_function_privilege('regress_claimq_up_admin',
+				'claimq.set_group_weight(text,text,real)', 'EXECUTE')
 		  AND has_table_privilege('regress_claimq_up_admin', 'claimq.group_stats', 'SELECT'),
 	'the administrator keeps the recreated functions and views and gets cancel, schedules and group_stats');
 SELECT ok(has_function_privilege('regress_claimq_up_producer', 'claimq.node_of(bigint)', 'EXECUTE')
@@ -188,7 +190,7 @@ SELECT ok((SELECT bool_and(has_function_privilege(r, 'claimq.dependencies(bigint
 	'the producer, the worker and the administrator get dependencies, the observer not');
 SELECT ok(NOT has_table_privilege('regress_claimq_up_worker', 'claimq.group_stats', 'SELECT')
 		  AND NOT has_function_privilege('regress_claimq_up_worker',
-				'claimq.create_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval)', 'EXECUTE'),
+				'claimq.create_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval,boolean)', 'EXECUTE'),
 	'the worker gets neither');
 SELECT is((SELECT count(*) FROM pg_init_privs i WHERE i.initprivs::text ~ 'regress_claimq_up'),
 	(SELECT n FROM init_privs_before),

@@ -35,6 +35,11 @@ $node->safe_psql(
 	SELECT claimq.create_queue('beta', lease => '1 min', max_attempts => 7,
 							   keep_dead => '1 hour');
 	SELECT claimq.create_queue('gamma');
+	SELECT claimq.create_queue('fairq', fair => true);
+	SELECT claimq.set_group_weight('fairq', 'big', 0.25);
+	SELECT claimq.enqueue('fairq', '{"t": 1}', group_key => 'big');
+	SELECT count(*) FROM claimq.claim('fairq');
+	SELECT claimq.enqueue('fairq', '{"t": 2}', group_key => 'big');
 	SELECT claimq.create_schedule('nightly', 'gamma', '30 2 * * mon-fri',
 								  payload => '{"r": 1}', time_zone => 'Europe/Berlin');
 	CREATE ROLE claimq_dump_worker;
@@ -138,7 +143,7 @@ my $states_sql = q{
 is( dbq('src', $states_sql),
 	'alpha:claimed:2,alpha:dead:1,alpha:done:1,alpha:pending:5,alpha:running:2,'
 	  . 'beta:claimed:1,beta:pending:2,delta:claimed:1,delta:pending:2,'
-	  . 'epsilon:claimed:1,epsilon:waiting:1',
+	  . 'epsilon:claimed:1,epsilon:waiting:1,fairq:claimed:1,fairq:pending:1',
 	'source holds jobs in every state');
 
 # What has to come back the same.  Row texts, so every column counts.
@@ -157,6 +162,11 @@ my %compare = (
 		SELECT string_agg(t::text, E'\n' ORDER BY set_id, position) FROM claimq.job_after t},
 	'after set sequence' => q{
 		SELECT format('%s/%s', s.last_value, s.is_called) FROM claimq.after_set_seq s},
+	'fair queues\' weights and shares' => q{
+		SELECT concat_ws(E'\n',
+			(SELECT string_agg(t::text, E'\n' ORDER BY queue_id, group_key) FROM claimq.group_weight t),
+			(SELECT string_agg(t::text, E'\n' ORDER BY queue_id, priority, group_key) FROM claimq.fair_share t),
+			(SELECT string_agg(t::text, E'\n' ORDER BY queue_id, priority) FROM claimq.fair_level t))},
 	'key_claim rows' => q{
 		SELECT string_agg(t::text, E'\n' ORDER BY scope, key) FROM claimq.key_claim t},
 	'sequence positions' => q{
@@ -196,8 +206,8 @@ is( dbq('dst', q{
 	SELECT e.extversion = a.default_version, cardinality(e.extconfig)
 	  FROM pg_extension e JOIN pg_available_extensions a ON a.name = e.extname
 	 WHERE e.extname = 'claimq'}),
-	't|14',
-	'the restored extension is at the current version with its fourteen dumped tables and sequences (two of them, the mail of workflows across shards, are used only on a distributed install)');
+	't|17',
+	'the restored extension is at the current version with its seventeen dumped tables and sequences (two of them, the mail of workflows across shards, are used only on a distributed install)');
 
 # Duties survive the dump; PUBLIC still gets nothing.
 is( dbq('dst', q{
@@ -206,7 +216,7 @@ is( dbq('dst', q{
 		   has_function_privilege('claimq_dump_worker',
 			'claimq.complete(bigint[], bigint[], jsonb[], text)', 'EXECUTE'),
 		   has_function_privilege('claimq_dump_worker',
-			'claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval)',
+			'claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval, boolean)',
 			'EXECUTE'),
 		   has_function_privilege('claimq_dump_nobody',
 			'claimq.claim(text, integer, interval, text, boolean, interval)', 'EXECUTE'),

@@ -38,7 +38,7 @@ METHODS = {
 # Server profiles (bench/run starts one server per profile): Debian's
 # defaults, and the tuned server the matrix has always used.
 PROFILES = ["default", "tuned"]
-PARTS = ["matrix", "backlog", "latency", "reclaim", "groups", "workflows", "sustained"]
+PARTS = ["matrix", "backlog", "latency", "reclaim", "groups", "fair", "workflows", "sustained"]
 
 # First guesses of jobs/s per batch size, used only to size the first pool
 # of a (variant, method, batch); every later pool is sized from measured rates.
@@ -131,7 +131,7 @@ def parse_args(argv):
     elif a.sustained:
         a.parts = ["sustained"]
     else:
-        a.parts = ["matrix", "backlog", "latency", "reclaim", "groups", "workflows"]
+        a.parts = ["matrix", "backlog", "latency", "reclaim", "groups", "fair", "workflows"]
     return a
 
 
@@ -934,6 +934,68 @@ def run_groups():
 
 
 # ---------------------------------------------------------------------------
+# Fairness: a fair queue's lease flow against the same jobs in a plain queue.
+
+def run_fair():
+    """The lease flow (claim, then complete) of a fair queue whose 1, 100
+    and 1,000 tenants are all backlogged, against the same jobs in a plain
+    queue, batch 1, 10 and 100, 4 clients; each pair runs a fixed number of
+    transactions, the two queues alternating (plain, fair, fair, plain)."""
+    clients = 4
+    per_batch = {1: 2000, 10: 800, 100: 100} if ARGS.mode == "quick" else \
+        {1: 8000, 10: 3000, 100: 400}
+    set_sync(PART_SYNC)
+    for name, opts in (("fair1", ""), ("fair2", ", fair => true")):
+        if not q("SELECT 1 FROM claimq.queue WHERE name = %s", (name,)):
+            DB.execute("SELECT claimq.create_queue(%%s%s)" % opts, (name,))
+    t0 = time.time()
+    res = {}
+    for tenants in (1, 100, 1000):
+        for batch in (1, 10, 100):
+            txns = per_batch[batch] // 2
+            jobs = txns * clients * batch
+            DB.execute("TRUNCATE claimq.job")
+            DB.execute("DELETE FROM claimq.fair_share")
+            DB.execute("DELETE FROM claimq.fair_level")
+            # Twice what both runs of a queue take, spread over the tenants.
+            for name in ("fair1", "fair2"):
+                DB.execute("""
+                    SELECT count(*) FROM generate_series(1, %s) g,
+                           claimq.enqueue_many(%s, array_fill(bench.payload(g::bigint), ARRAY[%s]),
+                                               group_keys => array_fill('t' || g, ARRAY[%s]))""",
+                           (tenants, name, 4 * jobs // tenants + batch,
+                            4 * jobs // tenants + batch))
+            DB.execute("VACUUM (ANALYZE) claimq.job")
+            for qn in (1, 2, 2, 1):
+                l0 = lsn()
+                r = pgbench_result(pgbench("fair_lease.sql", clients, None, batch,
+                                           extra=("-D", "q=%d" % qn), transactions=txns))
+                cell = res.setdefault((tenants, batch, qn), {"seconds": 0.0, "jobs": 0, "wal": 0})
+                cell["seconds"] += r["seconds"]
+                cell["jobs"] += jobs
+                cell["wal"] += lsn() - l0
+    log("fair queues loaded and run in %.1fs" % (time.time() - t0))
+    say()
+    say("== fair queues: lease flow, %d clients, synchronous_commit = %s; every tenant"
+        " backlogged" % (clients, sync_label(PART_SYNC)))
+    say()
+    say("| tenants | batch | plain jobs/s | fair jobs/s | fair vs plain | fair WAL B/job |")
+    say("|---:|---:|---:|---:|---:|---:|")
+    for tenants in (1, 100, 1000):
+        for batch in (1, 10, 100):
+            plain = res[(tenants, batch, 1)]
+            fair = res[(tenants, batch, 2)]
+            pr = plain["jobs"] / plain["seconds"]
+            fr = fair["jobs"] / fair["seconds"]
+            say("| %s | %d | %s | %s | %.2f× | %.0f |" % ("{:,}".format(tenants), batch, fmt_rate(pr),
+                                                      fmt_rate(fr), fr / pr, fair["wal"] / fair["jobs"]))
+    RESULTS["extras"]["fair"] = {"%d/%d/q%d" % k: v["jobs"] / v["seconds"] for k, v in res.items()}
+    DB.execute("TRUNCATE claimq.job")
+    DB.execute("DELETE FROM claimq.fair_share")
+    DB.execute("DELETE FROM claimq.fair_level")
+
+
+# ---------------------------------------------------------------------------
 # Workflows: what a finish costs with n jobs after it, and what a claim
 # costs with a million jobs waiting in its queue.
 
@@ -1344,7 +1406,7 @@ def main():
     if "matrix" in ARGS.parts:
         run_matrix()
     for part, fn in (("backlog", run_backlog), ("latency", run_latency),
-                     ("reclaim", run_reclaim), ("groups", run_groups),
+                     ("reclaim", run_reclaim), ("groups", run_groups), ("fair", run_fair),
                      ("workflows", run_workflows), ("sustained", run_sustained)):
         if part in ARGS.parts:
             try:

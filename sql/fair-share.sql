@@ -24,12 +24,15 @@
  * claim; a claim inside a long transaction holds its tenants' rows until
  * it ends, and the share may drift meanwhile (documented).
  *
- * A tenant's row lives while it has live jobs at that priority: an
- * enqueue makes sure of it and holds it FOR KEY SHARE until it commits
- * (fair_join), so that fair_forget, which removes the rows of tenants
- * with no live job, never removes one that an enqueue is about to need.
- * Every other way to pending starts from a live job, except retry_dead,
- * which joins too.
+ * A tenant's row lives while it has live jobs at that priority, and a
+ * priority's row while a tenant's does: an enqueue makes sure of both and
+ * holds them FOR KEY SHARE until it commits (fair_join), so that
+ * fair_forget, which removes the rows of tenants with no live job, never
+ * removes one that an enqueue is about to need.  Every other way to
+ * pending starts from a live job, except retry_dead, which joins too.
+ * Claims only lock and update rows that exist (FOR NO KEY UPDATE, which an
+ * enqueue's KEY SHARE does not block), so that they never wait for an
+ * enqueue, nor for another claim.
  */
 
 CREATE TABLE claimq.group_weight (
@@ -113,6 +116,18 @@ BEGIN
 		   (pg_catalog.bool_or(k IS NULL))::integer
 	  INTO wanted
 	  FROM pg_catalog.unnest(fair_join.group_keys) k;
+	/* The priority's row first, then the tenants', each as below. */
+	LOOP
+		PERFORM FROM claimq.fair_level l
+		 WHERE l.queue_id OPERATOR(pg_catalog.=) fair_join.queue_id
+		   AND l.priority OPERATOR(pg_catalog.=) fair_join.priority
+		   FOR KEY SHARE OF l;
+		EXIT WHEN FOUND;
+		INSERT INTO claimq.fair_level (queue_id, priority, v)
+		VALUES (fair_join.queue_id, fair_join.priority, 0)
+		ON CONFLICT DO NOTHING;
+		EXIT WHEN FOUND;
+	END LOOP;
 	LOOP
 		SELECT pg_catalog.count(*) INTO held FROM (
 			SELECT 1 FROM claimq.fair_share s
@@ -165,9 +180,6 @@ BEGIN
 				   ('{waiting,pending,claimed,running}'::text[]))
 		 LIMIT fair_forget.max_rows
 		   FOR UPDATE OF s SKIP LOCKED);
-	IF pg_catalog.cardinality(rows) OPERATOR(pg_catalog.=) 0 THEN
-		RETURN 0;
-	END IF;
 	DELETE FROM claimq.fair_share s
 	 WHERE s.ctid OPERATOR(pg_catalog.=) ANY (rows)
 	   AND NOT EXISTS (
@@ -178,15 +190,20 @@ BEGIN
 		   AND j.state OPERATOR(pg_catalog.=) ANY
 			   ('{waiting,pending,claimed,running}'::text[]));
 	GET DIAGNOSTICS gone = ROW_COUNT;
-	DELETE FROM claimq.fair_level l
-	 WHERE l.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+	rows := ARRAY(
 		SELECT x.ctid FROM claimq.fair_level x
 		 WHERE NOT EXISTS (
 			SELECT FROM claimq.fair_share s
 			 WHERE s.queue_id OPERATOR(pg_catalog.=) x.queue_id
 			   AND s.priority OPERATOR(pg_catalog.=) x.priority)
 		 LIMIT fair_forget.max_rows
-		   FOR UPDATE OF x SKIP LOCKED));
+		   FOR UPDATE OF x SKIP LOCKED);
+	DELETE FROM claimq.fair_level l
+	 WHERE l.ctid OPERATOR(pg_catalog.=) ANY (rows)
+	   AND NOT EXISTS (
+		SELECT FROM claimq.fair_share s
+		 WHERE s.queue_id OPERATOR(pg_catalog.=) l.queue_id
+		   AND s.priority OPERATOR(pg_catalog.=) l.priority);
 	RETURN gone;
 END
 $$;
@@ -432,11 +449,6 @@ BEGIN
 				 WHERE x.queue_id OPERATOR(pg_catalog.=) qid
 				   AND x.priority OPERATOR(pg_catalog.=) p
 				   FOR NO KEY UPDATE OF x SKIP LOCKED);
-			IF NOT FOUND THEN
-				INSERT INTO claimq.fair_level (queue_id, priority, v)
-				VALUES (qid, p, top)
-				ON CONFLICT DO NOTHING;
-			END IF;
 		END IF;
 	END LOOP;
 END

@@ -148,6 +148,10 @@ BEGIN
 		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
 		   AND j.state OPERATOR(pg_catalog.=) ANY ('{waiting,pending,claimed,running}'::text[])
 		ON CONFLICT DO NOTHING;
+		INSERT INTO claimq.fair_level (queue_id, priority, v)
+		SELECT DISTINCT q.queue_id, s.priority, 0 FROM claimq.fair_share s
+		 WHERE s.queue_id OPERATOR(pg_catalog.=) q.queue_id
+		ON CONFLICT DO NOTHING;
 	ELSIF old.fair AND NOT q.fair THEN
 		DELETE FROM claimq.fair_share s WHERE s.queue_id OPERATOR(pg_catalog.=) q.queue_id;
 		DELETE FROM claimq.fair_level l WHERE l.queue_id OPERATOR(pg_catalog.=) q.queue_id;

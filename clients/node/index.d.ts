@@ -87,6 +87,8 @@ export class Client {
   releaseKeys(scope: string, keys: string[], tokens: Id[]): Promise<{ key: string; outcome: Outcome }[]>;
   createQueue(queue: string, options?: Record<string, unknown>): Promise<void>;
   alterQueue(queue: string, options?: Record<string, unknown>): Promise<void>;
+  /** A tenant's weight in a fair queue (null resets it to 1; a null groupKey names the jobs without one). */
+  setGroupWeight(queue: string, groupKey: string | null, weight: number | null): Promise<void>;
   dropQueue(queue: string, force?: boolean): Promise<void>;
   pauseQueue(queue: string): Promise<void>;
   resumeQueue(queue: string): Promise<void>;

@@ -230,6 +230,9 @@ class Client {
   // -- administration
   async createQueue(queue, options = {}) { await this.call('create_queue', [queue], options); }
   async alterQueue(queue, options = {}) { await this.call('alter_queue', [queue], options); }
+  async setGroupWeight(queue, groupKey, weight) {
+    await this.query('SELECT claimq.set_group_weight($1, $2, $3::real)', [queue, groupKey, weight]);
+  }
   async dropQueue(queue, force = false) { await this.call('drop_queue', [queue], { force }); }
   async pauseQueue(queue) { await this.call('pause_queue', [queue]); }
   async resumeQueue(queue) { await this.call('resume_queue', [queue]); }

@@ -119,6 +119,28 @@ test('ids and tokens above 2^53 make the round trip exactly; outcomes', async ()
   } finally { await a.end(); await w.end(); }
 });
 
+test('a fair queue shares a claim by weight; setGroupWeight', async () => {
+  await newQueue('js_fair', { fair: true });
+  const a = admin();
+  const w = worker();
+  try {
+    await a.setGroupWeight('js_fair', 'heavy', 3);
+    await a.enqueueMany('js_fair', Array(20).fill({}), { groupKeys: Array(20).fill('light') });
+    await a.enqueueMany('js_fair', Array(20).fill({}), { groupKeys: Array(20).fill('heavy') });
+    const jobs = await w.claim('js_fair', 8, { leaseMs: 30000 });
+    const keys = await a.query(
+      'SELECT group_key, count(*)::int AS n FROM claimq.job WHERE job_id = ANY($1::bigint[])' +
+      ' GROUP BY 1 ORDER BY 1', [jobs.map((j) => j.id)]);
+    assert.deepStrictEqual(keys, [{ group_key: 'heavy', n: 6 }, { group_key: 'light', n: 2 }]);
+    const weights = await a.query(
+      "SELECT group_key, weight FROM claimq.group_stats WHERE queue = 'js_fair' ORDER BY 1");
+    assert.deepStrictEqual(weights, [{ group_key: 'heavy', weight: 3 }, { group_key: 'light', weight: 1 }]);
+    await a.setGroupWeight('js_fair', 'heavy', null);
+    assert.strictEqual((await a.query(
+      "SELECT weight FROM claimq.group_stats WHERE queue = 'js_fair' AND group_key = 'heavy'"))[0].weight, 1);
+  } finally { await a.end(); await w.end(); }
+});
+
 test('a job after another waits until it is done; dependencies()', async () => {
   await newQueue('js_after', { keep_done: '1 hour' });
   const a = admin();

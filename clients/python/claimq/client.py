@@ -317,6 +317,13 @@ class Client:
     def alter_queue(self, queue: str, **options: Any) -> None:
         self.call("alter_queue", queue, **options)
 
+    def set_group_weight(self, queue: str, group_key: Optional[str],
+                         weight: Optional[float]) -> None:
+        """A tenant's weight in a fair queue (None resets it to 1; a None
+        group_key names the jobs without one)."""
+        self._execute("SELECT claimq.set_group_weight(%s, %s, %s::real)",
+                      (queue, group_key, weight)).fetchall()
+
     def drop_queue(self, queue: str, force: bool = False) -> None:
         self.call("drop_queue", queue, force=force)
 

@@ -207,6 +207,26 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(a.conn.execute("SELECT result FROM claimq.job WHERE job_id = %s",
                                             (job_id,)).fetchone()[0], {"r": 2})
 
+    def test_a_fair_queue_shares_a_claim_by_weight(self):
+        new_queue("py_fair", fair=True)
+        with claimq.Client(WORKER) as w, admin() as a:
+            a.set_group_weight("py_fair", "heavy", 3)
+            a.enqueue_many("py_fair", [{}] * 20, group_keys=["light"] * 20)
+            a.enqueue_many("py_fair", [{}] * 20, group_keys=["heavy"] * 20)
+            jobs = w.claim("py_fair", 8, lease=30)
+            keys = dict(a.conn.execute(
+                "SELECT group_key, count(*) FROM claimq.job WHERE job_id = ANY(%s)"
+                " GROUP BY 1", ([j.id for j in jobs],)).fetchall())
+            self.assertEqual(keys, {"light": 2, "heavy": 6})
+            weights = dict(a.conn.execute(
+                "SELECT group_key, weight FROM claimq.group_stats WHERE queue = 'py_fair'"
+            ).fetchall())
+            self.assertEqual(weights, {"light": 1.0, "heavy": 3.0})
+            a.set_group_weight("py_fair", "heavy", None)
+            self.assertEqual(a.conn.execute(
+                "SELECT weight FROM claimq.group_stats"
+                " WHERE queue = 'py_fair' AND group_key = 'heavy'").fetchone()[0], 1.0)
+
     def test_a_job_after_another_waits_until_it_is_done(self):
         new_queue("py_after", keep_done="1 hour")
         with claimq.Client(WORKER) as w, admin() as a:

@@ -244,6 +244,7 @@ DECLARE
 	chunk integer;
 	got integer;
 	top double precision;
+	bound double precision;
 BEGIN
 	LOOP
 		EXIT WHEN remaining OPERATOR(pg_catalog.<=) 0;
@@ -311,8 +312,15 @@ BEGIN
 
 			/*
 			 * Each tenant's quota: its share of the chunk smallest tags,
-			 * its k-th next job (from 0) tagged start + k / weight.
+			 * its k-th next job (from 0) tagged start + k / weight.  No tag
+			 * beyond the latest start plus chunk / (the weights' sum) is
+			 * needed (every tenant has at least its share of the chunk
+			 * below it), so each tenant offers only its tags up to there.
 			 */
+			SELECT pg_catalog.max(c.s) OPERATOR(pg_catalog.+)
+				   (chunk OPERATOR(pg_catalog./) pg_catalog.sum(c.w))
+			  INTO bound
+			  FROM ROWS FROM (pg_catalog.unnest(starts), pg_catalog.unnest(weights)) c(s, w);
 			SELECT pg_catalog.array_agg(COALESCE(q.quota, 0) ORDER BY t.i)
 			  INTO quotas
 			  FROM pg_catalog.generate_series(1, pg_catalog.cardinality(keys)) t(i)
@@ -320,7 +328,8 @@ BEGIN
 				SELECT x.i, pg_catalog.count(*)::integer AS quota
 				  FROM (SELECT c.i
 						  FROM ROWS FROM (pg_catalog.unnest(starts), pg_catalog.unnest(weights)) WITH ORDINALITY c(s, w, i)
-						 CROSS JOIN pg_catalog.generate_series(0, chunk OPERATOR(pg_catalog.-) 1) k
+						 CROSS JOIN pg_catalog.generate_series(0, LEAST(chunk OPERATOR(pg_catalog.-) 1,
+							pg_catalog.floor((bound OPERATOR(pg_catalog.-) c.s) OPERATOR(pg_catalog.*) c.w)::integer)) k
 						 ORDER BY c.s OPERATOR(pg_catalog.+) (k OPERATOR(pg_catalog./) c.w), c.i
 						 LIMIT chunk) x
 				 GROUP BY x.i) q ON q.i OPERATOR(pg_catalog.=) t.i;

@@ -67,9 +67,11 @@ CREATE TABLE claimq.fair_level (
 	CONSTRAINT fair_level_pkey PRIMARY KEY (queue_id, priority)
 );
 
+-- @extension
 SELECT pg_catalog.pg_extension_config_dump('claimq.group_weight', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.fair_share', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.fair_level', '');
+-- @end
 
 /*
  * check_fair(fair): a queue may be fair only on one server: a distributed

@@ -42,8 +42,8 @@ CREATE TABLE claimq.group_weight (
 	weight			real NOT NULL,
 	CONSTRAINT group_weight_key UNIQUE NULLS NOT DISTINCT (queue_id, group_key),
 	CONSTRAINT group_weight_check
-		CHECK (weight OPERATOR(pg_catalog.>=) 0.01
-			   AND weight OPERATOR(pg_catalog.<=) 10000)
+		CHECK (weight OPERATOR(pg_catalog.>=) 0.01::real
+			   AND weight OPERATOR(pg_catalog.<=) 10000::real)
 );
 
 CREATE TABLE claimq.fair_share (
@@ -112,6 +112,7 @@ AS $$
 DECLARE
 	wanted integer;
 	held integer;
+	held_keys text[];
 	added integer;
 BEGIN
 	SELECT pg_catalog.count(DISTINCT k) OPERATOR(pg_catalog.+)
@@ -131,18 +132,27 @@ BEGIN
 		EXIT WHEN FOUND;
 	END LOOP;
 	LOOP
-		SELECT pg_catalog.count(*) INTO held FROM (
-			SELECT 1 FROM claimq.fair_share s
+		held_keys := ARRAY(
+			SELECT s.group_key FROM claimq.fair_share s
 			 WHERE s.queue_id OPERATOR(pg_catalog.=) fair_join.queue_id
 			   AND s.priority OPERATOR(pg_catalog.=) fair_join.priority
 			   AND (s.group_key OPERATOR(pg_catalog.=) ANY (fair_join.group_keys)
 					OR (s.group_key IS NULL
 						AND pg_catalog.array_position(fair_join.group_keys, NULL) IS NOT NULL))
-			   FOR KEY SHARE OF s) l;
+			   FOR KEY SHARE OF s);
+		held := pg_catalog.cardinality(held_keys);
 		EXIT WHEN held OPERATOR(pg_catalog.=) wanted;
+		/*
+		 * Only the missing ones, in key order: a row another transaction
+		 * changes (a claim's vt) must not make this one wait on its
+		 * unique index, and producers adding the same new tenants take
+		 * them in one order.
+		 */
 		INSERT INTO claimq.fair_share (queue_id, priority, group_key)
-		SELECT DISTINCT fair_join.queue_id, fair_join.priority, k
-		  FROM pg_catalog.unnest(fair_join.group_keys) k
+		SELECT fair_join.queue_id, fair_join.priority, m.k
+		  FROM (SELECT DISTINCT k FROM pg_catalog.unnest(fair_join.group_keys) k
+				 WHERE pg_catalog.array_position(held_keys, k) IS NULL) m
+		 ORDER BY m.k COLLATE "C" NULLS FIRST
 		ON CONFLICT DO NOTHING;
 		GET DIAGNOSTICS added = ROW_COUNT;
 		/* A row another transaction added meanwhile is locked next time. */
@@ -171,6 +181,13 @@ DECLARE
 	rows tid[];
 	gone integer;
 BEGIN
+	/*
+	 * Its judging statement needs a snapshot of its own, taken after its
+	 * locks: under REPEATABLE READ it would judge by the transaction's.
+	 */
+	IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+		RETURN 0;
+	END IF;
 	rows := ARRAY(
 		SELECT s.ctid FROM claimq.fair_share s
 		 WHERE NOT EXISTS (
@@ -330,8 +347,8 @@ BEGIN
 				SELECT x.i, pg_catalog.count(*)::integer AS quota
 				  FROM (SELECT c.i
 						  FROM ROWS FROM (pg_catalog.unnest(starts), pg_catalog.unnest(weights)) WITH ORDINALITY c(s, w, i)
-						 CROSS JOIN pg_catalog.generate_series(0, LEAST(chunk OPERATOR(pg_catalog.-) 1,
-							pg_catalog.floor((bound OPERATOR(pg_catalog.-) c.s) OPERATOR(pg_catalog.*) c.w)::integer)) k
+						 CROSS JOIN pg_catalog.generate_series(0, LEAST((chunk OPERATOR(pg_catalog.-) 1)::double precision,
+							pg_catalog.floor((bound OPERATOR(pg_catalog.-) c.s) OPERATOR(pg_catalog.*) c.w))::integer) k
 						 ORDER BY c.s OPERATOR(pg_catalog.+) (k OPERATOR(pg_catalog./) c.w), c.i
 						 LIMIT chunk) x
 				 GROUP BY x.i) q ON q.i OPERATOR(pg_catalog.=) t.i;
@@ -482,8 +499,8 @@ DECLARE
 BEGIN
 	PERFORM claimq.check_queue_name(queue);
 	IF weight IS NOT NULL
-	   AND NOT (weight OPERATOR(pg_catalog.>=) 0.01
-				AND weight OPERATOR(pg_catalog.<=) 10000) THEN
+	   AND NOT (weight OPERATOR(pg_catalog.>=) 0.01::real
+				AND weight OPERATOR(pg_catalog.<=) 10000::real) THEN
 		RAISE EXCEPTION 'weight must be between 0.01 and 10000'
 			USING ERRCODE = '22023';
 	END IF;

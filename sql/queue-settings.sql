@@ -118,6 +118,12 @@ BEGIN
 	q.rate_period := COALESCE(alter_queue.rate_period, q.rate_period);
 	q.fair := COALESCE(alter_queue.fair, q.fair);
 	PERFORM claimq.check_fair(alter_queue.fair);
+	/* The tenants of a queue made fair are read from the latest jobs. */
+	IF q.fair AND NOT old.fair
+	   AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+		RAISE EXCEPTION 'a queue can be made fair only in a READ COMMITTED transaction'
+			USING ERRCODE = '0A000';
+	END IF;
 	IF (q.rate_limit, q.rate_period) IS DISTINCT FROM (old.rate_limit, old.rate_period) THEN
 		/* A new bucket, full. */
 		q.rate_tokens := NULL;

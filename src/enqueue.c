@@ -163,6 +163,8 @@ cq_check_group_key(Datum key, const char *argname)
  * keeps its after list).  Returns its id, or 0 if the job holding the key
  * is neither (or no job does).
  */
+static void cq_enqueue_fair(CqEnqueueArgs *args, Datum keys, bool keys_null);
+
 static int64
 cq_replace_pending(CqEnqueueArgs *args, Datum payload, Datum key)
 {
@@ -172,6 +174,7 @@ cq_replace_pending(CqEnqueueArgs *args, Datum payload, Datum key)
 	Datum		values[7];
 	char		nulls[7] = "       ";
 	bool		isnull;
+	int64		job_id;
 
 	cq_plan(&plan,
 			"UPDATE claimq.job j"
@@ -179,7 +182,7 @@ cq_replace_pending(CqEnqueueArgs *args, Datum payload, Datum key)
 			"       max_attempts = COALESCE($7, j.max_attempts)"
 			" WHERE j.queue_id = $1 AND j.dedup_key = $2"
 			"   AND j.state = ANY ('{pending,waiting}'::text[])"
-			" RETURNING j.job_id",
+			" RETURNING j.job_id, j.group_key",
 			7, argtypes);
 	values[0] = Int32GetDatum(args->queue.queue_id);
 	values[1] = key;
@@ -193,7 +196,18 @@ cq_replace_pending(CqEnqueueArgs *args, Datum payload, Datum key)
 	cq_execute(plan, values, nulls, SPI_OK_UPDATE_RETURNING);
 	if (SPI_processed == 0)
 		return 0;
-	return DatumGetInt64(cq_spi_value(0, 1, &isnull));
+	job_id = DatumGetInt64(cq_spi_value(0, 1, &isnull));
+	/* Its own tenant, at the priority it took (fair-share.sql). */
+	if (args->queue.fair)
+	{
+		Datum		key = cq_spi_value(0, 2, &isnull);
+
+		cq_enqueue_fair(args, isnull ? (Datum) 0 :
+						PointerGetDatum(construct_array(&key, 1, TEXTOID, -1,
+														false, TYPALIGN_INT)),
+						isnull);
+	}
+	return job_id;
 }
 
 /*
@@ -306,8 +320,9 @@ cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null,
 /*
  * Look the queue up for an enqueue.  Under REPEATABLE READ the lookup sees
  * the transaction's snapshot; if the queue's group limits have changed
- * since, the job would go in held or free by the old ones, which nothing
- * would put right: fail to serialize instead.
+ * since, the job would go in held or free by the old ones, and if it was
+ * made fair since, its tenant would have no share, which nothing would put
+ * right: fail to serialize instead.
  */
 static void
 cq_enqueue_queue(CqEnqueueArgs *args)
@@ -321,14 +336,15 @@ cq_enqueue_queue(CqEnqueueArgs *args)
 	if (!IsolationUsesXactSnapshot())
 		return;
 	cq_plan(&plan,
-			"SELECT COALESCE(q.group_limit, 0), q.group_fifo"
+			"SELECT COALESCE(q.group_limit, 0), q.group_fifo, q.fair"
 			"  FROM claimq.queue q WHERE q.queue_id = $1",
 			1, argtypes);
 	values[0] = Int32GetDatum(args->queue.queue_id);
 	cq_execute_latest(plan, values, NULL, SPI_OK_SELECT);
 	if (SPI_processed != 1 ||
 		DatumGetInt32(cq_spi_value(0, 1, &isnull)) != args->queue.group_limit ||
-		DatumGetBool(cq_spi_value(0, 2, &isnull)) != args->queue.group_fifo)
+		DatumGetBool(cq_spi_value(0, 2, &isnull)) != args->queue.group_fifo ||
+		DatumGetBool(cq_spi_value(0, 3, &isnull)) != args->queue.fair)
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("could not serialize access due to a concurrent change of queue \"%s\"",

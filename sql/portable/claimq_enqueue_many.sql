@@ -13,6 +13,7 @@ DECLARE
 	p jsonb;
 	k text;
 	g text;
+	replaced_key text;
 	link_set bigint;
 	link_unfinished integer := 0;
 	link_all_done boolean;
@@ -212,8 +213,14 @@ BEGIN
 				 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
 				   AND j.dedup_key OPERATOR(pg_catalog.=) k
 				   AND j.state OPERATOR(pg_catalog.=) ANY ('{pending,waiting}'::text[])
-				RETURNING j.job_id INTO id;
-				EXIT WHEN FOUND;
+				RETURNING j.job_id, j.group_key INTO id, replaced_key;
+				IF FOUND THEN
+					/* Its own tenant at the priority it took (fair-share.sql). */
+					IF q.fair THEN
+						PERFORM claimq.fair_join(q.queue_id, enqueue_many.priority, ARRAY[replaced_key]);
+					END IF;
+					EXIT;
+				END IF;
 			END IF;
 			SELECT j.job_id INTO id FROM claimq.job j
 			 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id

@@ -11,7 +11,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(31);
+SELECT plan(37);
 
 -- n jobs of tenant t (NULL: no group key) at priority p.
 CREATE FUNCTION pg_temp.fill(q text, t text, n integer, p integer DEFAULT 0)
@@ -71,6 +71,10 @@ SELECT throws_ok($$SELECT claimq.set_group_weight('no_such_queue', 'a', 2)$$, '4
 	'the weight of a queue that does not exist: 42704');
 SELECT throws_ok($$SELECT claimq.set_group_weight('bad name', 'a', 2)$$, '22023', NULL,
 	'the weight of an invalid queue name: 22023');
+SELECT lives_ok($$SELECT claimq.set_group_weight('fq', 'a', 0.01)$$,
+	'a weight of 0.01, the least, is taken');
+SELECT lives_ok($$SELECT claimq.set_group_weight('fq', 'a', 10000)$$,
+	'a weight of 10,000, the most, is taken');
 SELECT claimq.set_group_weight('fq', 'a', 2.5) \gset
 SELECT pg_temp.fill('fq', 'a', 2) \gset
 SELECT is((SELECT weight FROM claimq.group_stats WHERE queue = 'fq' AND group_key = 'a'),
@@ -178,6 +182,28 @@ SELECT is((SELECT count(*) FROM claimq.fair_share s JOIN claimq.queue q USING (q
 SELECT is(claimq.retry_dead('fd'), 1::bigint, 'retry_dead redrives the dead job');
 SELECT is((SELECT job_id FROM claimq.claim('fd', 1)), :dead_id::bigint,
 	'and its tenant, back, is served');
+
+-- A tenant's virtual time far ahead of its priority's (as while a claim
+-- held open keeps the priority's row): a claim still shares.
+SELECT claimq.create_queue('fv', fair => true) \gset
+SELECT pg_temp.fill('fv', 'far', 5) \gset
+UPDATE claimq.fair_share s SET vt = 1e12 FROM claimq.queue q
+ WHERE q.queue_id = s.queue_id AND q.name = 'fv' AND s.group_key = 'far';
+SELECT pg_temp.fill('fv', 'new', 5) \gset
+SELECT is((SELECT count(*) FROM claimq.claim('fv', 4)), 4::bigint,
+	'a tenant far ahead in virtual time does not stop the claim (no overflow)');
+
+-- A replaced job keeps its own tenant, at the priority it takes.
+SELECT claimq.create_queue('fr', fair => true) \gset
+SELECT claimq.enqueue('fr', '{}', dedup_key => 'd1', group_key => 'x') AS rx \gset
+SELECT is(claimq.enqueue('fr', '{}', priority => 5, dedup_key => 'd1', group_key => 'y',
+						 on_duplicate => 'replace'), :rx::bigint,
+	'on_duplicate => replace updates the pending job of the key');
+SELECT is(claimq.prune(100) >= 0, true, 'prune forgets what it may');
+SELECT is((SELECT array_agg(s.group_key || ':' || s.priority ORDER BY s.priority)
+			 FROM claimq.fair_share s JOIN claimq.queue q USING (queue_id)
+			WHERE q.name = 'fr'), ARRAY['x:5'],
+	'the replaced job''s tenant has its share at the priority it took');
 
 -- Made unfair: the shares go, and claims take the queue's usual order.
 SELECT claimq.alter_queue('fw', fair => false) \gset

@@ -200,10 +200,10 @@ cq_replace_pending(CqEnqueueArgs *args, Datum payload, Datum key)
 	/* Its own tenant, at the priority it took (fair-share.sql). */
 	if (args->queue.fair)
 	{
-		Datum		key = cq_spi_value(0, 2, &isnull);
+		Datum		group_key = cq_spi_value(0, 2, &isnull);
 
 		cq_enqueue_fair(args, isnull ? (Datum) 0 :
-						PointerGetDatum(construct_array(&key, 1, TEXTOID, -1,
+						PointerGetDatum(construct_array(&group_key, 1, TEXTOID, -1,
 														false, TYPALIGN_INT)),
 						isnull);
 	}

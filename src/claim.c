@@ -132,12 +132,14 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 			"  ORDER BY u.priority DESC, u.run_at, u.job_id",
 			9, argtypes);
 
-	cq_plan(&fair_plan,
-			"SELECT f.job_id, f.token, f.payload, f.attempts, f.priority,"
-			"       f.enqueued_at, f.expires_at, f.run_at"
-			"  FROM claimq.claim_fair($1, $2, $3, $4, $5, $6, $7) f"
-			" ORDER BY f.priority DESC, f.run_at, f.job_id",
-			7, argtypes);
+	/* A fair queue's claim shares the batch between its tenants. */
+	if (queue->fair)
+		cq_plan(&fair_plan,
+				"SELECT f.job_id, f.token, f.payload, f.attempts, f.priority,"
+				"       f.enqueued_at, f.expires_at, f.run_at"
+				"  FROM claimq.claim_fair($1, $2, $3, $4, $5, $6, $7) f"
+				" ORDER BY f.priority DESC, f.run_at, f.job_id",
+				7, argtypes);
 
 	cq_floor_read(queue->queue_id, now, &floor);
 	own_run_at = cq_xact_ready_run_at(queue->queue_id);
@@ -164,7 +166,6 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	values[6] = Int64GetDatum(cq_token_epoch());
 	values[7] = TimestampTzGetDatum(floor.run_at);
 	values[8] = Int64GetDatum(floor.job_id);
-	/* A fair queue's claim shares the batch between its tenants. */
 	cq_execute(queue->fair ? fair_plan : plan, values, nulls, SPI_OK_SELECT);
 	claimed = SPI_processed;
 

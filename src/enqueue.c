@@ -81,6 +81,9 @@ typedef struct CqEnqueueArgs
 	bool		replaced;		/* a pending job took the call's run_at */
 } CqEnqueueArgs;
 
+static void cq_enqueue_fair(CqEnqueueArgs *args, Datum keys, bool keys_null);
+static void cq_enqueue_fair_one(CqEnqueueArgs *args, Datum key, bool key_null);
+
 /*
  * The arguments every enqueue shares: queue (0), run_at (2), priority (3),
  * max_attempts (5) and on_duplicate (6).  Before ALTER EXTENSION claimq
@@ -163,8 +166,6 @@ cq_check_group_key(Datum key, const char *argname)
  * keeps its after list).  Returns its id, or 0 if the job holding the key
  * is neither (or no job does).
  */
-static void cq_enqueue_fair(CqEnqueueArgs *args, Datum keys, bool keys_null);
-
 static int64
 cq_replace_pending(CqEnqueueArgs *args, Datum payload, Datum key)
 {
@@ -202,10 +203,7 @@ cq_replace_pending(CqEnqueueArgs *args, Datum payload, Datum key)
 	{
 		Datum		group_key = cq_spi_value(0, 2, &isnull);
 
-		cq_enqueue_fair(args, isnull ? (Datum) 0 :
-						PointerGetDatum(construct_array(&group_key, 1, TEXTOID, -1,
-														false, TYPALIGN_INT)),
-						isnull);
+		cq_enqueue_fair_one(args, group_key, isnull);
 	}
 	return job_id;
 }
@@ -375,6 +373,16 @@ cq_enqueue_fair(CqEnqueueArgs *args, Datum keys, bool keys_null)
 	cq_execute(plan, values, nulls, SPI_OK_SELECT);
 }
 
+/* cq_enqueue_fair for one tenant: key, or the jobs without one. */
+static void
+cq_enqueue_fair_one(CqEnqueueArgs *args, Datum key, bool key_null)
+{
+	cq_enqueue_fair(args, key_null ? (Datum) 0 :
+					PointerGetDatum(construct_array(&key, 1, TEXTOID, -1,
+													false, TYPALIGN_INT)),
+					key_null);
+}
+
 /*
  * The end of an enqueue: the jobs inserted go to the ledger, which syncs
  * their groups (a text[], or 0) with the queue's group limits; a pending
@@ -452,11 +460,8 @@ claimq_enqueue(PG_FUNCTION_ARGS)
 		args.state = cq_after_state(&args.after);
 	}
 	if (args.queue.fair)
-		cq_enqueue_fair(&args, group_key_null ? (Datum) 0 :
-						PointerGetDatum(construct_array(&PG_GETARG_DATUM(7), 1,
-														TEXTOID, -1, false,
-														TYPALIGN_INT)),
-						group_key_null);
+		cq_enqueue_fair_one(&args, group_key_null ? (Datum) 0 : PG_GETARG_DATUM(7),
+							group_key_null);
 	if (!group_key_null && cq_queue_groups_limited(&args.queue) &&
 		strcmp(args.state, "pending") == 0)
 	{

@@ -461,9 +461,11 @@ DROP VIEW claimq.group_stats_0_7;
 REVOKE ALL ON FUNCTION claimq.check_fair(boolean),
 	claimq.fair_join(integer, integer, text[]),
 	claimq.fair_forget(integer),
+	claimq.charge_fair(integer, integer, double precision, text[], double precision[], integer[]),
 	claimq.claim_fair(integer, integer, timestamptz, interval, text, boolean, bigint),
 	claimq.set_group_weight(text, text, real) FROM PUBLIC;
-REVOKE ALL ON claimq.group_weight, claimq.fair_share, claimq.fair_level FROM PUBLIC;
+REVOKE ALL ON claimq.group_weight, claimq.fair_share, claimq.fair_level,
+	claimq.fair_charge FROM PUBLIC;
 
 ALTER FUNCTION claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval) RENAME TO create_queue_0_7;
 

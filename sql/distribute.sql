@@ -247,7 +247,6 @@ BEGIN
 	-- weights, which group_stats shows, become a reference table.
 	ALTER TABLE claimq.group_weight DROP CONSTRAINT group_weight_queue_fkey;
 	ALTER TABLE claimq.fair_share DROP CONSTRAINT fair_share_queue_fkey;
-	ALTER TABLE claimq.fair_level DROP CONSTRAINT fair_level_queue_fkey;
 	ALTER TABLE claimq.queue
 		DROP CONSTRAINT queue_pkey,
 		ADD CONSTRAINT queue_pkey PRIMARY KEY (queue_id, name);

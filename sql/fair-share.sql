@@ -11,18 +11,20 @@
  * order of virtual time, hands out the smallest tags (a tenant's k-th
  * next job is tagged vt + k / weight), and moves each served tenant's
  * virtual time past what it got.  A tenant's virtual time never falls
- * behind the priority's own (claimq.fair_level.v, the largest tag
- * handed out there): a tenant that had nothing ready earns no credit, and
- * one seen for the first time starts there.
+ * behind the priority's own (claimq.fair_level.v, the least start of the
+ * tenants that claims there found backlogged): a tenant that had nothing
+ * ready earns no credit, and one seen for the first time starts there.
  *
- * Claims never wait for each other here.  A claim locks the tenants'
- * rows it serves (FOR NO KEY UPDATE SKIP LOCKED) and skips a tenant whose
- * row another open claim holds; if the tenants it could lock have too few
- * ready jobs, it takes the rest in the queue's usual order (fairness
- * never makes a claim return fewer jobs).  So the share holds within the
- * contract's bound for claims whose transactions end soon after the
- * claim; a claim inside a long transaction holds its tenants' rows until
- * it ends, and the share may drift meanwhile (documented).
+ * Claims never wait for each other here, and never skip a tenant because
+ * another claim is serving it.  A claim reads the virtual times as its
+ * snapshot shows them, without locking, and charges what it handed out:
+ * into a tenant's row where it can lock it (FOR NO KEY UPDATE SKIP
+ * LOCKED), and as a row of claimq.fair_charge where another open claim
+ * holds it.  A tenant's virtual time is its row's plus its charges; the
+ * claim that next locks the row folds them into it.  What a claim charges
+ * shows to the others when it commits, so the share drifts only by what
+ * the claims open at once hand out (the contract's M x C), however long
+ * they stay open.
  *
  * A tenant's row lives while it has live jobs at that priority, and a
  * priority's row while a tenant's does: an enqueue makes sure of both and
@@ -31,8 +33,8 @@
  * removes one that an enqueue is about to need.  Every other way to
  * pending starts from a live job, except retry_dead, which joins too.
  * Claims only lock and update rows that exist (FOR NO KEY UPDATE, which an
- * enqueue's KEY SHARE does not block), so that they never wait for an
- * enqueue, nor for another claim.
+ * enqueue's KEY SHARE does not block, and SKIP LOCKED), so that they never
+ * wait for an enqueue, nor for another claim.
  */
 
 CREATE TABLE claimq.group_weight (
@@ -59,18 +61,39 @@ CREATE TABLE claimq.fair_share (
 CREATE INDEX fair_share_vt_idx ON claimq.fair_share
 	(queue_id, priority, vt NULLS FIRST);
 
+/*
+ * A priority's virtual time is the largest v of its rows: a claim moves it
+ * on in a row it can lock, or in a row of its own where other open claims
+ * hold them all (fair_forget removes the rows behind, and those of a
+ * dropped queue's priorities).  No foreign key: a claim's new row must not
+ * wait for a transaction that changes the queue's row.
+ */
 CREATE TABLE claimq.fair_level (
-	queue_id		integer NOT NULL
-		CONSTRAINT fair_level_queue_fkey REFERENCES claimq.queue ON DELETE CASCADE,
+	queue_id		integer NOT NULL,
 	priority		integer NOT NULL,
-	v				double precision NOT NULL,
-	CONSTRAINT fair_level_pkey PRIMARY KEY (queue_id, priority)
+	v				double precision NOT NULL
 );
+
+CREATE INDEX fair_level_v_idx ON claimq.fair_level (queue_id, priority, v);
+
+/*
+ * What claims handed out to a tenant whose row another open claim held:
+ * added to the row's virtual time by the next claim that locks it.
+ */
+CREATE TABLE claimq.fair_charge (
+	queue_id		integer NOT NULL,
+	priority		integer NOT NULL,
+	group_key		text,			-- NULL: the jobs without a group key
+	amount			double precision NOT NULL	-- jobs / weight
+);
+
+CREATE INDEX fair_charge_key_idx ON claimq.fair_charge (queue_id, priority, group_key);
 
 -- @extension
 SELECT pg_catalog.pg_extension_config_dump('claimq.group_weight', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.fair_share', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.fair_level', '');
+SELECT pg_catalog.pg_extension_config_dump('claimq.fair_charge', '');
 -- @end
 
 /*
@@ -127,9 +150,8 @@ BEGIN
 		   FOR KEY SHARE OF l;
 		EXIT WHEN FOUND;
 		INSERT INTO claimq.fair_level (queue_id, priority, v)
-		VALUES (fair_join.queue_id, fair_join.priority, 0)
-		ON CONFLICT DO NOTHING;
-		EXIT WHEN FOUND;
+		VALUES (fair_join.queue_id, fair_join.priority, 0);
+		EXIT;
 	END LOOP;
 	LOOP
 		held_keys := ARRAY(
@@ -166,8 +188,9 @@ COMMENT ON FUNCTION claimq.fair_join(integer,integer,text[]) IS
 
 /*
  * fair_forget(max_rows) returns integer: removes the rows of tenants with
- * no live job at that priority any more, and of priorities with no
- * tenant left, up to max_rows of each; how many tenants' rows it removed.
+ * no live job at that priority any more, their charges, the rows of
+ * priorities with no tenant left and a priority's rows behind its
+ * largest, up to max_rows of each; how many tenants' rows it removed.
  * It locks the rows first (skipping any that an enqueue or a claim
  * holds), then judges them in a statement of its own: its snapshot sees
  * every enqueue that held a row before.
@@ -209,6 +232,16 @@ BEGIN
 		   AND j.state OPERATOR(pg_catalog.=) ANY
 			   ('{waiting,pending,claimed,running}'::text[]));
 	GET DIAGNOSTICS gone = ROW_COUNT;
+	/* Charges left on tenants forgotten (folded or not, they are moot). */
+	DELETE FROM claimq.fair_charge d
+	 WHERE d.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+		SELECT x.ctid FROM claimq.fair_charge x
+		 WHERE NOT EXISTS (
+			SELECT FROM claimq.fair_share s
+			 WHERE s.queue_id OPERATOR(pg_catalog.=) x.queue_id
+			   AND s.priority OPERATOR(pg_catalog.=) x.priority
+			   AND s.group_key IS NOT DISTINCT FROM x.group_key)
+		 LIMIT fair_forget.max_rows));
 	rows := ARRAY(
 		SELECT x.ctid FROM claimq.fair_level x
 		 WHERE NOT EXISTS (
@@ -223,12 +256,85 @@ BEGIN
 		SELECT FROM claimq.fair_share s
 		 WHERE s.queue_id OPERATOR(pg_catalog.=) l.queue_id
 		   AND s.priority OPERATOR(pg_catalog.=) l.priority);
+	/* A priority's rows behind its largest. */
+	DELETE FROM claimq.fair_level l
+	 WHERE l.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+		SELECT x.ctid FROM claimq.fair_level x
+		 WHERE x.v OPERATOR(pg_catalog.<) (
+			SELECT pg_catalog.max(y.v) FROM claimq.fair_level y
+			 WHERE y.queue_id OPERATOR(pg_catalog.=) x.queue_id
+			   AND y.priority OPERATOR(pg_catalog.=) x.priority)
+		 LIMIT fair_forget.max_rows
+		   FOR UPDATE OF x SKIP LOCKED));
 	RETURN gone;
 END
 $$;
 
 COMMENT ON FUNCTION claimq.fair_forget(integer) IS
 'private: forget the shares of tenants with no live job';
+
+/*
+ * charge_fair(queue_id, priority, v, keys, weights, taken): a claim at
+ * this priority, whose virtual time was v, handed taken[i] jobs to the
+ * tenant keys[i] of weight weights[i].  Each tenant's row that no other
+ * open claim holds is locked until the transaction ends and moves past
+ * them, with the charges others left on it folded in; the others get a
+ * charge of their own.  Never waits.
+ */
+CREATE FUNCTION claimq.charge_fair(queue_id integer, priority integer,
+	v double precision, keys text[], weights double precision[],
+	taken integer[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	mine tid[];
+	mine_keys text[];
+	served text[];
+BEGIN
+	served := ARRAY(SELECT c.k FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(taken)) c(k, t)
+					 WHERE c.t OPERATOR(pg_catalog.>) 0);
+	IF pg_catalog.cardinality(served) OPERATOR(pg_catalog.=) 0 THEN
+		RETURN;
+	END IF;
+	SELECT pg_catalog.array_agg(x.ctid), pg_catalog.array_agg(x.group_key)
+	  INTO mine, mine_keys
+	  FROM (SELECT s.ctid, s.group_key FROM claimq.fair_share s
+			 WHERE s.queue_id OPERATOR(pg_catalog.=) charge_fair.queue_id
+			   AND s.priority OPERATOR(pg_catalog.=) charge_fair.priority
+			   AND (s.group_key OPERATOR(pg_catalog.=) ANY (served)
+					OR (s.group_key IS NULL
+						AND pg_catalog.array_position(served, NULL) IS NOT NULL))
+			   FOR NO KEY UPDATE OF s SKIP LOCKED) x;
+	WITH folded AS (
+		DELETE FROM claimq.fair_charge d
+		 USING claimq.fair_share s
+		 WHERE s.ctid OPERATOR(pg_catalog.=) ANY (mine)
+		   AND d.queue_id OPERATOR(pg_catalog.=) s.queue_id
+		   AND d.priority OPERATOR(pg_catalog.=) s.priority
+		   AND d.group_key IS NOT DISTINCT FROM s.group_key
+		RETURNING s.group_key, d.amount)
+	UPDATE claimq.fair_share s
+	   SET vt = GREATEST(COALESCE(s.vt, charge_fair.v) OPERATOR(pg_catalog.+)
+						 COALESCE((SELECT pg_catalog.sum(f.amount) FROM folded f
+								    WHERE f.group_key IS NOT DISTINCT FROM s.group_key), 0),
+						 charge_fair.v)
+				OPERATOR(pg_catalog.+) (c.t OPERATOR(pg_catalog./) c.w)
+	  FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(weights), pg_catalog.unnest(taken)) c(k, w, t)
+	 WHERE s.ctid OPERATOR(pg_catalog.=) ANY (mine)
+	   AND s.group_key IS NOT DISTINCT FROM c.k
+	   AND c.t OPERATOR(pg_catalog.>) 0;
+	INSERT INTO claimq.fair_charge (queue_id, priority, group_key, amount)
+	SELECT charge_fair.queue_id, charge_fair.priority, c.k, c.t OPERATOR(pg_catalog./) c.w
+	  FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(weights), pg_catalog.unnest(taken)) c(k, w, t)
+	 WHERE c.t OPERATOR(pg_catalog.>) 0
+	   AND (mine IS NULL OR pg_catalog.array_position(mine_keys, c.k) IS NULL);
+END
+$$;
+
+COMMENT ON FUNCTION claimq.charge_fair(integer,integer,double precision,text[],double precision[],integer[]) IS
+'private: charge a fair queue''s tenants for the jobs a claim handed them';
 
 /*
  * claim_fair(queue_id, max_jobs, now, lease, worker, start, token_base):
@@ -259,11 +365,13 @@ DECLARE
 	picked tid[];
 	owner integer[];
 	nokey integer;
-	tenant tid[];
 	chunk integer;
 	got integer;
 	top double precision;
 	bound double precision;
+	filling boolean;
+	cand record;
+	nth double precision;
 BEGIN
 	LOOP
 		EXIT WHEN remaining OPERATOR(pg_catalog.<=) 0;
@@ -282,30 +390,47 @@ BEGIN
 			   AND j.priority OPERATOR(pg_catalog.=) p
 			   AND j.run_at OPERATOR(pg_catalog.<=) claim_fair.now);
 
-		SELECT l.v INTO v FROM claimq.fair_level l
+		SELECT pg_catalog.max(l.v) INTO v FROM claimq.fair_level l
 		 WHERE l.queue_id OPERATOR(pg_catalog.=) qid
 		   AND l.priority OPERATOR(pg_catalog.=) p;
 		v := COALESCE(v, 0);
 		top := v;
 
-		/* Rounds at this priority while its tenants have jobs to give. */
+		/*
+		 * Rounds at this priority while its tenants have jobs to give,
+		 * then, work-conserving, one in the queue's usual order for what
+		 * their first jobs did not fill (other claims took them meanwhile):
+		 * every round's jobs are charged to their tenants.
+		 */
+		filling := false;
 		LOOP
 			EXIT WHEN remaining OPERATOR(pg_catalog.<=) 0;
 			chunk := LEAST(remaining, 100);
-			/*
-			 * The tenants with a ready job here, fewest virtual time first,
-			 * whose rows no other claim holds: at most chunk of them.
-			 */
-			SELECT pg_catalog.array_agg(c.group_key ORDER BY c.vt NULLS FIRST, c.group_key NULLS FIRST),
-				   pg_catalog.array_agg(GREATEST(c.vt, v) ORDER BY c.vt NULLS FIRST, c.group_key NULLS FIRST),
-				   pg_catalog.array_agg(c.weight ORDER BY c.vt NULLS FIRST, c.group_key NULLS FIRST),
-				   pg_catalog.array_agg(c.ctid ORDER BY c.vt NULLS FIRST, c.group_key NULLS FIRST)
-			  INTO keys, starts, weights, tenant
-			  FROM (SELECT s.group_key, s.vt, s.ctid,
+			IF NOT filling THEN
+				/*
+				 * The chunk tenants with a ready job here of least virtual
+				 * time as committed (their rows' and their charges'), whether
+				 * or not another claim is serving them.  Their rows come in
+				 * order of the rows' own times, which charges only add to: no
+				 * tenant after one whose row's time is past the chunk-th
+				 * least time seen can be among them.
+				 */
+				keys := '{}';
+				starts := '{}';
+				weights := '{}';
+				nth := NULL;
+				FOR cand IN
+					SELECT s.group_key, s.vt,
+						   GREATEST(COALESCE(s.vt, v) OPERATOR(pg_catalog.+) COALESCE((
+							SELECT pg_catalog.sum(d.amount) FROM claimq.fair_charge d
+							 WHERE d.queue_id OPERATOR(pg_catalog.=) qid
+							   AND d.priority OPERATOR(pg_catalog.=) p
+							   AND CASE WHEN s.group_key IS NULL THEN d.group_key IS NULL
+										ELSE d.group_key OPERATOR(pg_catalog.=) s.group_key END), 0), v) AS s,
 						   COALESCE((SELECT w.weight FROM claimq.group_weight w
 									  WHERE w.queue_id OPERATOR(pg_catalog.=) qid
 										AND w.group_key IS NOT DISTINCT FROM s.group_key),
-									1)::double precision AS weight
+									1)::double precision AS w
 					  FROM claimq.fair_share s
 					 WHERE s.queue_id OPERATOR(pg_catalog.=) qid
 					   AND s.priority OPERATOR(pg_catalog.=) p
@@ -325,70 +450,120 @@ BEGIN
 							   AND j.run_at OPERATOR(pg_catalog.<=) claim_fair.now)
 						   END
 					 ORDER BY s.vt NULLS FIRST
-					 LIMIT chunk
-					   FOR NO KEY UPDATE OF s SKIP LOCKED) c;
-			EXIT WHEN keys IS NULL;
+				LOOP
+					EXIT WHEN cand.vt OPERATOR(pg_catalog.>=) nth;
+					keys := keys OPERATOR(pg_catalog.||) cand.group_key;
+					starts := starts OPERATOR(pg_catalog.||) cand.s;
+					weights := weights OPERATOR(pg_catalog.||) cand.w;
+					IF pg_catalog.cardinality(keys) OPERATOR(pg_catalog.>=) chunk THEN
+						nth := (SELECT x FROM pg_catalog.unnest(starts) x
+								 ORDER BY x OFFSET chunk OPERATOR(pg_catalog.-) 1 LIMIT 1);
+					END IF;
+				END LOOP;
+				SELECT pg_catalog.array_agg(c.k ORDER BY c.s, c.k NULLS FIRST),
+					   pg_catalog.array_agg(c.s ORDER BY c.s, c.k NULLS FIRST),
+					   pg_catalog.array_agg(c.w ORDER BY c.s, c.k NULLS FIRST)
+				  INTO keys, starts, weights
+				  FROM (SELECT c.k, c.s, c.w
+						  FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(starts),
+										  pg_catalog.unnest(weights)) c(k, s, w)
+						 ORDER BY c.s, c.k NULLS FIRST
+						 LIMIT chunk) c;
+				filling := keys IS NULL;
+			END IF;
+			IF NOT filling THEN
+				/* The least start of the tenants backlogged here. */
+				top := GREATEST(top, starts[1]);
+				/*
+				 * Each tenant's quota: its share of the chunk smallest tags,
+				 * its k-th next job (from 0) tagged start + k / weight.  No tag
+				 * beyond the latest start plus chunk / (the weights' sum) is
+				 * needed (every tenant has at least its share of the chunk
+				 * below it), so each tenant offers only its tags up to there.
+				 */
+				SELECT pg_catalog.max(c.s) OPERATOR(pg_catalog.+)
+					   (chunk OPERATOR(pg_catalog./) pg_catalog.sum(c.w))
+				  INTO bound
+				  FROM ROWS FROM (pg_catalog.unnest(starts), pg_catalog.unnest(weights)) c(s, w);
+				SELECT pg_catalog.array_agg(COALESCE(q.quota, 0) ORDER BY t.i)
+				  INTO quotas
+				  FROM pg_catalog.generate_series(1, pg_catalog.cardinality(keys)) t(i)
+				  LEFT JOIN (
+					SELECT x.i, pg_catalog.count(*)::integer AS quota
+					  FROM (SELECT c.i
+							  FROM ROWS FROM (pg_catalog.unnest(starts), pg_catalog.unnest(weights)) WITH ORDINALITY c(s, w, i)
+							 CROSS JOIN pg_catalog.generate_series(0, LEAST((chunk OPERATOR(pg_catalog.-) 1)::double precision,
+								pg_catalog.floor((bound OPERATOR(pg_catalog.-) c.s) OPERATOR(pg_catalog.*) c.w))::integer) k
+							 ORDER BY c.s OPERATOR(pg_catalog.+) (k OPERATOR(pg_catalog./) c.w), c.i
+							 LIMIT chunk) x
+					 GROUP BY x.i) q ON q.i OPERATOR(pg_catalog.=) t.i;
 
-			/*
-			 * Each tenant's quota: its share of the chunk smallest tags,
-			 * its k-th next job (from 0) tagged start + k / weight.  No tag
-			 * beyond the latest start plus chunk / (the weights' sum) is
-			 * needed (every tenant has at least its share of the chunk
-			 * below it), so each tenant offers only its tags up to there.
-			 */
-			SELECT pg_catalog.max(c.s) OPERATOR(pg_catalog.+)
-				   (chunk OPERATOR(pg_catalog./) pg_catalog.sum(c.w))
-			  INTO bound
-			  FROM ROWS FROM (pg_catalog.unnest(starts), pg_catalog.unnest(weights)) c(s, w);
-			SELECT pg_catalog.array_agg(COALESCE(q.quota, 0) ORDER BY t.i)
-			  INTO quotas
-			  FROM pg_catalog.generate_series(1, pg_catalog.cardinality(keys)) t(i)
-			  LEFT JOIN (
-				SELECT x.i, pg_catalog.count(*)::integer AS quota
-				  FROM (SELECT c.i
-						  FROM ROWS FROM (pg_catalog.unnest(starts), pg_catalog.unnest(weights)) WITH ORDINALITY c(s, w, i)
-						 CROSS JOIN pg_catalog.generate_series(0, LEAST((chunk OPERATOR(pg_catalog.-) 1)::double precision,
-							pg_catalog.floor((bound OPERATOR(pg_catalog.-) c.s) OPERATOR(pg_catalog.*) c.w))::integer) k
-						 ORDER BY c.s OPERATOR(pg_catalog.+) (k OPERATOR(pg_catalog./) c.w), c.i
-						 LIMIT chunk) x
-				 GROUP BY x.i) q ON q.i OPERATOR(pg_catalog.=) t.i;
+				/* Each tenant's first jobs, as many as its quota. */
+				SELECT pg_catalog.array_agg(x.ctid), pg_catalog.array_agg(x.i)
+				  INTO picked, owner
+				  FROM (
+					SELECT j.ctid, c.i
+					  FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(quotas)) WITH ORDINALITY c(k, q, i)
+					 CROSS JOIN LATERAL (
+						SELECT j.ctid FROM claimq.job j
+						 WHERE j.queue_id OPERATOR(pg_catalog.=) qid
+						   AND j.group_key OPERATOR(pg_catalog.=) c.k
+						   AND j.state OPERATOR(pg_catalog.=) 'pending' AND NOT j.held
+						   AND j.priority OPERATOR(pg_catalog.=) p
+						   AND j.run_at OPERATOR(pg_catalog.<=) claim_fair.now
+						 ORDER BY j.run_at, j.job_id
+						 LIMIT c.q
+						   FOR UPDATE OF j SKIP LOCKED) j
+					 WHERE c.q OPERATOR(pg_catalog.>) 0 AND c.k IS NOT NULL) x;
+				picked := COALESCE(picked, '{}');
+				owner := COALESCE(owner, '{}');
+				nokey := pg_catalog.array_position(keys, NULL);
+				IF nokey IS NOT NULL AND quotas[nokey] OPERATOR(pg_catalog.>) 0 THEN
+					picked := picked OPERATOR(pg_catalog.||) ARRAY(
+						SELECT j.ctid FROM claimq.job j
+						 WHERE j.queue_id OPERATOR(pg_catalog.=) qid
+						   AND j.state OPERATOR(pg_catalog.=) 'pending' AND NOT j.held
+						   AND j.priority OPERATOR(pg_catalog.=) p
+						   AND j.run_at OPERATOR(pg_catalog.<=) claim_fair.now
+						   AND j.group_key IS NULL
+						 ORDER BY j.run_at, j.job_id
+						 LIMIT quotas[nokey]
+						   FOR UPDATE OF j SKIP LOCKED);
+					owner := owner OPERATOR(pg_catalog.||) pg_catalog.array_fill(nokey,
+						ARRAY[pg_catalog.cardinality(picked) OPERATOR(pg_catalog.-)
+							  pg_catalog.cardinality(owner)]);
+				END IF;
 
-			/* Each tenant's first jobs, as many as its quota. */
-			SELECT pg_catalog.array_agg(x.ctid), pg_catalog.array_agg(x.i)
-			  INTO picked, owner
-			  FROM (
-				SELECT j.ctid, c.i
-				  FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(quotas)) WITH ORDINALITY c(k, q, i)
-				 CROSS JOIN LATERAL (
-					SELECT j.ctid FROM claimq.job j
-					 WHERE j.queue_id OPERATOR(pg_catalog.=) qid
-					   AND j.group_key OPERATOR(pg_catalog.=) c.k
-					   AND j.state OPERATOR(pg_catalog.=) 'pending' AND NOT j.held
-					   AND j.priority OPERATOR(pg_catalog.=) p
-					   AND j.run_at OPERATOR(pg_catalog.<=) claim_fair.now
-					 ORDER BY j.run_at, j.job_id
-					 LIMIT c.q
-					   FOR UPDATE OF j SKIP LOCKED) j
-				 WHERE c.q OPERATOR(pg_catalog.>) 0 AND c.k IS NOT NULL) x;
-			picked := COALESCE(picked, '{}');
-			owner := COALESCE(owner, '{}');
-			nokey := pg_catalog.array_position(keys, NULL);
-			IF nokey IS NOT NULL AND quotas[nokey] OPERATOR(pg_catalog.>) 0 THEN
-				picked := picked OPERATOR(pg_catalog.||) ARRAY(
-					SELECT j.ctid FROM claimq.job j
-					 WHERE j.queue_id OPERATOR(pg_catalog.=) qid
-					   AND j.state OPERATOR(pg_catalog.=) 'pending' AND NOT j.held
-					   AND j.priority OPERATOR(pg_catalog.=) p
-					   AND j.run_at OPERATOR(pg_catalog.<=) claim_fair.now
-					   AND j.group_key IS NULL
-					 ORDER BY j.run_at, j.job_id
-					 LIMIT quotas[nokey]
-					   FOR UPDATE OF j SKIP LOCKED);
-				owner := owner OPERATOR(pg_catalog.||) pg_catalog.array_fill(nokey,
-					ARRAY[pg_catalog.cardinality(picked) OPERATOR(pg_catalog.-)
-						  pg_catalog.cardinality(owner)]);
+				SELECT pg_catalog.array_agg((SELECT pg_catalog.count(*)::integer
+											   FROM pg_catalog.unnest(owner) o
+											  WHERE o OPERATOR(pg_catalog.=) t.i)
+											ORDER BY t.i)
+				  INTO taken
+				  FROM pg_catalog.generate_series(1, pg_catalog.cardinality(keys)) t(i);
+			ELSE
+				SELECT pg_catalog.array_agg(x.ctid), pg_catalog.array_agg(x.group_key)
+				  INTO picked, keys
+				  FROM (SELECT j.ctid, j.group_key FROM claimq.job j
+						 WHERE j.queue_id OPERATOR(pg_catalog.=) qid
+						   AND j.state OPERATOR(pg_catalog.=) 'pending' AND NOT j.held
+						   AND j.priority OPERATOR(pg_catalog.=) p
+						   AND j.run_at OPERATOR(pg_catalog.<=) claim_fair.now
+						 ORDER BY j.run_at, j.job_id
+						 LIMIT remaining
+						   FOR UPDATE OF j SKIP LOCKED) x;
+				EXIT WHEN picked IS NULL;
+				SELECT pg_catalog.array_agg(c.k ORDER BY c.k NULLS FIRST),
+					   pg_catalog.array_agg(COALESCE((SELECT w.weight FROM claimq.group_weight w
+													   WHERE w.queue_id OPERATOR(pg_catalog.=) qid
+														 AND w.group_key IS NOT DISTINCT FROM c.k),
+													 1)::double precision ORDER BY c.k NULLS FIRST),
+					   pg_catalog.array_agg(c.n ORDER BY c.k NULLS FIRST)
+				  INTO keys, weights, taken
+				  FROM (SELECT k, pg_catalog.count(*)::integer AS n
+						  FROM pg_catalog.unnest(keys) k GROUP BY k) c;
 			END IF;
 
+			/* Every row picked is claimed: this claim holds its lock. */
 			RETURN QUERY
 			WITH upd AS (
 			UPDATE claimq.job j
@@ -405,70 +580,23 @@ BEGIN
 					  j.enqueued_at, j.expires_at, j.run_at)
 			SELECT * FROM upd;
 			GET DIAGNOSTICS got = ROW_COUNT;
-
-			/*
-			 * Each served tenant's virtual time moves past what it got, from
-			 * where it started.  Every row picked is claimed: this claim
-			 * holds its lock.
-			 */
-			SELECT pg_catalog.array_agg((SELECT pg_catalog.count(*)::integer
-										   FROM pg_catalog.unnest(owner) o
-										  WHERE o OPERATOR(pg_catalog.=) t.i)
-										ORDER BY t.i)
-			  INTO taken
-			  FROM pg_catalog.generate_series(1, pg_catalog.cardinality(keys)) t(i);
-			UPDATE claimq.fair_share s
-			   SET vt = c.s OPERATOR(pg_catalog.+) (c.t OPERATOR(pg_catalog./) c.w)
-			  FROM ROWS FROM (pg_catalog.unnest(tenant), pg_catalog.unnest(starts),
-							 pg_catalog.unnest(weights), pg_catalog.unnest(taken)) c(r, s, w, t)
-			 WHERE s.ctid OPERATOR(pg_catalog.=) c.r AND c.t OPERATOR(pg_catalog.>) 0;
-			SELECT GREATEST(top, pg_catalog.max(c.s OPERATOR(pg_catalog.+)
-					((c.t OPERATOR(pg_catalog.-) 1) OPERATOR(pg_catalog./) c.w)))
-			  INTO top
-			  FROM ROWS FROM (pg_catalog.unnest(starts), pg_catalog.unnest(weights),
-							  pg_catalog.unnest(taken)) c(s, w, t)
-			 WHERE c.t OPERATOR(pg_catalog.>) 0;
 			remaining := remaining OPERATOR(pg_catalog.-) got;
-			EXIT WHEN got OPERATOR(pg_catalog.=) 0;
+			PERFORM claimq.charge_fair(qid, p, v, keys, weights, taken);
+			EXIT WHEN filling;
+			/* Every tenant backlogged here was seen: where they are now. */
+			IF pg_catalog.cardinality(keys) OPERATOR(pg_catalog.<) chunk THEN
+				SELECT GREATEST(top, pg_catalog.min(c.s OPERATOR(pg_catalog.+) (c.t OPERATOR(pg_catalog./) c.w)))
+				  INTO top
+				  FROM ROWS FROM (pg_catalog.unnest(starts), pg_catalog.unnest(weights),
+								  pg_catalog.unnest(taken)) c(s, w, t);
+			END IF;
+			filling := got OPERATOR(pg_catalog.=) 0;
 		END LOOP;
 
 		/*
-		 * Work-conserving: what the tenants this claim could lock did not
-		 * fill is taken in the queue's usual order (their shares are not
-		 * moved: the drift of a claim held open).
-		 */
-		IF remaining OPERATOR(pg_catalog.>) 0 THEN
-			RETURN QUERY
-			WITH upd AS (
-			UPDATE claimq.job j
-			   SET state = CASE WHEN claim_fair.start THEN 'running' ELSE 'claimed' END,
-				   attempts = j.attempts OPERATOR(pg_catalog.+)
-							  CASE WHEN claim_fair.start THEN 1 ELSE 0 END,
-				   token = claim_fair.token_base OPERATOR(pg_catalog.+)
-						   pg_catalog.nextval('claimq.token_seq'),
-				   worker = claim_fair.worker, claimed_at = claim_fair.now,
-				   expires_at = claim_fair.now OPERATOR(pg_catalog.+) claim_fair.lease,
-				   started_at = CASE WHEN claim_fair.start THEN claim_fair.now END
-			 WHERE j.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
-				SELECT x.ctid FROM claimq.job x
-				 WHERE x.queue_id OPERATOR(pg_catalog.=) qid
-				   AND x.state OPERATOR(pg_catalog.=) 'pending' AND NOT x.held
-				   AND x.priority OPERATOR(pg_catalog.=) p
-				   AND x.run_at OPERATOR(pg_catalog.<=) claim_fair.now
-				 ORDER BY x.run_at, x.job_id
-				 LIMIT remaining
-				   FOR UPDATE OF x SKIP LOCKED))
-			RETURNING j.job_id, j.token, j.payload, j.attempts, j.priority,
-					  j.enqueued_at, j.expires_at, j.run_at)
-			SELECT * FROM upd;
-			GET DIAGNOSTICS got = ROW_COUNT;
-			remaining := remaining OPERATOR(pg_catalog.-) got;
-		END IF;
-
-		/*
-		 * The priority's virtual time: the largest tag handed out, kept
-		 * by whichever claim holds its row (another claim that holds it
-		 * keeps its own).
+		 * The priority's virtual time: the least start of its backlogged
+		 * tenants (after this claim where it saw them all), in a row this
+		 * claim can lock or a new one.
 		 */
 		IF top OPERATOR(pg_catalog.>) v THEN
 			UPDATE claimq.fair_level l SET v = GREATEST(l.v, top)
@@ -476,7 +604,12 @@ BEGIN
 				SELECT x.ctid FROM claimq.fair_level x
 				 WHERE x.queue_id OPERATOR(pg_catalog.=) qid
 				   AND x.priority OPERATOR(pg_catalog.=) p
+				 ORDER BY x.v DESC LIMIT 1
 				   FOR NO KEY UPDATE OF x SKIP LOCKED);
+			IF NOT FOUND THEN
+				INSERT INTO claimq.fair_level (queue_id, priority, v)
+				VALUES (qid, p, top);
+			END IF;
 		END IF;
 	END LOOP;
 END

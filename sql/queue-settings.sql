@@ -149,6 +149,8 @@ BEGIN
 	 * starts from a live job).  Made unfair: the shares are forgotten.
 	 */
 	IF q.fair AND NOT old.fair THEN
+		/* Charges a claim left as the queue was made unfair are moot. */
+		DELETE FROM claimq.fair_charge d WHERE d.queue_id OPERATOR(pg_catalog.=) q.queue_id;
 		INSERT INTO claimq.fair_share (queue_id, priority, group_key)
 		SELECT DISTINCT q.queue_id, j.priority, j.group_key FROM claimq.job j
 		 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
@@ -161,6 +163,7 @@ BEGIN
 	ELSIF old.fair AND NOT q.fair THEN
 		DELETE FROM claimq.fair_share s WHERE s.queue_id OPERATOR(pg_catalog.=) q.queue_id;
 		DELETE FROM claimq.fair_level l WHERE l.queue_id OPERATOR(pg_catalog.=) q.queue_id;
+		DELETE FROM claimq.fair_charge d WHERE d.queue_id OPERATOR(pg_catalog.=) q.queue_id;
 	END IF;
 
 	IF (q.group_limit, q.group_fifo) IS DISTINCT FROM (old.group_limit, old.group_fifo) THEN

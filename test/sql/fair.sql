@@ -11,7 +11,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(37);
+SELECT plan(38);
 
 -- n jobs of tenant t (NULL: no group key) at priority p.
 CREATE FUNCTION pg_temp.fill(q text, t text, n integer, p integer DEFAULT 0)
@@ -218,6 +218,10 @@ SELECT claimq.drop_queue('fi', force => true) \gset
 SELECT is((SELECT count(*) FROM claimq.fair_share s WHERE NOT EXISTS (
 			SELECT FROM claimq.queue q WHERE q.queue_id = s.queue_id)), 0::bigint,
 	'a dropped queue leaves no shares');
+SELECT claimq.fair_forget(1000) \gset
+SELECT is((SELECT count(*) FROM claimq.fair_level l WHERE NOT EXISTS (
+			SELECT FROM claimq.queue q WHERE q.queue_id = l.queue_id)), 0::bigint,
+	'and once forgotten, no virtual time of its priorities');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -47,6 +47,20 @@ $node->safe_psql(
 	SELECT claimq.grant_duty('claimq_dump_worker', 'work');
 });
 
+# A charge on a fair queue's tenant: a claim serves it while another,
+# open, holds its row.
+$node->safe_psql('src', q{
+	SELECT claimq.enqueue('fairq', '{"t": 3}', group_key => 'big');
+	SELECT claimq.enqueue('fairq', '{"t": 4}', group_key => 'big');});
+my $holder = $node->background_psql('src', on_error_stop => 1);
+$holder->query_safe('BEGIN');
+$holder->query_safe(q{SELECT count(*) FROM claimq.claim('fairq')});
+$node->safe_psql('src', q{SELECT count(*) FROM claimq.claim('fairq')});
+$holder->query_safe('COMMIT');
+$holder->quit;
+is($node->safe_psql('src', 'SELECT count(*) FROM claimq.fair_charge'), '1',
+	'a fair queue\'s tenant has a charge');
+
 # Run $sql on database $db and return its output.
 sub dbq
 {
@@ -143,7 +157,7 @@ my $states_sql = q{
 is( dbq('src', $states_sql),
 	'alpha:claimed:2,alpha:dead:1,alpha:done:1,alpha:pending:5,alpha:running:2,'
 	  . 'beta:claimed:1,beta:pending:2,delta:claimed:1,delta:pending:2,'
-	  . 'epsilon:claimed:1,epsilon:waiting:1,fairq:claimed:1,fairq:pending:1',
+	  . 'epsilon:claimed:1,epsilon:waiting:1,fairq:claimed:3,fairq:pending:1',
 	'source holds jobs in every state');
 
 # What has to come back the same.  Row texts, so every column counts.
@@ -166,7 +180,8 @@ my %compare = (
 		SELECT concat_ws(E'\n',
 			(SELECT string_agg(t::text, E'\n' ORDER BY queue_id, group_key) FROM claimq.group_weight t),
 			(SELECT string_agg(t::text, E'\n' ORDER BY queue_id, priority, group_key) FROM claimq.fair_share t),
-			(SELECT string_agg(t::text, E'\n' ORDER BY queue_id, priority) FROM claimq.fair_level t))},
+			(SELECT string_agg(t::text, E'\n' ORDER BY queue_id, priority, v) FROM claimq.fair_level t),
+			(SELECT string_agg(t::text, E'\n' ORDER BY t::text) FROM claimq.fair_charge t))},
 	'key_claim rows' => q{
 		SELECT string_agg(t::text, E'\n' ORDER BY scope, key) FROM claimq.key_claim t},
 	'sequence positions' => q{
@@ -206,8 +221,8 @@ is( dbq('dst', q{
 	SELECT e.extversion = a.default_version, cardinality(e.extconfig)
 	  FROM pg_extension e JOIN pg_available_extensions a ON a.name = e.extname
 	 WHERE e.extname = 'claimq'}),
-	't|17',
-	'the restored extension is at the current version with its seventeen dumped tables and sequences (two of them, the mail of workflows across shards, are used only on a distributed install)');
+	't|18',
+	'the restored extension is at the current version with its eighteen dumped tables and sequences (two of them, the mail of workflows across shards, are used only on a distributed install)');
 
 # Duties survive the dump; PUBLIC still gets nothing.
 is( dbq('dst', q{

@@ -957,6 +957,7 @@ def run_fair():
             DB.execute("TRUNCATE claimq.job")
             DB.execute("DELETE FROM claimq.fair_share")
             DB.execute("DELETE FROM claimq.fair_level")
+            DB.execute("DELETE FROM claimq.fair_charge")
             # Twice what both runs of a queue take, spread over the tenants.
             for name in ("fair1", "fair2"):
                 DB.execute("""
@@ -993,6 +994,7 @@ def run_fair():
     DB.execute("TRUNCATE claimq.job")
     DB.execute("DELETE FROM claimq.fair_share")
     DB.execute("DELETE FROM claimq.fair_level")
+    DB.execute("DELETE FROM claimq.fair_charge")
 
 
 # ---------------------------------------------------------------------------

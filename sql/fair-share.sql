@@ -54,6 +54,7 @@ CREATE TABLE claimq.fair_share (
 	priority		integer NOT NULL,
 	group_key		text,			-- NULL: the jobs without a group key
 	vt				double precision,	-- NULL: not served yet
+	handed			bigint NOT NULL DEFAULT 0,	-- jobs claimed, charges folded in
 	CONSTRAINT fair_share_key UNIQUE NULLS NOT DISTINCT (queue_id, priority, group_key)
 );
 
@@ -84,6 +85,7 @@ CREATE TABLE claimq.fair_charge (
 	queue_id		integer NOT NULL,
 	priority		integer NOT NULL,
 	group_key		text,			-- NULL: the jobs without a group key
+	jobs			integer NOT NULL,
 	amount			double precision NOT NULL	-- jobs / weight
 );
 
@@ -314,19 +316,22 @@ BEGIN
 		   AND d.queue_id OPERATOR(pg_catalog.=) s.queue_id
 		   AND d.priority OPERATOR(pg_catalog.=) s.priority
 		   AND d.group_key IS NOT DISTINCT FROM s.group_key
-		RETURNING s.group_key, d.amount)
+		RETURNING s.group_key, d.jobs, d.amount)
 	UPDATE claimq.fair_share s
 	   SET vt = GREATEST(COALESCE(s.vt, charge_fair.v) OPERATOR(pg_catalog.+)
 						 COALESCE((SELECT pg_catalog.sum(f.amount) FROM folded f
 								    WHERE f.group_key IS NOT DISTINCT FROM s.group_key), 0),
 						 charge_fair.v)
-				OPERATOR(pg_catalog.+) (c.t OPERATOR(pg_catalog./) c.w)
+				OPERATOR(pg_catalog.+) (c.t OPERATOR(pg_catalog./) c.w),
+		   handed = s.handed OPERATOR(pg_catalog.+) c.t OPERATOR(pg_catalog.+)
+					COALESCE((SELECT pg_catalog.sum(f.jobs) FROM folded f
+							   WHERE f.group_key IS NOT DISTINCT FROM s.group_key), 0)
 	  FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(weights), pg_catalog.unnest(taken)) c(k, w, t)
 	 WHERE s.ctid OPERATOR(pg_catalog.=) ANY (mine)
 	   AND s.group_key IS NOT DISTINCT FROM c.k
 	   AND c.t OPERATOR(pg_catalog.>) 0;
-	INSERT INTO claimq.fair_charge (queue_id, priority, group_key, amount)
-	SELECT charge_fair.queue_id, charge_fair.priority, c.k, c.t OPERATOR(pg_catalog./) c.w
+	INSERT INTO claimq.fair_charge (queue_id, priority, group_key, jobs, amount)
+	SELECT charge_fair.queue_id, charge_fair.priority, c.k, c.t, c.t OPERATOR(pg_catalog./) c.w
 	  FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(weights), pg_catalog.unnest(taken)) c(k, w, t)
 	 WHERE c.t OPERATOR(pg_catalog.>) 0
 	   AND (mine IS NULL OR pg_catalog.array_position(mine_keys, c.k) IS NULL);

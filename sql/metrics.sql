@@ -143,6 +143,7 @@ DECLARE
 	role text := claimq.node_role();
 -- @end
 	family constant text := E'# HELP %1$s %2$s\n# TYPE %1$s %3$s\n';
+	fair jsonb;
 	out text;
 	f record;
 BEGIN
@@ -253,6 +254,45 @@ BEGIN
 							  slots.held, slots.free);
 	END IF;
 -- @end
+	-- Fair queues (fair-share.sql): each tenant's jobs handed out since it
+	-- last had none live (its share's row and its charges), and its weight;
+	-- the tenant of jobs without a group key has the label keyless="1".
+	fair := (SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+								'labels', pg_catalog.format('queue="%s",%s', q.name,
+									CASE WHEN t.group_key IS NULL THEN 'keyless="1"'
+										 ELSE pg_catalog.format('group_key="%s"',
+											pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
+												t.group_key, E'\\', E'\\\\'), '"', E'\\"'), E'\n', E'\\n'))
+									END),
+								'handed', t.handed, 'weight', t.weight)
+							 ORDER BY q.name, t.group_key NULLS FIRST), '[]')
+			   FROM (SELECT s.queue_id, s.group_key,
+							pg_catalog.sum(s.handed) OPERATOR(pg_catalog.+) COALESCE((
+								SELECT pg_catalog.sum(d.jobs) FROM claimq.fair_charge d
+								 WHERE d.queue_id OPERATOR(pg_catalog.=) s.queue_id
+								   AND d.group_key IS NOT DISTINCT FROM s.group_key), 0) AS handed,
+							COALESCE((SELECT w.weight FROM claimq.group_weight w
+									   WHERE w.queue_id OPERATOR(pg_catalog.=) s.queue_id
+										 AND w.group_key IS NOT DISTINCT FROM s.group_key), 1) AS weight
+					   FROM claimq.fair_share s
+					  GROUP BY s.queue_id, s.group_key) t
+			   JOIN claimq.queue q ON q.queue_id OPERATOR(pg_catalog.=) t.queue_id);
+	FOR f IN SELECT * FROM (VALUES
+		('fair_handed_total', 'handed', 'counter',
+		 'Jobs a fair queue handed to a tenant since the tenant last had no live job.'),
+		('fair_weight', 'weight', 'gauge',
+		 'A fair queue''s tenant''s weight (set_group_weight), per tenant with live jobs.')) AS v(name, key, type, help)
+	LOOP
+		out := out OPERATOR(pg_catalog.||)
+			pg_catalog.format(family, 'claimq_' OPERATOR(pg_catalog.||) f.name, f.help, f.type)
+			OPERATOR(pg_catalog.||)
+			COALESCE((SELECT pg_catalog.string_agg(
+						pg_catalog.format(E'claimq_%s{%s} %s\n', f.name,
+										  e.x OPERATOR(pg_catalog.->>) 'labels',
+										  e.x OPERATOR(pg_catalog.->>) f.key),
+						'' ORDER BY e.n)
+					  FROM pg_catalog.jsonb_array_elements(fair) WITH ORDINALITY AS e(x, n)), '');
+	END LOOP;
 	RETURN out;
 END
 $$;

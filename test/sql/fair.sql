@@ -11,7 +11,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(38);
+SELECT plan(39);
 
 -- n jobs of tenant t (NULL: no group key) at priority p.
 CREATE FUNCTION pg_temp.fill(q text, t text, n integer, p integer DEFAULT 0)
@@ -214,6 +214,20 @@ SELECT (array_agg(j.job_id ORDER BY j.job_id))[1:3] AS oldest FROM claimq.job j
   JOIN claimq.queue q USING (queue_id) WHERE q.name = 'fw' AND j.state = 'pending' \gset
 SELECT is((SELECT array_agg(c.job_id ORDER BY c.job_id) FROM claimq.claim('fw', 3) c),
 		  :'oldest'::bigint[], 'and its claims take the oldest jobs, as on any queue');
+-- metrics(): what each tenant was handed, and its weight, one line each.
+SELECT claimq.create_queue('fm', fair => true) \gset
+SELECT claimq.set_group_weight('fm', E'odd"key\\', 2) \gset
+SELECT pg_temp.fill('fm', E'odd"key\\', 10) + pg_temp.fill('fm', NULL, 10) AS filled \gset
+SELECT count(*) FROM claimq.claim('fm', 6) \gset
+SELECT count(claimq.complete(c.job_id, c.token)) FROM claimq.claim('fm', 3) c \gset
+SELECT is((SELECT string_agg(l, E'\n' ORDER BY l)
+			 FROM regexp_split_to_table(claimq.metrics(), E'\n') l
+			WHERE l LIKE 'claimq\_fair%queue="fm"%'),
+		  E'claimq_fair_handed_total{queue="fm",group_key="odd\\"key\\\\"} 6\n'
+		  || E'claimq_fair_handed_total{queue="fm",keyless="1"} 3\n'
+		  || E'claimq_fair_weight{queue="fm",group_key="odd\\"key\\\\"} 2\n'
+		  || E'claimq_fair_weight{queue="fm",keyless="1"} 1',
+	'metrics() counts the jobs handed to each tenant of a fair queue (weights 2 and 1: 6 and 3 of 9), with its weight');
 SELECT claimq.drop_queue('fi', force => true) \gset
 SELECT is((SELECT count(*) FROM claimq.fair_share s WHERE NOT EXISTS (
 			SELECT FROM claimq.queue q WHERE q.queue_id = s.queue_id)), 0::bigint,

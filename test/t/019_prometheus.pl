@@ -1,5 +1,7 @@
-# Prometheus: claimq.metrics() on real figures passes `promtool check
-# metrics` (Debian's prometheus package) without a complaint, and Debian's
+# Prometheus: claimq.metrics() on real figures (a fair queue's tenants
+# among them, one key with quotes and a backslash, one with a newline, and
+# the keyless one) passes `promtool check metrics` (Debian's prometheus
+# package) without a complaint, and Debian's
 # prometheus-postgres-exporter, connected as a role with only the observe
 # duty and given contrib/prometheus/queries.yaml, serves claimq_* series
 # over HTTP on 127.0.0.1 whose values are those of queue_stats.
@@ -29,6 +31,11 @@ $node->safe_psql(
 	SELECT claimq.complete(job_id, token) FROM claimq.claim('pq', 5, start => true);
 	SELECT count(*) FROM claimq.claim('pq', 3);
 	SELECT claimq.fail(job_id, token, 'no', permanent => true) FROM claimq.claim('pq', 2);
+	SELECT claimq.create_queue('pf', fair => true);
+	SELECT claimq.set_group_weight('pf', 'a "quoted"\key', 2);
+	SELECT claimq.enqueue_many('pf', array_fill('{}'::jsonb, ARRAY[4]),
+		group_keys => ARRAY['a "quoted"\key', 'a "quoted"\key', E'two\nlines', NULL]);
+	SELECT count(*) FROM claimq.claim('pf', 4);
 	CREATE ROLE claimq_exporter LOGIN;
 	SELECT claimq.grant_duty('claimq_exporter', 'observe');
 });
@@ -38,6 +45,8 @@ my $metrics = $node->safe_psql('postgres', 'SELECT claimq.metrics()',
 	extra_params => [ '-U', 'claimq_exporter' ]);
 like($metrics, qr/^claimq_jobs\{queue="pq",state="ready"\} 10$/m,
 	'metrics() reports the figures');
+like($metrics, qr/^claimq_fair_handed_total\{queue="pf",group_key="a \\"quoted\\"\\\\key"\} 2$/m,
+	'and the jobs handed to a fair queue\'s tenants, the label escaped');
 my ($out, $err) = ('', '');
 my $ok = IPC::Run::run([ 'promtool', 'check', 'metrics' ],
 	'<', \"$metrics\n", '>', \$out, '2>', \$err);
@@ -86,7 +95,7 @@ my @stats = split /\n/, $node->safe_psql('postgres', q{
 			 'ready', ready, 'scheduled', scheduled, 'claimed', claimed, 'running', running,
 			 'expired', expired, 'dead', dead, 'done', done, 'cancelled', cancelled)) s
 	 ORDER BY 1});
-is(scalar @stats, 16, 'queue_stats has eight figures for each of the two queues');
+is(scalar @stats, 24, 'queue_stats has eight figures for each of the three queues');
 my @wrong = grep {
 	my ($key, $value) = split /\|/;
 	!defined $served{$key} || $served{$key} != $value

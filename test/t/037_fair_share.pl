@@ -166,5 +166,16 @@ cmp_ok($worst, '<=', 1,
 $held->query_safe('COMMIT');
 $held->quit;
 
+# Every job handed out was counted, charges and all, once the claims ended.
+is( $node->safe_psql('postgres', q{
+		SELECT string_agg(l, ',' ORDER BY l) FROM regexp_split_to_table(claimq.metrics(), E'\n') l
+		 WHERE l LIKE 'claimq\_fair\_handed\_total_queue="g"%'}),
+	$node->safe_psql('postgres', q{
+		SELECT string_agg(format('claimq_fair_handed_total{queue="g",group_key="%s"} %s', group_key, n), ','
+						  ORDER BY group_key)
+		  FROM (SELECT j.group_key, count(*) AS n FROM claimq.job j JOIN claimq.queue q USING (queue_id)
+				 WHERE q.name = 'g' AND j.state <> 'pending' GROUP BY 1) s}),
+	'metrics() counts every job each tenant was handed, charges included');
+
 $node->stop;
 done_testing();

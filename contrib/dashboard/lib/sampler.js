@@ -72,11 +72,37 @@ function quantile(hist, q) {
 	return bucketSeconds(buckets[buckets.length - 1]);
 }
 
+// Fair queues' tenants from metrics(): claimq_fair_handed_total and
+// claimq_fair_weight, one line per tenant, labelled queue and group_key
+// (keyless="1" for the jobs without a group key).  Returns a Map from the
+// line's labels to { queue, key, handed, weight }.
+const FAIR_LINE = /^claimq_fair_(handed_total|weight)\{(.*)\} (\S+)$/;
+const LABEL = /(\w+)="((?:[^"\\]|\\.)*)"/g;
+const unescape = (v) => v.replace(/\\(.)/g, (_, c) => (c === 'n' ? '\n' : c));
+function parseFair(text) {
+	const tenants = new Map();
+	for (const line of text.split('\n')) {
+		const m = FAIR_LINE.exec(line);
+		if (!m) continue;
+		const labels = {};
+		for (const l of m[2].matchAll(LABEL)) labels[l[1]] = unescape(l[2]);
+		if (labels.queue === undefined) continue;
+		const t = tenants.get(m[2]) || { queue: labels.queue, key: labels.keyless === '1' ? null : (labels.group_key ?? ''), handed: 0, weight: 1 };
+		if (m[1] === 'weight') t.weight = Number(m[3]); else t.handed = Number(m[3]);
+		tenants.set(m[2], t);
+	}
+	return tenants;
+}
+
+// How long a fair queue's share is measured over.
+const SHARE_MS = 60e3;
+
 class Sampler {
 	constructor(query, intervalMs) {
 		this.query = query;
 		this.intervalMs = intervalMs;
 		this.samples = [];		// { t, queues: { name: {claimed, ..., wait_n, ..., hist} } }
+		this.fair = [];			// { t, tenants: parseFair's Map }, the last minute and one before
 		this.available = false;	// some sample had a row
 		this.lastError = null;
 		this.timer = null;
@@ -118,6 +144,59 @@ class Sampler {
 		} catch (e) {
 			this.lastError = e.message;	// shown on the overview; the next tick tries again
 		}
+		await this.sampleFair();
+	}
+
+	// The fair queues' tenants, from metrics() (the observe duty has it);
+	// a role without it, or a failed read, leaves the shares unmeasured.
+	async sampleFair() {
+		try {
+			const m = await this.query('SELECT claimq.metrics() AS text');
+			this.addFair({ t: Date.now(), tenants: parseFair(m.rows[0].text) });
+		} catch (e) {
+			this.fair = [];
+		}
+	}
+
+	addFair(s) {
+		this.fair.push(s);
+		// Keep the newest sample at least SHARE_MS old, and those after it.
+		while (this.fair.length > 1 && this.fair[1].t <= s.t - SHARE_MS) this.fair.shift();
+	}
+
+	// A fair queue's share over the last minute (or since the first
+	// sample, if that is later): { seconds, tenants: [{ key, weight,
+	// handed, share, part }] } in key order (the keyless tenant first),
+	// or null before two samples.  handed is the difference between the
+	// samples (the whole count where it went down: the tenant was
+	// forgotten and came back); share is its part of the queue's jobs in
+	// the window (null if none); part, its weight's part of the weights of
+	// the tenants with live jobs now.
+	share(queue) {
+		if (this.fair.length < 2) return null;
+		const last = this.fair[this.fair.length - 1];
+		const first = this.fair[0];
+		const rows = [];
+		for (const [labels, t] of last.tenants) {
+			if (t.queue !== queue) continue;
+			const before = first.tenants.get(labels);
+			const handed = before && before.handed <= t.handed ? t.handed - before.handed : t.handed;
+			rows.push({ key: t.key, weight: t.weight, handed });
+		}
+		const total = rows.reduce((n, r) => n + r.handed, 0);
+		const weights = rows.reduce((n, r) => n + r.weight, 0);
+		for (const r of rows) {
+			r.share = total > 0 ? r.handed / total : null;
+			r.part = r.weight / weights;
+		}
+		rows.sort((a, b) => (a.key === null ? -1 : b.key === null ? 1 : a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+		return { seconds: (last.t - first.t) / 1000, tenants: rows };
+	}
+
+	// The queues the last fair sample has tenants of, in name order.
+	fairQueues() {
+		if (!this.fair.length) return [];
+		return [...new Set([...this.fair[this.fair.length - 1].tenants.values()].map((t) => t.queue))].sort();
 	}
 
 	add(s) {
@@ -212,4 +291,4 @@ class Sampler {
 	}
 }
 
-module.exports = { Sampler, quantile, bucketSeconds };
+module.exports = { Sampler, quantile, bucketSeconds, parseFair, SHARE_MS };

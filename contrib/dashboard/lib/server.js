@@ -367,7 +367,29 @@ ${field('last error', j.last_error)}</table>${cut('last error', j.last_error_len
 ${rows.map((g) => html`<tr data-queue="${g.queue}" data-group="${g.group_key}"><td><a href="/queues/${encodeURIComponent(g.queue)}">${g.queue}</a></td>
 <td><a href="/queues/${encodeURIComponent(g.queue)}${qs({ group: g.group_key })}">${g.group_key}</a></td>
 <td class="num" data-col="ready">${g.ready}</td><td class="num" data-col="in_flight">${g.in_flight}</td><td>${g.blocked ? 'blocked' : ''}</td></tr>`)}</tbody></table>
-${rows.length ? '' : html`<p class="empty">No group has live jobs.</p>`}${cut ? html`<p class="note">The first 1,000 groups.</p>` : ''}`;
+${rows.length ? '' : html`<p class="empty">No group has live jobs.</p>`}${cut ? html`<p class="note">The first 1,000 groups.</p>` : ''}
+${fairShares()}`;
+	}
+
+	// Each fair queue's tenants: what they were handed over the last
+	// minute, sampled from metrics(), against their weights' parts.
+	function fairShares() {
+		const queues = sampler.fairQueues();
+		if (!queues.length) return '';
+		const pct = (x) => (x === null ? '' : `${(100 * x).toFixed(1)}%`);
+		const tables = queues.map((q) => {
+			const s = sampler.share(q);
+			if (!s) return html`<p class="na" data-queue="${q}">${q}: collecting samples (every ${sampleMs / 1000} s)…</p>`;
+			return html`<table class="grid fair" data-queue="${q}"><caption><a href="/queues/${encodeURIComponent(q)}">${q}</a>, the last ${Math.round(s.seconds)} s</caption>
+<thead><tr><th>tenant</th><th>weight</th><th>jobs handed</th><th>share</th><th>weight's part</th></tr></thead><tbody>
+${s.tenants.map((t) => html`<tr data-tenant="${t.key === null ? '' : t.key}"${t.key === null ? html` data-keyless="1"` : ''}><td>${t.key === null ? html`<i>no group key</i>` : t.key}</td>
+<td class="num" data-col="weight">${t.weight}</td><td class="num" data-col="handed">${t.handed}</td><td class="num" data-col="share">${pct(t.share)}</td><td class="num" data-col="part">${pct(t.part)}</td></tr>`)}</tbody></table>`;
+		});
+		return html`<h2 id="fair">Fair queues</h2>
+<p class="note">Each tenant's jobs over the last minute, from <code>claimq.metrics()</code> (its
+<code>claimq_fair_handed_total</code>, sampled every ${sampleMs / 1000} s), against its weight's part of the weights of
+the tenants with live jobs: a tenant with a ready job throughout gets at least its weight's part.</p>
+${tables}`;
 	}
 
 	async function schedulesPage(ctx) {

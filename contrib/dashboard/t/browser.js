@@ -353,13 +353,27 @@ async function main() {
 
 	await check("groups page: the quiet queue's groups are claimq.group_stats's", async () => {
 		await go(`${A}/groups`);
-		await shot('groups');
 		const shown = await page.$$eval('#groups tr[data-queue="quiet"]', (rows) => rows.map((r) =>
 			[r.dataset.group, r.querySelector('[data-col=ready]').textContent, r.querySelector('[data-col=in_flight]').textContent]));
 		const want = (await sql.query(`SELECT group_key, ready::text, in_flight::text FROM claimq.group_stats WHERE queue = 'quiet' ORDER BY group_key`)).rows
 			.map((r) => [r.group_key, r.ready, r.in_flight]);
 		assert.equal(want.length, 5);
 		assert.deepEqual(shown, want);
+	});
+
+	await check("groups page: a fair queue's tenants, their share of the last minute's jobs against their weights (observe duty)", async () => {
+		const tenants = () => page.$$eval('table.fair[data-queue="tenants"] tbody tr', (rows) => Object.fromEntries(rows.map((r) =>
+			[r.dataset.tenant, Object.fromEntries([...r.querySelectorAll('td[data-col]')].map((td) => [td.dataset.col, td.textContent.trim()]))])));
+		const t = await until('forty jobs of the fair queue in the window', async () => {
+			await go(`${O}/groups`);
+			const r = await tenants();
+			return r.light && r.heavy && Number(r.light.handed) + Number(r.heavy.handed) >= 40 && r;
+		}, 60000);
+		await shot('groups');
+		assert.deepEqual([t.light.weight, t.light.part, t.heavy.weight, t.heavy.part], ['3', '75.0%', '1', '25.0%']);
+		const light = parseFloat(t.light.share);
+		assert.ok(light >= 65 && light <= 85, `light's share ${t.light.share} (its weight's part: 75%), of ${t.light.handed} + ${t.heavy.handed} jobs`);
+		assert.equal((parseFloat(t.light.share) + parseFloat(t.heavy.share)).toFixed(1), '100.0');
 	});
 
 	await check('schedules page: next and last run', async () => {

@@ -8,7 +8,7 @@
 // and exits 1 if any check failed.
 
 const assert = require('node:assert/strict');
-const { Sampler, quantile, bucketSeconds } = require('../lib/sampler');
+const { Sampler, quantile, bucketSeconds, parseFair } = require('../lib/sampler');
 
 let n = 0, failures = 0;
 function check(name, fn) {
@@ -48,8 +48,19 @@ function fakeDb({ histograms = true } = {}) {
 			if (!histograms) throw Object.assign(new Error('permission denied'), { code: '42501' });
 			return { rows: ['wait', 'run'].flatMap((kind) => Object.entries(db[kind]).map(([bucket, v]) => ({ queue: 'q', kind, bucket: Number(bucket), n: v }))) };
 		}
+		if (/claimq\.metrics\(\)/.test(text)) {
+			// A fair queue f: tenants a (weight 1), b (weight 3) and the
+			// jobs without a group key; db.fair holds their counts.
+			const line = (name, labels, v) => `claimq_fair_${name}{queue="f",${labels}} ${v}`;
+			const lines = ['# HELP claimq_jobs ...', 'claimq_jobs{queue="f",state="ready"} 1'];
+			for (const [labels, t] of Object.entries(db.fair)) {
+				lines.push(line('handed_total', labels, t.handed), line('weight', labels, t.weight));
+			}
+			return { rows: [{ text: lines.join('\n') + '\n' }] };
+		}
 		throw new Error(`unexpected query: ${text}`);
 	};
+	db.fair = {};
 	return db;
 }
 
@@ -122,6 +133,37 @@ const fast = (k) => (db) => { for (let i = 0; i < k; i++) { db.claim('wait', B1M
 		assert.equal(w.wait.p99, null);
 		assert.equal(w.wait.n, 20);
 		assert.ok(Math.abs(w.wait.mean - 0.001) < 1e-9);
+	});
+
+	// A fair queue's share: samples every 10 s over 100 s; a gets 10 jobs
+	// and b 30 per step, the keyless tenant 5 until it is forgotten (its
+	// count goes back to 0) and comes back with 2 per step.
+	const fair = fakeDb();
+	fair.fair = { 'group_key="a"': { handed: 500, weight: 1 }, 'group_key="b"': { handed: 900, weight: 3 },
+		'keyless="1"': { handed: 0, weight: 1 }, 'group_key="odd\\"key\\\\"': { handed: 7, weight: 0.5 } };
+	const grow = (k) => (db) => {
+		db.fair['group_key="a"'].handed += 10;
+		db.fair['group_key="b"'].handed += 30;
+		if (k === 'forget') db.fair['keyless="1"'].handed = 2;
+		else db.fair['keyless="1"'].handed += k;
+	};
+	const s4 = await run(fair, [grow(5), grow(5), grow(5), grow(5), grow('forget'), grow(2), grow(2), grow(2), grow(2), grow(2)]);
+	check('fair share: the last minute from the sample 60 s before the last, by tenant', () => {
+		assert.deepEqual(s4.fairQueues(), ['f']);
+		const sh = s4.share('f');
+		assert.equal(sh.seconds, 60);
+		assert.deepEqual(sh.tenants.map((t) => [t.key, t.weight, t.handed]),
+			[[null, 1, 12], ['a', 1, 60], ['b', 3, 180], ['odd"key\\', 0.5, 0]]);
+		assert.ok(Math.abs(sh.tenants[2].share - 180 / 252) < 1e-9);
+		assert.ok(Math.abs(sh.tenants[2].part - 3 / 5.5) < 1e-9);
+		assert.equal(s4.fair.length, 7);
+	});
+	check('fair share: none before two samples, and null shares when nothing was handed', () => {
+		const s = new Sampler(fair.query, 10000);
+		assert.equal(s.share('f'), null);
+		s.addFair({ t: 0, tenants: parseFair('claimq_fair_handed_total{queue="f",group_key="a"} 3\n') });
+		s.addFair({ t: 5000, tenants: parseFair('claimq_fair_handed_total{queue="f",group_key="a"} 3\n') });
+		assert.deepEqual(s.share('f').tenants.map((t) => [t.handed, t.share, t.part]), [[0, null, 1]]);
 	});
 
 	check("quantile: nearest rank over buckets, the bucket's geometric middle", () => {

@@ -1,7 +1,8 @@
 'use strict';
 // Traffic on queue "busy" while the browser checks run: a producer that
 // enqueues a few jobs every 50 ms and a worker that claims, starts and
-// completes them (one in eight fails, with one retry left, so some die).
+// completes them (one in eight fails, with one retry left, so some die);
+// and a worker of the fair queue "tenants".
 // Runs until SIGTERM; prints a progress line every second.
 
 const { Pool } = require('pg');
@@ -9,7 +10,7 @@ const { Pool } = require('pg');
 const pool = new Pool({ connectionString: process.env.CLAIMQ_URL_TRAFFIC, max: 2 });
 pool.on('error', () => {});
 let running = true;
-const n = { enqueued: 0, completed: 0, failed: 0, errors: 0 };
+const n = { enqueued: 0, completed: 0, failed: 0, fair: 0, errors: 0 };
 const pause = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function producer() {
@@ -44,7 +45,23 @@ async function worker() {
 	}
 }
 
+// A worker of the fair queue "tenants": claims of 4, completed at once.
+async function fairWorker() {
+	while (running) {
+		try {
+			const jobs = (await pool.query(
+				"SELECT job_id, token FROM claimq.claim('tenants', 4, worker => 'traffic')")).rows;
+			if (jobs.length) {
+				await pool.query('SELECT * FROM claimq.complete($1::bigint[], $2::bigint[])',
+					[jobs.map((j) => j.job_id), jobs.map((j) => j.token)]);
+				n.fair += jobs.length;
+			}
+		} catch (e) { n.errors++; }
+		await pause(50);
+	}
+}
+
 const report = setInterval(() => console.log(
-	`enqueued ${n.enqueued}, completed ${n.completed}, failed ${n.failed}, errors ${n.errors}`), 1000);
+	`enqueued ${n.enqueued}, completed ${n.completed}, failed ${n.failed}, fair queue ${n.fair}, errors ${n.errors}`), 1000);
 process.on('SIGTERM', () => { running = false; });
-Promise.all([producer(), worker()]).then(() => { clearInterval(report); return pool.end(); });
+Promise.all([producer(), worker(), fairWorker()]).then(() => { clearInterval(report); return pool.end(); });

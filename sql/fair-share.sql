@@ -60,7 +60,7 @@ CREATE TABLE claimq.fair_share (
 
 /* A priority's tenants in order of virtual time, the unserved first. */
 CREATE INDEX fair_share_vt_idx ON claimq.fair_share
-	(queue_id, priority, vt NULLS FIRST);
+	(queue_id, priority, (COALESCE(vt, '-Infinity'::double precision)));
 
 /*
  * A priority's virtual time is the largest v of its rows: a claim moves it
@@ -375,8 +375,13 @@ DECLARE
 	top double precision;
 	bound double precision;
 	filling boolean;
-	cand record;
-	nth double precision;
+	lo double precision;
+	hi double precision;
+	reached double precision;
+	more_keys text[];
+	more_starts double precision[];
+	more_weights double precision[];
+	fetched bigint;
 BEGIN
 	LOOP
 		EXIT WHEN remaining OPERATOR(pg_catalog.<=) 0;
@@ -416,64 +421,79 @@ BEGIN
 				 * The chunk tenants with a ready job here of least virtual
 				 * time as committed (their rows' and their charges'), whether
 				 * or not another claim is serving them.  Their rows come in
-				 * order of the rows' own times, which charges only add to: no
-				 * tenant after one whose row's time is past the chunk-th
-				 * least time seen can be among them.
+				 * order of the rows' own times (the unserved first), which
+				 * charges only add to: the first chunk of them, then those
+				 * whose row's time is below the chunk-th least time seen
+				 * (while that is above the priority's time, below which no
+				 * tenant starts), until there is none.
 				 */
 				keys := '{}';
 				starts := '{}';
 				weights := '{}';
-				nth := NULL;
-				FOR cand IN
-					SELECT s.group_key, s.vt,
-						   GREATEST(COALESCE(s.vt, v) OPERATOR(pg_catalog.+) COALESCE((
-							SELECT pg_catalog.sum(d.amount) FROM claimq.fair_charge d
-							 WHERE d.queue_id OPERATOR(pg_catalog.=) qid
-							   AND d.priority OPERATOR(pg_catalog.=) p
-							   AND CASE WHEN s.group_key IS NULL THEN d.group_key IS NULL
-										ELSE d.group_key OPERATOR(pg_catalog.=) s.group_key END), 0), v) AS s,
-						   COALESCE((SELECT w.weight FROM claimq.group_weight w
-									  WHERE w.queue_id OPERATOR(pg_catalog.=) qid
-										AND w.group_key IS NOT DISTINCT FROM s.group_key),
-									1)::double precision AS w
-					  FROM claimq.fair_share s
-					 WHERE s.queue_id OPERATOR(pg_catalog.=) qid
-					   AND s.priority OPERATOR(pg_catalog.=) p
-					   AND CASE WHEN s.group_key IS NULL THEN EXISTS (
-							SELECT FROM claimq.job j
-							 WHERE j.queue_id OPERATOR(pg_catalog.=) qid
-							   AND j.state OPERATOR(pg_catalog.=) 'pending' AND NOT j.held
-							   AND j.priority OPERATOR(pg_catalog.=) p
-							   AND j.run_at OPERATOR(pg_catalog.<=) claim_fair.now
-							   AND j.group_key IS NULL)
-						   ELSE EXISTS (
-							SELECT FROM claimq.job j
-							 WHERE j.queue_id OPERATOR(pg_catalog.=) qid
-							   AND j.group_key OPERATOR(pg_catalog.=) s.group_key
-							   AND j.state OPERATOR(pg_catalog.=) 'pending' AND NOT j.held
-							   AND j.priority OPERATOR(pg_catalog.=) p
-							   AND j.run_at OPERATOR(pg_catalog.<=) claim_fair.now)
-						   END
-					 ORDER BY s.vt NULLS FIRST
+				lo := '-Infinity';
+				hi := 'Infinity';
 				LOOP
-					EXIT WHEN cand.vt OPERATOR(pg_catalog.>=) nth;
-					keys := keys OPERATOR(pg_catalog.||) cand.group_key;
-					starts := starts OPERATOR(pg_catalog.||) cand.s;
-					weights := weights OPERATOR(pg_catalog.||) cand.w;
-					IF pg_catalog.cardinality(keys) OPERATOR(pg_catalog.>=) chunk THEN
-						nth := (SELECT x FROM pg_catalog.unnest(starts) x
-								 ORDER BY x OFFSET chunk OPERATOR(pg_catalog.-) 1 LIMIT 1);
-					END IF;
+					SELECT pg_catalog.array_agg(c.group_key), pg_catalog.array_agg(c.s),
+						   pg_catalog.array_agg(c.w), pg_catalog.count(*), pg_catalog.max(c.r)
+					  INTO more_keys, more_starts, more_weights, fetched, reached
+					  FROM (SELECT s.group_key, COALESCE(s.vt, '-Infinity'::double precision) AS r,
+								   GREATEST(COALESCE(s.vt, v) OPERATOR(pg_catalog.+) COALESCE((
+									SELECT pg_catalog.sum(d.amount) FROM claimq.fair_charge d
+									 WHERE d.queue_id OPERATOR(pg_catalog.=) qid
+									   AND d.priority OPERATOR(pg_catalog.=) p
+									   AND CASE WHEN s.group_key IS NULL THEN d.group_key IS NULL
+												ELSE d.group_key OPERATOR(pg_catalog.=) s.group_key END), 0), v) AS s,
+								   COALESCE((SELECT w.weight FROM claimq.group_weight w
+											  WHERE w.queue_id OPERATOR(pg_catalog.=) qid
+												AND w.group_key IS NOT DISTINCT FROM s.group_key),
+											1)::double precision AS w
+							  FROM claimq.fair_share s
+							 WHERE s.queue_id OPERATOR(pg_catalog.=) qid
+							   AND s.priority OPERATOR(pg_catalog.=) p
+							   AND COALESCE(s.vt, '-Infinity'::double precision) OPERATOR(pg_catalog.>=) lo
+							   AND COALESCE(s.vt, '-Infinity'::double precision) OPERATOR(pg_catalog.<) hi
+							   AND pg_catalog.array_position(keys, s.group_key) IS NULL
+							   AND CASE WHEN s.group_key IS NULL THEN EXISTS (
+									SELECT FROM claimq.job j
+									 WHERE j.queue_id OPERATOR(pg_catalog.=) qid
+									   AND j.state OPERATOR(pg_catalog.=) 'pending' AND NOT j.held
+									   AND j.priority OPERATOR(pg_catalog.=) p
+									   AND j.run_at OPERATOR(pg_catalog.<=) claim_fair.now
+									   AND j.group_key IS NULL)
+								   ELSE EXISTS (
+									SELECT FROM claimq.job j
+									 WHERE j.queue_id OPERATOR(pg_catalog.=) qid
+									   AND j.group_key OPERATOR(pg_catalog.=) s.group_key
+									   AND j.state OPERATOR(pg_catalog.=) 'pending' AND NOT j.held
+									   AND j.priority OPERATOR(pg_catalog.=) p
+									   AND j.run_at OPERATOR(pg_catalog.<=) claim_fair.now)
+								   END
+							 ORDER BY COALESCE(s.vt, '-Infinity'::double precision)
+							 LIMIT chunk) c;
+					EXIT WHEN fetched OPERATOR(pg_catalog.=) 0;
+					keys := keys OPERATOR(pg_catalog.||) more_keys;
+					starts := starts OPERATOR(pg_catalog.||) more_starts;
+					weights := weights OPERATOR(pg_catalog.||) more_weights;
+					EXIT WHEN fetched OPERATOR(pg_catalog.<) chunk;
+					lo := reached;
+					hi := (SELECT x FROM pg_catalog.unnest(starts) x
+							ORDER BY x OFFSET chunk OPERATOR(pg_catalog.-) 1 LIMIT 1);
+					/* No tenant starts below the priority's own time. */
+					EXIT WHEN GREATEST(lo, v) OPERATOR(pg_catalog.>=) hi;
 				END LOOP;
-				SELECT pg_catalog.array_agg(c.k ORDER BY c.s, c.k NULLS FIRST),
-					   pg_catalog.array_agg(c.s ORDER BY c.s, c.k NULLS FIRST),
-					   pg_catalog.array_agg(c.w ORDER BY c.s, c.k NULLS FIRST)
-				  INTO keys, starts, weights
-				  FROM (SELECT c.k, c.s, c.w
-						  FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(starts),
-										  pg_catalog.unnest(weights)) c(k, s, w)
-						 ORDER BY c.s, c.k NULLS FIRST
-						 LIMIT chunk) c;
+				IF pg_catalog.cardinality(keys) OPERATOR(pg_catalog.=) 0 THEN
+					keys := NULL;
+				ELSE
+					SELECT pg_catalog.array_agg(c.k ORDER BY c.s, c.k NULLS FIRST),
+						   pg_catalog.array_agg(c.s ORDER BY c.s, c.k NULLS FIRST),
+						   pg_catalog.array_agg(c.w ORDER BY c.s, c.k NULLS FIRST)
+					  INTO keys, starts, weights
+					  FROM (SELECT c.k, c.s, c.w
+							  FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(starts),
+											  pg_catalog.unnest(weights)) c(k, s, w)
+							 ORDER BY c.s, c.k NULLS FIRST
+							 LIMIT chunk) c;
+				END IF;
 				filling := keys IS NULL;
 			END IF;
 			IF NOT filling THEN

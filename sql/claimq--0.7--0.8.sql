@@ -461,7 +461,7 @@ DROP VIEW claimq.group_stats_0_7;
 REVOKE ALL ON FUNCTION claimq.check_fair(boolean),
 	claimq.fair_join(integer, integer, text[]),
 	claimq.fair_forget(integer),
-	claimq.charge_fair(integer, integer, double precision, text[], double precision[], integer[]),
+	claimq.charge_fair(integer, integer, double precision, text[], double precision[], integer[], text[]),
 	claimq.claim_fair(integer, integer, timestamptz, interval, text, boolean, bigint),
 	claimq.set_group_weight(text, text, real) FROM PUBLIC;
 REVOKE ALL ON claimq.group_weight, claimq.fair_share, claimq.fair_level,

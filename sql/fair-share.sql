@@ -276,16 +276,17 @@ COMMENT ON FUNCTION claimq.fair_forget(integer) IS
 'private: forget the shares of tenants with no live job';
 
 /*
- * charge_fair(queue_id, priority, v, keys, weights, taken): a claim at
- * this priority, whose virtual time was v, handed taken[i] jobs to the
- * tenant keys[i] of weight weights[i].  Each tenant's row that no other
- * open claim holds is locked until the transaction ends and moves past
- * them, with the charges others left on it folded in; the others get a
- * charge of their own.  Never waits.
+ * charge_fair(queue_id, priority, v, keys, weights, taken, stale): a claim
+ * at this priority, whose virtual time was v, handed taken[i] jobs to the
+ * tenant keys[i] of weight weights[i], and saw charges on the tenants
+ * stale.  Each of their rows that no other open claim holds is locked
+ * until the transaction ends and moves past what it got, with the charges
+ * others left on it folded in; the others get a charge of their own.
+ * Never waits.
  */
 CREATE FUNCTION claimq.charge_fair(queue_id integer, priority integer,
 	v double precision, keys text[], weights double precision[],
-	taken integer[])
+	taken integer[], stale text[])
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -293,43 +294,54 @@ AS $$
 DECLARE
 	mine tid[];
 	mine_keys text[];
+	keyless tid;
 	served text[];
 BEGIN
 	served := ARRAY(SELECT c.k FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(taken)) c(k, t)
-					 WHERE c.t OPERATOR(pg_catalog.>) 0);
+					 WHERE c.t OPERATOR(pg_catalog.>) 0
+					 UNION
+					SELECT k FROM pg_catalog.unnest(stale) k);
 	IF pg_catalog.cardinality(served) OPERATOR(pg_catalog.=) 0 THEN
 		RETURN;
 	END IF;
+	/* Through the key's index: the keyed tenants, then the keyless one. */
 	SELECT pg_catalog.array_agg(x.ctid), pg_catalog.array_agg(x.group_key)
 	  INTO mine, mine_keys
 	  FROM (SELECT s.ctid, s.group_key FROM claimq.fair_share s
 			 WHERE s.queue_id OPERATOR(pg_catalog.=) charge_fair.queue_id
 			   AND s.priority OPERATOR(pg_catalog.=) charge_fair.priority
-			   AND (s.group_key OPERATOR(pg_catalog.=) ANY (served)
-					OR (s.group_key IS NULL
-						AND pg_catalog.array_position(served, NULL) IS NOT NULL))
+			   AND s.group_key OPERATOR(pg_catalog.=) ANY (served)
 			   FOR NO KEY UPDATE OF s SKIP LOCKED) x;
+	IF pg_catalog.array_position(served, NULL) IS NOT NULL THEN
+		SELECT x.ctid INTO keyless
+		  FROM (SELECT s.ctid FROM claimq.fair_share s
+				 WHERE s.queue_id OPERATOR(pg_catalog.=) charge_fair.queue_id
+				   AND s.priority OPERATOR(pg_catalog.=) charge_fair.priority
+				   AND s.group_key IS NULL
+				   FOR NO KEY UPDATE OF s SKIP LOCKED) x;
+		IF keyless IS NOT NULL THEN
+			mine := COALESCE(mine, '{}') OPERATOR(pg_catalog.||) keyless;
+			mine_keys := COALESCE(mine_keys, '{}') OPERATOR(pg_catalog.||) NULL::text;
+		END IF;
+	END IF;
 	WITH folded AS (
 		DELETE FROM claimq.fair_charge d
-		 USING claimq.fair_share s
-		 WHERE s.ctid OPERATOR(pg_catalog.=) ANY (mine)
-		   AND d.queue_id OPERATOR(pg_catalog.=) s.queue_id
-		   AND d.priority OPERATOR(pg_catalog.=) s.priority
-		   AND d.group_key IS NOT DISTINCT FROM s.group_key
-		RETURNING s.group_key, d.jobs, d.amount)
+		 WHERE d.queue_id OPERATOR(pg_catalog.=) charge_fair.queue_id
+		   AND d.priority OPERATOR(pg_catalog.=) charge_fair.priority
+		   AND (d.group_key OPERATOR(pg_catalog.=) ANY (mine_keys)
+				OR (d.group_key IS NULL AND keyless IS NOT NULL))
+		RETURNING d.group_key AS k, d.jobs, d.amount)
 	UPDATE claimq.fair_share s
-	   SET vt = GREATEST(COALESCE(s.vt, charge_fair.v) OPERATOR(pg_catalog.+)
-						 COALESCE((SELECT pg_catalog.sum(f.amount) FROM folded f
-								    WHERE f.group_key IS NOT DISTINCT FROM s.group_key), 0),
+	   SET vt = GREATEST(COALESCE(s.vt, charge_fair.v) OPERATOR(pg_catalog.+) COALESCE(f.amount, 0),
 						 charge_fair.v)
-				OPERATOR(pg_catalog.+) (c.t OPERATOR(pg_catalog./) c.w),
-		   handed = s.handed OPERATOR(pg_catalog.+) c.t OPERATOR(pg_catalog.+)
-					COALESCE((SELECT pg_catalog.sum(f.jobs) FROM folded f
-							   WHERE f.group_key IS NOT DISTINCT FROM s.group_key), 0)
-	  FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(weights), pg_catalog.unnest(taken)) c(k, w, t)
-	 WHERE s.ctid OPERATOR(pg_catalog.=) ANY (mine)
-	   AND s.group_key IS NOT DISTINCT FROM c.k
-	   AND c.t OPERATOR(pg_catalog.>) 0;
+				OPERATOR(pg_catalog.+) COALESCE(c.t OPERATOR(pg_catalog./) c.w, 0),
+		   handed = s.handed OPERATOR(pg_catalog.+) COALESCE(c.t, 0) OPERATOR(pg_catalog.+) COALESCE(f.jobs, 0)
+	  FROM ROWS FROM (pg_catalog.unnest(mine), pg_catalog.unnest(mine_keys)) m(r, k)
+	  LEFT JOIN (SELECT x.k, pg_catalog.sum(x.amount) AS amount, pg_catalog.sum(x.jobs) AS jobs
+				   FROM folded x GROUP BY x.k) f ON f.k IS NOT DISTINCT FROM m.k
+	  LEFT JOIN ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(weights), pg_catalog.unnest(taken)) c(k, w, t)
+		ON c.k IS NOT DISTINCT FROM m.k AND c.t OPERATOR(pg_catalog.>) 0
+	 WHERE s.ctid OPERATOR(pg_catalog.=) m.r;
 	INSERT INTO claimq.fair_charge (queue_id, priority, group_key, jobs, amount)
 	SELECT charge_fair.queue_id, charge_fair.priority, c.k, c.t, c.t OPERATOR(pg_catalog./) c.w
 	  FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(weights), pg_catalog.unnest(taken)) c(k, w, t)
@@ -338,7 +350,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION claimq.charge_fair(integer,integer,double precision,text[],double precision[],integer[]) IS
+COMMENT ON FUNCTION claimq.charge_fair(integer,integer,double precision,text[],double precision[],integer[],text[]) IS
 'private: charge a fair queue''s tenants for the jobs a claim handed them';
 
 /*
@@ -379,6 +391,9 @@ DECLARE
 	hi double precision;
 	reached double precision;
 	more_keys text[];
+	more_stale text[];
+	stale text[] := '{}';
+	rounds integer;
 	more_starts double precision[];
 	more_weights double precision[];
 	fetched bigint;
@@ -393,12 +408,12 @@ BEGIN
 		 ORDER BY j.priority DESC LIMIT 1;
 		EXIT WHEN NOT FOUND;
 		above := p;
-		CONTINUE WHEN NOT EXISTS (
-			SELECT FROM claimq.job j
-			 WHERE j.queue_id OPERATOR(pg_catalog.=) qid
-			   AND j.state OPERATOR(pg_catalog.=) 'pending' AND NOT j.held
-			   AND j.priority OPERATOR(pg_catalog.=) p
-			   AND j.run_at OPERATOR(pg_catalog.<=) claim_fair.now);
+		/* Its first job by run_at (in the claim's index order) is ready. */
+		CONTINUE WHEN (SELECT j.run_at FROM claimq.job j
+						WHERE j.queue_id OPERATOR(pg_catalog.=) qid
+						  AND j.state OPERATOR(pg_catalog.=) 'pending' AND NOT j.held
+						  AND j.priority OPERATOR(pg_catalog.=) p
+						ORDER BY j.run_at LIMIT 1) OPERATOR(pg_catalog.>) claim_fair.now;
 
 		SELECT pg_catalog.max(l.v) INTO v FROM claimq.fair_level l
 		 WHERE l.queue_id OPERATOR(pg_catalog.=) qid
@@ -425,28 +440,45 @@ BEGIN
 				 * charges only add to: the first chunk of them, then those
 				 * whose row's time is below the chunk-th least time seen
 				 * (while that is above the priority's time, below which no
-				 * tenant starts), until there is none.
+				 * tenant starts), until there is none, in four rounds at
+				 * most.  The claim folds the charges it saw into the rows it
+				 * can lock (charge_fair), so that few stay behind.
 				 */
 				keys := '{}';
 				starts := '{}';
 				weights := '{}';
+				stale := '{}';
+				rounds := 0;
 				lo := '-Infinity';
 				hi := 'Infinity';
 				LOOP
-					SELECT pg_catalog.array_agg(c.group_key), pg_catalog.array_agg(c.s),
-						   pg_catalog.array_agg(c.w), pg_catalog.count(*), pg_catalog.max(c.r)
-					  INTO more_keys, more_starts, more_weights, fetched, reached
-					  FROM (SELECT s.group_key, COALESCE(s.vt, '-Infinity'::double precision) AS r,
-								   GREATEST(COALESCE(s.vt, v) OPERATOR(pg_catalog.+) COALESCE((
-									SELECT pg_catalog.sum(d.amount) FROM claimq.fair_charge d
-									 WHERE d.queue_id OPERATOR(pg_catalog.=) qid
-									   AND d.priority OPERATOR(pg_catalog.=) p
-									   AND CASE WHEN s.group_key IS NULL THEN d.group_key IS NULL
-												ELSE d.group_key OPERATOR(pg_catalog.=) s.group_key END), 0), v) AS s,
-								   COALESCE((SELECT w.weight FROM claimq.group_weight w
-											  WHERE w.queue_id OPERATOR(pg_catalog.=) qid
-												AND w.group_key IS NOT DISTINCT FROM s.group_key),
-											1)::double precision AS w
+					SELECT pg_catalog.array_agg(c.group_key),
+						   pg_catalog.array_agg(GREATEST(COALESCE(c.vt, v) OPERATOR(pg_catalog.+)
+														 COALESCE(c.charged, 0), v)),
+						   pg_catalog.array_agg(c.w), pg_catalog.count(*), pg_catalog.max(c.r),
+						   pg_catalog.array_agg(c.group_key) FILTER (WHERE c.charged IS NOT NULL)
+					  INTO more_keys, more_starts, more_weights, fetched, reached, more_stale
+					  FROM (SELECT s.group_key, s.vt, COALESCE(s.vt, '-Infinity'::double precision) AS r,
+								   CASE WHEN s.group_key IS NULL THEN (
+										SELECT pg_catalog.sum(d.amount) FROM claimq.fair_charge d
+										 WHERE d.queue_id OPERATOR(pg_catalog.=) qid
+										   AND d.priority OPERATOR(pg_catalog.=) p
+										   AND d.group_key IS NULL)
+									   ELSE (
+										SELECT pg_catalog.sum(d.amount) FROM claimq.fair_charge d
+										 WHERE d.queue_id OPERATOR(pg_catalog.=) qid
+										   AND d.priority OPERATOR(pg_catalog.=) p
+										   AND d.group_key OPERATOR(pg_catalog.=) s.group_key)
+									   END AS charged,
+								   COALESCE(CASE WHEN s.group_key IS NULL THEN (
+												SELECT w.weight FROM claimq.group_weight w
+												 WHERE w.queue_id OPERATOR(pg_catalog.=) qid
+												   AND w.group_key IS NULL)
+											 ELSE (
+												SELECT w.weight FROM claimq.group_weight w
+												 WHERE w.queue_id OPERATOR(pg_catalog.=) qid
+												   AND w.group_key OPERATOR(pg_catalog.=) s.group_key)
+											 END, 1)::double precision AS w
 							  FROM claimq.fair_share s
 							 WHERE s.queue_id OPERATOR(pg_catalog.=) qid
 							   AND s.priority OPERATOR(pg_catalog.=) p
@@ -474,7 +506,9 @@ BEGIN
 					keys := keys OPERATOR(pg_catalog.||) more_keys;
 					starts := starts OPERATOR(pg_catalog.||) more_starts;
 					weights := weights OPERATOR(pg_catalog.||) more_weights;
-					EXIT WHEN fetched OPERATOR(pg_catalog.<) chunk;
+					stale := stale OPERATOR(pg_catalog.||) COALESCE(more_stale, '{}');
+					rounds := rounds OPERATOR(pg_catalog.+) 1;
+					EXIT WHEN fetched OPERATOR(pg_catalog.<) chunk OR rounds OPERATOR(pg_catalog.=) 4;
 					lo := reached;
 					hi := (SELECT x FROM pg_catalog.unnest(starts) x
 							ORDER BY x OFFSET chunk OPERATOR(pg_catalog.-) 1 LIMIT 1);
@@ -606,7 +640,8 @@ BEGIN
 			SELECT * FROM upd;
 			GET DIAGNOSTICS got = ROW_COUNT;
 			remaining := remaining OPERATOR(pg_catalog.-) got;
-			PERFORM claimq.charge_fair(qid, p, v, keys, weights, taken);
+			PERFORM claimq.charge_fair(qid, p, v, keys, weights, taken, stale);
+			stale := '{}';
 			EXIT WHEN filling;
 			/* Every tenant backlogged here was seen: where they are now. */
 			IF pg_catalog.cardinality(keys) OPERATOR(pg_catalog.<) chunk THEN

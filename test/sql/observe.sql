@@ -57,10 +57,10 @@ SELECT ok((SELECT text ~ E'(^|\\n)# HELP claimq_jobs [^\\n]+\\n# TYPE claimq_job
 	'every family has HELP and TYPE: claimq_jobs');
 SELECT CASE WHEN claimq.edition() = 'c'
 	THEN is((SELECT count(*) FROM regexp_matches((SELECT text FROM m), '# TYPE ([a-z_]+) ', 'g')),
-		17::bigint, 'seventeen families: jobs, two ages, ten counters, two summaries, the flow row path and slots')
+		19::bigint, 'nineteen families: jobs, two ages, ten counters, two summaries, the flow row path and slots, a fair queue''s tenants'' handed jobs and weights')
 	-- The portable edition leaves the counters' and summaries' families out.
 	ELSE is((SELECT count(*) FROM regexp_matches((SELECT text FROM m), '# TYPE ([a-z_]+) ', 'g')),
-		3::bigint, 'three families: jobs, two ages (no counters or summaries in the portable edition)') END;
+		5::bigint, 'five families: jobs, two ages, a fair queue''s tenants'' handed jobs and weights (no counters or summaries in the portable edition)') END;
 SELECT ok((SELECT position(format(E'claimq_jobs{queue="ob",state="ready"} %s\n', ready) IN text) > 0
 			 FROM m, claimq.queue_stats WHERE queue = 'ob'),
 	'claimq_jobs matches queue_stats');

@@ -21,20 +21,23 @@
  * into a tenant's row where it can lock it (FOR NO KEY UPDATE SKIP
  * LOCKED), and as a row of claimq.fair_charge where another open claim
  * holds it.  A tenant's virtual time is its row's plus its charges; the
- * claim that next locks the row folds them into it.  What a claim charges
+ * next claim that serves or passes the tenant and can lock its row folds
+ * them into it.  What a claim charges
  * shows to the others when it commits, so the share drifts only by what
  * the claims open at once hand out (the contract's M x C), however long
  * they stay open.
  *
  * A tenant's row lives while it has live jobs at that priority, and a
- * priority's row while a tenant's does: an enqueue makes sure of both and
+ * priority's rows while a tenant's does: an enqueue makes sure of both and
  * holds them FOR KEY SHARE until it commits (fair_join), so that
  * fair_forget, which removes the rows of tenants with no live job, never
  * removes one that an enqueue is about to need.  Every other way to
  * pending starts from a live job, except retry_dead, which joins too.
- * Claims only lock and update rows that exist (FOR NO KEY UPDATE, which an
- * enqueue's KEY SHARE does not block, and SKIP LOCKED), so that they never
- * wait for an enqueue, nor for another claim.
+ * Claims lock and update only rows that exist (FOR NO KEY UPDATE, which an
+ * enqueue's KEY SHARE does not block, and SKIP LOCKED), and add rows only
+ * to tables with neither a unique key nor a foreign key (charges, a
+ * priority's time), so that they never wait for an enqueue, nor for
+ * another claim.
  */
 
 CREATE TABLE claimq.group_weight (

@@ -143,7 +143,7 @@ DECLARE
 	role text := claimq.node_role();
 -- @end
 	family constant text := E'# HELP %1$s %2$s\n# TYPE %1$s %3$s\n';
-	fair jsonb;
+	fair jsonb := '[]';
 	out text;
 	f record;
 BEGIN
@@ -257,26 +257,30 @@ BEGIN
 	-- Fair queues (fair-share.sql): each tenant's jobs handed out since it
 	-- last had none live (its share's row and its charges), and its weight;
 	-- the tenant of jobs without a group key has the label keyless="1".
-	fair := (SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-								'labels', pg_catalog.format('queue="%s",%s', q.name,
-									CASE WHEN t.group_key IS NULL THEN 'keyless="1"'
-										 ELSE pg_catalog.format('group_key="%s"',
-											pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
-												t.group_key, E'\\', E'\\\\'), '"', E'\\"'), E'\n', E'\\n'))
-									END),
-								'handed', t.handed, 'weight', t.weight)
-							 ORDER BY q.name, t.group_key NULLS FIRST), '[]')
-			   FROM (SELECT s.queue_id, s.group_key,
-							pg_catalog.sum(s.handed) OPERATOR(pg_catalog.+) COALESCE((
-								SELECT pg_catalog.sum(d.jobs) FROM claimq.fair_charge d
-								 WHERE d.queue_id OPERATOR(pg_catalog.=) s.queue_id
-								   AND d.group_key IS NOT DISTINCT FROM s.group_key), 0) AS handed,
-							COALESCE((SELECT w.weight FROM claimq.group_weight w
-									   WHERE w.queue_id OPERATOR(pg_catalog.=) s.queue_id
-										 AND w.group_key IS NOT DISTINCT FROM s.group_key), 1) AS weight
-					   FROM claimq.fair_share s
-					  GROUP BY s.queue_id, s.group_key) t
-			   JOIN claimq.queue q ON q.queue_id OPERATOR(pg_catalog.=) t.queue_id);
+	-- None without a share (a distributed install's node has none, and
+	-- its queue table is no table of its own).
+	IF EXISTS (SELECT FROM claimq.fair_share) THEN
+		fair := (SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+									'labels', pg_catalog.format('queue="%s",%s', q.name,
+										CASE WHEN t.group_key IS NULL THEN 'keyless="1"'
+											 ELSE pg_catalog.format('group_key="%s"',
+												pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(
+													t.group_key, E'\\', E'\\\\'), '"', E'\\"'), E'\n', E'\\n'))
+										END),
+									'handed', t.handed, 'weight', t.weight)
+								 ORDER BY q.name, t.group_key NULLS FIRST), '[]')
+				   FROM (SELECT s.queue_id, s.group_key,
+								pg_catalog.sum(s.handed) OPERATOR(pg_catalog.+) COALESCE((
+									SELECT pg_catalog.sum(d.jobs) FROM claimq.fair_charge d
+									 WHERE d.queue_id OPERATOR(pg_catalog.=) s.queue_id
+									   AND d.group_key IS NOT DISTINCT FROM s.group_key), 0) AS handed,
+								COALESCE((SELECT w.weight FROM claimq.group_weight w
+										   WHERE w.queue_id OPERATOR(pg_catalog.=) s.queue_id
+											 AND w.group_key IS NOT DISTINCT FROM s.group_key), 1) AS weight
+						   FROM claimq.fair_share s
+						  GROUP BY s.queue_id, s.group_key) t
+				   JOIN claimq.queue q ON q.queue_id OPERATOR(pg_catalog.=) t.queue_id);
+	END IF;
 	FOR f IN SELECT * FROM (VALUES
 		('fair_handed_total', 'handed', 'counter',
 		 'Jobs a fair queue handed to a tenant since the tenant last had no live job.'),

@@ -22,10 +22,9 @@
  * LOCKED), and as a row of claimq.fair_charge where another open claim
  * holds it.  A tenant's virtual time is its row's plus its charges; the
  * next claim that serves or passes the tenant and can lock its row folds
- * them into it.  What a claim charges
- * shows to the others when it commits, so the share drifts only by what
- * the claims open at once hand out (the contract's M x C), however long
- * they stay open.
+ * them into it.  What a claim charges shows to the others when it
+ * commits, so the share drifts only by what the claims open at once hand
+ * out (the contract's M x C), however long they stay open.
  *
  * A tenant's row lives while it has live jobs at that priority, and a
  * priority's rows while a tenant's does: an enqueue makes sure of both and
@@ -147,17 +146,18 @@ BEGIN
 		   (pg_catalog.bool_or(k IS NULL))::integer
 	  INTO wanted
 	  FROM pg_catalog.unnest(fair_join.group_keys) k;
-	/* The priority's row first, then the tenants', each as below. */
-	LOOP
-		PERFORM FROM claimq.fair_level l
-		 WHERE l.queue_id OPERATOR(pg_catalog.=) fair_join.queue_id
-		   AND l.priority OPERATOR(pg_catalog.=) fair_join.priority
-		   FOR KEY SHARE OF l;
-		EXIT WHEN FOUND;
+	/*
+	 * The priority's rows first (one of its own if it has none: they have
+	 * no unique key, so nothing to wait for), then the tenants'.
+	 */
+	PERFORM FROM claimq.fair_level l
+	 WHERE l.queue_id OPERATOR(pg_catalog.=) fair_join.queue_id
+	   AND l.priority OPERATOR(pg_catalog.=) fair_join.priority
+	   FOR KEY SHARE OF l;
+	IF NOT FOUND THEN
 		INSERT INTO claimq.fair_level (queue_id, priority, v)
 		VALUES (fair_join.queue_id, fair_join.priority, 0);
-		EXIT;
-	END LOOP;
+	END IF;
 	LOOP
 		held_keys := ARRAY(
 			SELECT s.group_key FROM claimq.fair_share s
@@ -349,7 +349,7 @@ BEGIN
 	SELECT charge_fair.queue_id, charge_fair.priority, c.k, c.t, c.t OPERATOR(pg_catalog./) c.w
 	  FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(weights), pg_catalog.unnest(taken)) c(k, w, t)
 	 WHERE c.t OPERATOR(pg_catalog.>) 0
-	   AND (mine IS NULL OR pg_catalog.array_position(mine_keys, c.k) IS NULL);
+	   AND pg_catalog.array_position(mine_keys, c.k) IS NULL;
 END
 $$;
 

@@ -664,6 +664,10 @@ DROP FUNCTION claimq.note_change(integer, boolean, boolean);
  * private helpers with them
  *-----------------------------------------------------------------------*/
 
+/* A job's headers, and each job's of a schedule (section 9). */
+ALTER TABLE claimq.job ADD COLUMN headers jsonb;
+ALTER TABLE claimq.schedule ADD COLUMN headers jsonb;
+
 ALTER FUNCTION claimq.cron_next(text, text, timestamptz, timestamptz) RENAME TO cron_next_0_7;
 ALTER FUNCTION claimq.create_schedule(text, text, text, jsonb, text, integer, text) RENAME TO create_schedule_0_7;
 ALTER FUNCTION claimq.alter_schedule(text, text, text, jsonb, text, integer, text, boolean) RENAME TO alter_schedule_0_7;
@@ -689,7 +693,7 @@ REVOKE ALL ON FUNCTION claimq.job_id_base(), claimq.interval_parts(interval),
 	claimq.schedule_first(text, text, timestamptz) FROM PUBLIC;
 -- @c
 REVOKE ALL ON FUNCTION claimq.schedule_home(text, text),
-	claimq.at_schedule(text, text, boolean, text, text, jsonb, text, integer, text, boolean) FROM PUBLIC;
+	claimq.at_schedule(text, text, boolean, text, text, jsonb, text, integer, text, boolean, jsonb) FROM PUBLIC;
 -- @end
 
 REVOKE ALL ON FUNCTION claimq.cron_next(text, text, timestamptz, timestamptz) FROM PUBLIC;
@@ -700,18 +704,18 @@ SELECT claimq.copy_grants('claimq.cron_next_0_7(text, text, timestamptz, timesta
 
 DROP FUNCTION claimq.cron_next_0_7(text, text, timestamptz, timestamptz);
 
-REVOKE ALL ON FUNCTION claimq.create_schedule(text, text, text, jsonb, text, integer, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION claimq.create_schedule(text, text, text, jsonb, text, integer, text, jsonb) FROM PUBLIC;
 
 SELECT claimq.copy_grants('claimq.create_schedule_0_7(text, text, text, jsonb, text, integer, text)'::regprocedure,
-						  'claimq.create_schedule(text, text, text, jsonb, text, integer, text)'::regprocedure,
+						  'claimq.create_schedule(text, text, text, jsonb, text, integer, text, jsonb)'::regprocedure,
 						  'pg_catalog.pg_proc');
 
 DROP FUNCTION claimq.create_schedule_0_7(text, text, text, jsonb, text, integer, text);
 
-REVOKE ALL ON FUNCTION claimq.alter_schedule(text, text, text, jsonb, text, integer, text, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION claimq.alter_schedule(text, text, text, jsonb, text, integer, text, boolean, jsonb) FROM PUBLIC;
 
 SELECT claimq.copy_grants('claimq.alter_schedule_0_7(text, text, text, jsonb, text, integer, text, boolean)'::regprocedure,
-						  'claimq.alter_schedule(text, text, text, jsonb, text, integer, text, boolean)'::regprocedure,
+						  'claimq.alter_schedule(text, text, text, jsonb, text, integer, text, boolean, jsonb)'::regprocedure,
 						  'pg_catalog.pg_proc');
 
 DROP FUNCTION claimq.alter_schedule_0_7(text, text, text, jsonb, text, integer, text, boolean);
@@ -840,5 +844,48 @@ DROP FUNCTION claimq.lock_queue_0_7(text);
 -- @include duties.sql
 
 REVOKE ALL ON FUNCTION claimq.duty_functions(text) FROM PUBLIC;
+
+/*------------------------------------------------------------------------
+ * 9. Trace context (contract 0.5): a job's headers, checked by one rule
+ * (sql/check-headers.sql); enqueue and enqueue_many take them, claim
+ * returns them (sql/enqueue-claim.sql), status and wait_for too (section
+ * 8), schedules give them to their jobs (section 7), and the views jobs
+ * and schedules show them (sql/job-views.sql); each replaced function and
+ * view keeps its grants
+ *-----------------------------------------------------------------------*/
+
+ALTER FUNCTION claimq.enqueue(text, jsonb, timestamptz, integer, text, integer, text, text, bigint[], text) RENAME TO enqueue_0_7;
+ALTER FUNCTION claimq.enqueue_many(text, jsonb[], timestamptz, integer, text[], integer, text, text[], bigint[], text) RENAME TO enqueue_many_0_7;
+ALTER FUNCTION claimq.claim(text, integer, interval, text, boolean, interval) RENAME TO claim_0_7;
+ALTER VIEW claimq.jobs RENAME TO jobs_0_7;
+ALTER VIEW claimq.schedules RENAME TO schedules_0_7;
+
+-- @include enqueue-claim.sql
+-- @include job-views.sql
+
+REVOKE ALL ON FUNCTION claimq.enqueue(text, jsonb, timestamptz, integer, text, integer, text, text, bigint[], text, jsonb),
+	claimq.enqueue_many(text, jsonb[], timestamptz, integer, text[], integer, text, text[], bigint[], text, jsonb[]),
+	claimq.claim(text, integer, interval, text, boolean, interval) FROM PUBLIC;
+REVOKE ALL ON claimq.jobs, claimq.schedules FROM PUBLIC;
+
+SELECT claimq.copy_grants('claimq.enqueue_0_7(text, jsonb, timestamptz, integer, text, integer, text, text, bigint[], text)'::regprocedure,
+						  'claimq.enqueue(text, jsonb, timestamptz, integer, text, integer, text, text, bigint[], text, jsonb)'::regprocedure,
+						  'pg_catalog.pg_proc');
+SELECT claimq.copy_grants('claimq.enqueue_many_0_7(text, jsonb[], timestamptz, integer, text[], integer, text, text[], bigint[], text)'::regprocedure,
+						  'claimq.enqueue_many(text, jsonb[], timestamptz, integer, text[], integer, text, text[], bigint[], text, jsonb[])'::regprocedure,
+						  'pg_catalog.pg_proc');
+SELECT claimq.copy_grants('claimq.claim_0_7(text, integer, interval, text, boolean, interval)'::regprocedure,
+						  'claimq.claim(text, integer, interval, text, boolean, interval)'::regprocedure,
+						  'pg_catalog.pg_proc');
+SELECT claimq.copy_grants('claimq.jobs_0_7'::regclass, 'claimq.jobs'::regclass,
+						  'pg_catalog.pg_class');
+SELECT claimq.copy_grants('claimq.schedules_0_7'::regclass, 'claimq.schedules'::regclass,
+						  'pg_catalog.pg_class');
+
+DROP FUNCTION claimq.enqueue_0_7(text, jsonb, timestamptz, integer, text, integer, text, text, bigint[], text);
+DROP FUNCTION claimq.enqueue_many_0_7(text, jsonb[], timestamptz, integer, text[], integer, text, text[], bigint[], text);
+DROP FUNCTION claimq.claim_0_7(text, integer, interval, text, boolean, interval);
+DROP VIEW claimq.jobs_0_7;
+DROP VIEW claimq.schedules_0_7;
 
 -- @include portable/update--0.7--0.8.sql

@@ -258,6 +258,7 @@ CREATE TABLE claimq.job (
 	after_count		integer NOT NULL DEFAULT 0,
 	after_failed	claimq.after_failed_rule,	-- NULL: it runs after no job
 	dependents		boolean NOT NULL DEFAULT false,
+	headers			jsonb,			-- trace context (sql/check-headers.sql)
 	CONSTRAINT job_pkey PRIMARY KEY (job_id),
 	CONSTRAINT job_state_check CHECK (state OPERATOR(pg_catalog.=) ANY
 		('{pending,claimed,running,dead,done,cancelled,waiting}'::text[])),
@@ -395,6 +396,7 @@ CREATE TABLE claimq.schedule (
 	last_job_id		bigint,
 	catch_up_to		timestamptz,			-- "all" cut short by max_jobs
 	created_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	headers			jsonb,			-- each job's; NULL: none
 	CONSTRAINT schedule_pkey PRIMARY KEY (name),
 	CONSTRAINT schedule_queue_fkey FOREIGN KEY (queue_id)
 		REFERENCES claimq.queue (queue_id),
@@ -772,47 +774,6 @@ COMMENT ON FUNCTION claimq.purge_queue(text) IS
  * 5. Producing: enqueue, cancel, status
  *-----------------------------------------------------------------------*/
 
-/*
- * Producing: per-job attempts, debounce and group keys.
- */
-CREATE FUNCTION claimq.enqueue(
-	queue text,
-	payload jsonb,
-	run_at timestamptz DEFAULT NULL,
-	priority integer DEFAULT 0,
-	dedup_key text DEFAULT NULL,
-	max_attempts integer DEFAULT NULL,
-	on_duplicate text DEFAULT 'keep',
-	group_key text DEFAULT NULL,
-	after bigint[] DEFAULT NULL,
-	after_failed text DEFAULT 'cancel')
-RETURNS bigint
-LANGUAGE c VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'claimq_enqueue';
-
-COMMENT ON FUNCTION claimq.enqueue(text,jsonb,timestamp with time zone,integer,text,integer,text,text,bigint[],text) IS
-'add a job (waiting, with after, until the jobs listed finish); with a dedup_key that a live job holds, return that job''s id instead (and with on_duplicate => ''replace'', update it while it is pending or waiting)';
-
-CREATE FUNCTION claimq.enqueue_many(
-	queue text,
-	payloads jsonb[],
-	run_at timestamptz DEFAULT NULL,
-	priority integer DEFAULT 0,
-	dedup_keys text[] DEFAULT NULL,
-	max_attempts integer DEFAULT NULL,
-	on_duplicate text DEFAULT 'keep',
-	group_keys text[] DEFAULT NULL,
-	after bigint[] DEFAULT NULL,
-	after_failed text DEFAULT 'cancel')
-RETURNS SETOF bigint
-LANGUAGE c VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'claimq_enqueue_many';
-
-COMMENT ON FUNCTION claimq.enqueue_many(text,jsonb[],timestamp with time zone,integer,text[],integer,text,text[],bigint[],text) IS
-'add one job per payload in one statement (all after the same jobs, with after); returns the ids in input order';
-
 CREATE FUNCTION claimq.node_of(job_id bigint)
 RETURNS integer
 LANGUAGE c IMMUTABLE
@@ -826,25 +787,7 @@ COMMENT ON FUNCTION claimq.node_of(bigint) IS
  * 6. Working: claim, start, extend, complete, fail, release, snooze
  *-----------------------------------------------------------------------*/
 
-/*
- * Working.
- */
-CREATE FUNCTION claimq.claim(
-	queue text,
-	max_jobs integer DEFAULT 1,
-	lease interval DEFAULT NULL,
-	worker text DEFAULT NULL,
-	start boolean DEFAULT false,
-	wait interval DEFAULT '0')
-RETURNS TABLE(job_id bigint, token bigint, payload jsonb, attempts integer,
-			  priority integer, enqueued_at timestamptz,
-			  expires_at timestamptz)
-LANGUAGE c VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'claimq_claim';
-
-COMMENT ON FUNCTION claimq.claim(text,integer,interval,text,boolean,interval) IS
-'claim up to max_jobs ready jobs, skipping rows other sessions hold; each comes with the token that fences later calls';
+-- @include enqueue-claim.sql
 
 -- @include job-calls.sql
 
@@ -1259,16 +1202,6 @@ COMMENT ON FUNCTION claimq.release_keys(text,text[],bigint[]) IS
 
 -- @include schedules.sql
 
-CREATE VIEW claimq.schedules AS
-SELECT s.name AS schedule, q.name AS queue, s.cron, s.time_zone, s.payload,
-	   s.priority, s.missed, s.enabled, s.next_run_at, s.last_run_at,
-	   s.last_job_id
-  FROM claimq.schedule s
-  JOIN claimq.queue q ON q.queue_id OPERATOR(pg_catalog.=) s.queue_id;
-
-COMMENT ON VIEW claimq.schedules IS
-'every schedule, with its next occurrence and the last job it enqueued';
-
 /*------------------------------------------------------------------------
  * 11. Recovery: reclaim, retry_dead, prune, maintain; version, edition
  *-----------------------------------------------------------------------*/
@@ -1582,16 +1515,7 @@ CREATE VIEW claimq.reclaimer_status AS SELECT * FROM claimq.reclaimer_status();
 COMMENT ON VIEW claimq.reclaimer_status IS
 'state of the background reclaimer in the current database; see claimq.reclaimer_status()';
 
-CREATE VIEW claimq.jobs AS
-SELECT j.job_id, q.name AS queue, j.state, j.payload, j.priority, j.run_at,
-	   j.attempts, j.worker, j.expires_at, j.enqueued_at, j.dedup_key,
-	   j.last_error, j.group_key, j.max_attempts, j.finished_at, j.result,
-	   j.after_count, j.after_failed::text AS after_failed
-  FROM claimq.job j
-  JOIN claimq.queue q ON q.queue_id OPERATOR(pg_catalog.=) j.queue_id;
-
-COMMENT ON VIEW claimq.jobs IS
-'every job of every queue, for inspection';
+-- @include job-views.sql
 
 /*
  * Observing: per group with live jobs, its ready jobs, its jobs in flight,

@@ -348,8 +348,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 SELECT f::pg_catalog.regprocedure FROM pg_catalog.unnest(ARRAY[
 	'claimq.create_queue(text, interval, interval, integer, interval, interval, interval, interval, boolean, integer, boolean, integer, integer, interval, boolean)',
-	'claimq.enqueue(text, jsonb, timestamptz, integer, text, integer, text, text, bigint[], text)',
-	'claimq.enqueue_many(text, jsonb[], timestamptz, integer, text[], integer, text, text[], bigint[], text)',
+	'claimq.enqueue(text, jsonb, timestamptz, integer, text, integer, text, text, bigint[], text, jsonb)',
+	'claimq.enqueue_many(text, jsonb[], timestamptz, integer, text[], integer, text, text[], bigint[], text, jsonb[])',
 	'claimq.claim(text, integer, interval, text, boolean, interval)',
 	'claimq.start(bigint[], bigint[], interval, text)',
 	'claimq.start(bigint, bigint, interval, text)',
@@ -375,8 +375,8 @@ SELECT f::pg_catalog.regprocedure FROM pg_catalog.unnest(ARRAY[
 	'claimq.purge_queue(text)',
 	'claimq.retry_dead(text, bigint[])',
 	'claimq.dependencies(bigint[], text)',
-	'claimq.create_schedule(text, text, text, jsonb, text, integer, text)',
-	'claimq.at_schedule(text, text, boolean, text, text, jsonb, text, integer, text, boolean)',
+	'claimq.create_schedule(text, text, text, jsonb, text, integer, text, jsonb)',
+	'claimq.at_schedule(text, text, boolean, text, text, jsonb, text, integer, text, boolean, jsonb)',
 	'claimq.watch_after(text, bigint, text, bigint)',
 	'claimq.hear_after(text, bigint, text, bigint)']) f
 $$;

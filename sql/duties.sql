@@ -28,8 +28,8 @@ BEGIN
 			RETURN every OPERATOR(pg_catalog.||) observe;
 		WHEN 'produce' THEN
 			RETURN every OPERATOR(pg_catalog.||) keys OPERATOR(pg_catalog.||) look OPERATOR(pg_catalog.||) '{'
-				'"claimq.enqueue(text, jsonb, timestamptz, integer, text, integer, text, text, bigint[], text)",'
-				'"claimq.enqueue_many(text, jsonb[], timestamptz, integer, text[], integer, text, text[], bigint[], text)",'
+				'"claimq.enqueue(text, jsonb, timestamptz, integer, text, integer, text, text, bigint[], text, jsonb)",'
+				'"claimq.enqueue_many(text, jsonb[], timestamptz, integer, text[], integer, text, text[], bigint[], text, jsonb[])",'
 				'"claimq.cancel(bigint[], text)"}'::text[];
 		WHEN 'work' THEN
 			RETURN every OPERATOR(pg_catalog.||) keys OPERATOR(pg_catalog.||) look OPERATOR(pg_catalog.||) '{'
@@ -61,8 +61,8 @@ BEGIN
 				'"claimq.resume_queue(text)",'
 				'"claimq.purge_queue(text)",'
 				'"claimq.cancel(bigint[], text)",'
-				'"claimq.create_schedule(text, text, text, jsonb, text, integer, text)",'
-				'"claimq.alter_schedule(text, text, text, jsonb, text, integer, text, boolean)",'
+				'"claimq.create_schedule(text, text, text, jsonb, text, integer, text, jsonb)",'
+				'"claimq.alter_schedule(text, text, text, jsonb, text, integer, text, boolean, jsonb)",'
 				'"claimq.drop_schedule(text)",'
 				'"claimq.fire_schedules(integer)",'
 				'"claimq.reclaim(text, integer)",'

@@ -367,7 +367,7 @@ CREATE FUNCTION claimq.claim_fair(queue_id integer, max_jobs integer,
 	token_base bigint)
 RETURNS TABLE (job_id bigint, token bigint, payload jsonb, attempts integer,
 			   priority integer, enqueued_at timestamptz,
-			   expires_at timestamptz, run_at timestamptz)
+			   expires_at timestamptz, headers jsonb, run_at timestamptz)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -639,7 +639,7 @@ BEGIN
 				   started_at = CASE WHEN claim_fair.start THEN claim_fair.now END
 			 WHERE j.ctid OPERATOR(pg_catalog.=) ANY (picked)
 			RETURNING j.job_id, j.token, j.payload, j.attempts, j.priority,
-					  j.enqueued_at, j.expires_at, j.run_at)
+					  j.enqueued_at, j.expires_at, j.headers, j.run_at)
 			SELECT * FROM upd;
 			GET DIAGNOSTICS got = ROW_COUNT;
 			remaining := remaining OPERATOR(pg_catalog.-) got;

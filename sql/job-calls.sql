@@ -30,7 +30,7 @@ COMMENT ON FUNCTION claimq.cancel(bigint[],text) IS
 CREATE FUNCTION claimq.status(job_ids bigint[], queue text DEFAULT NULL)
 RETURNS TABLE(job_id bigint, queue text, state text, attempts integer,
 			  run_at timestamptz, finished_at timestamptz, last_error text,
-			  result jsonb)
+			  result jsonb, headers jsonb)
 LANGUAGE c VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'claimq_status';
@@ -42,7 +42,7 @@ CREATE FUNCTION claimq.wait_for(job_ids bigint[], timeout interval,
 								queue text DEFAULT NULL)
 RETURNS TABLE(job_id bigint, queue text, state text, attempts integer,
 			  run_at timestamptz, finished_at timestamptz, last_error text,
-			  result jsonb)
+			  result jsonb, headers jsonb)
 LANGUAGE c VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'claimq_wait_for';

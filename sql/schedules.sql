@@ -880,7 +880,8 @@ CREATE FUNCTION claimq.create_schedule(
 	payload jsonb DEFAULT '{}',
 	time_zone text DEFAULT 'UTC',
 	priority integer DEFAULT 0,
-	missed text DEFAULT 'once')
+	missed text DEFAULT 'once',
+	headers jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -889,6 +890,7 @@ DECLARE
 	now_ts timestamptz := pg_catalog.clock_timestamp();
 	next_at timestamptz;
 	qid integer;
+	job_headers jsonb;
 BEGIN
 	-- @include check-primary.sql function=create_schedule
 	PERFORM claimq.check_schedule_name(create_schedule.schedule);
@@ -919,6 +921,11 @@ BEGIN
 	END IF;
 	next_at := claimq.schedule_first(create_schedule.cron,
 									 create_schedule.time_zone, now_ts);
+	/* Each job's headers; an empty object is none (alter_schedule). */
+	job_headers := claimq.checked_headers(create_schedule.headers, 'headers');
+	IF job_headers OPERATOR(pg_catalog.=) '{}'::jsonb THEN
+		job_headers := NULL;
+	END IF;
 
 -- @c
 	/* On a distributed install a schedule lives with its queue. */
@@ -932,10 +939,11 @@ BEGIN
 	END IF;
 	INSERT INTO claimq.schedule AS s
 		(name, queue_id, cron, payload, time_zone, priority, missed,
-		 anchor, next_run_at)
+		 anchor, next_run_at, headers)
 	VALUES (create_schedule.schedule, qid, create_schedule.cron,
 			create_schedule.payload, create_schedule.time_zone,
-			create_schedule.priority, create_schedule.missed, now_ts, next_at)
+			create_schedule.priority, create_schedule.missed, now_ts, next_at,
+			job_headers)
 	ON CONFLICT ON CONSTRAINT schedule_pkey DO NOTHING;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'schedule "%" already exists', create_schedule.schedule
@@ -944,12 +952,12 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION claimq.create_schedule(text,text,text,jsonb,text,integer,text) IS
-'enqueue a job into queue whenever cron matches in time_zone; raises 42710 if the schedule exists';
+COMMENT ON FUNCTION claimq.create_schedule(text,text,text,jsonb,text,integer,text,jsonb) IS
+'enqueue a job (with headers, if given) into queue whenever cron matches in time_zone; raises 42710 if the schedule exists';
 
 /*
  * A NULL option stays as it is; a new cron or time zone counts from the
- * moment of the call.
+ * moment of the call; headers => '{}' clears the schedule's headers.
  */
 CREATE FUNCTION claimq.alter_schedule(
 	schedule text,
@@ -959,7 +967,8 @@ CREATE FUNCTION claimq.alter_schedule(
 	time_zone text DEFAULT NULL,
 	priority integer DEFAULT NULL,
 	missed text DEFAULT NULL,
-	enabled boolean DEFAULT NULL)
+	enabled boolean DEFAULT NULL,
+	headers jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -979,6 +988,7 @@ BEGIN
 		RAISE EXCEPTION 'missed must be "skip", "once" or "all"'
 			USING ERRCODE = '22023';
 	END IF;
+	PERFORM claimq.checked_headers(alter_schedule.headers, 'headers');
 -- @c
 	IF claimq.node_role() OPERATOR(pg_catalog.=) 'coordinator' THEN
 		PERFORM claimq.at_schedule(claimq.schedule_home(alter_schedule.schedule,
@@ -986,7 +996,8 @@ BEGIN
 								   alter_schedule.schedule, false, alter_schedule.queue,
 								   alter_schedule.cron, alter_schedule.payload,
 								   alter_schedule.time_zone, alter_schedule.priority,
-								   alter_schedule.missed, alter_schedule.enabled);
+								   alter_schedule.missed, alter_schedule.enabled,
+								   alter_schedule.headers);
 		RETURN;
 	END IF;
 -- @end
@@ -1025,6 +1036,9 @@ BEGIN
 		   priority = COALESCE(alter_schedule.priority, t.priority),
 		   missed = COALESCE(alter_schedule.missed, t.missed),
 		   enabled = COALESCE(alter_schedule.enabled, t.enabled),
+		   headers = CASE WHEN alter_schedule.headers IS NULL THEN t.headers
+						  WHEN alter_schedule.headers OPERATOR(pg_catalog.=) '{}'::jsonb THEN NULL
+						  ELSE alter_schedule.headers END,
 		   anchor = anchor_at, next_run_at = next_at,
 		   catch_up_to = CASE WHEN cron_text OPERATOR(pg_catalog.=) t.cron
 								AND zone OPERATOR(pg_catalog.=) t.time_zone
@@ -1033,8 +1047,8 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION claimq.alter_schedule(text,text,text,jsonb,text,integer,text,boolean) IS
-'change a schedule; a NULL option stays as it is, a new cron or time_zone counts from now';
+COMMENT ON FUNCTION claimq.alter_schedule(text,text,text,jsonb,text,integer,text,boolean,jsonb) IS
+'change a schedule; a NULL option stays as it is, a new cron or time_zone counts from now, headers => ''{}'' clears its headers';
 
 CREATE FUNCTION claimq.drop_schedule(schedule text)
 RETURNS void
@@ -1102,13 +1116,13 @@ CREATE FUNCTION claimq.at_schedule(queue text, schedule text, drop_it boolean,
 								   new_queue text DEFAULT NULL, cron text DEFAULT NULL,
 								   payload jsonb DEFAULT NULL, time_zone text DEFAULT NULL,
 								   priority integer DEFAULT NULL, missed text DEFAULT NULL,
-								   enabled boolean DEFAULT NULL)
+								   enabled boolean DEFAULT NULL, headers jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE c
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'claimq_at_schedule';
 
-COMMENT ON FUNCTION claimq.at_schedule(text,text,boolean,text,text,jsonb,text,integer,text,boolean) IS
+COMMENT ON FUNCTION claimq.at_schedule(text,text,boolean,text,text,jsonb,text,integer,text,boolean,jsonb) IS
 'private: on a distributed install, alter or drop a schedule on its queue''s node (delegated there by queue)';
 -- @end
 
@@ -1196,7 +1210,7 @@ BEGIN
 	FOR r IN
 		SELECT d.* FROM (
 			SELECT s.name, s.queue_id, q.name AS queue_name, s.cron, s.time_zone,
-				   s.payload, s.priority, s.missed, s.anchor, s.next_run_at,
+				   s.payload, s.headers, s.priority, s.missed, s.anchor, s.next_run_at,
 				   s.catch_up_to, q.notify
 			  FROM claimq.schedule s
 			  JOIN claimq.queue q ON q.queue_id OPERATOR(pg_catalog.=) s.queue_id
@@ -1335,9 +1349,11 @@ BEGIN
 		 */
 		WITH ins AS (
 			INSERT INTO claimq.job AS j
-				(job_id, queue_id, state, priority, run_at, enqueued_at, payload)
+				(job_id, queue_id, state, priority, run_at, enqueued_at, payload,
+				 headers)
 			SELECT id_base OPERATOR(pg_catalog.+) pg_catalog.nextval('claimq.job_id_seq'::pg_catalog.regclass),
-				   r.queue_id, 'pending', r.priority, o.run_at, now_ts, r.payload
+				   r.queue_id, 'pending', r.priority, o.run_at, now_ts, r.payload,
+				   r.headers
 			  FROM pg_catalog.unnest(occurrences) WITH ORDINALITY AS o(run_at, n)
 			 ORDER BY o.n
 			RETURNING j.job_id, j.run_at)

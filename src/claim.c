@@ -122,10 +122,10 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 			"         started_at = CASE WHEN $6 THEN $3 END"
 			"   WHERE j.ctid = ANY (ARRAY(SELECT p.ctid FROM picked p))"
 			"  RETURNING j.job_id, j.token, j.payload, j.attempts, j.priority,"
-			"            j.enqueued_at, j.expires_at, j.run_at"
+			"            j.enqueued_at, j.expires_at, j.headers, j.run_at"
 			")"
 			" SELECT u.job_id, u.token, u.payload, u.attempts, u.priority,"
-			"        u.enqueued_at, u.expires_at, u.run_at,"
+			"        u.enqueued_at, u.expires_at, u.headers, u.run_at,"
 			"        (SELECT pg_catalog.min(prio.p) FROM prio),"
 			"        (SELECT pg_catalog.count(*) FROM picked)"
 			"   FROM upd u"
@@ -136,7 +136,7 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	if (queue->fair)
 		cq_plan(&fair_plan,
 				"SELECT f.job_id, f.token, f.payload, f.attempts, f.priority,"
-				"       f.enqueued_at, f.expires_at, f.run_at"
+				"       f.enqueued_at, f.expires_at, f.headers, f.run_at"
 				"  FROM claimq.claim_fair($1, $2, $3, $4, $5, $6, $7) f"
 				" ORDER BY f.priority DESC, f.run_at, f.job_id",
 				7, argtypes);
@@ -173,8 +173,8 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	call.counts.named_queue_id = queue->queue_id;
 	for (uint64 row = 0; row < claimed; row++)
 	{
-		Datum		rowvalues[10];
-		bool		rownulls[10];
+		Datum		rowvalues[11];
+		bool		rownulls[11];
 		CqMove		move;
 
 		heap_deform_tuple(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
@@ -185,7 +185,7 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 		move.counter = CQ_CLAIMED;
 		/* Waiting since it became ready: run_at, or its enqueue if later. */
 		move.latency = CQ_LATENCY_WAIT;
-		move.latency_us = now - Max(DatumGetTimestampTz(rowvalues[7]),
+		move.latency_us = now - Max(DatumGetTimestampTz(rowvalues[8]),
 									DatumGetTimestampTz(rowvalues[5]));
 		cq_ledger_note(&call, &move);
 	}
@@ -205,11 +205,11 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	 * see floor.c.)
 	 */
 	if (!queue->fair && !IsolationUsesXactSnapshot() &&
-		DatumGetInt64(cq_spi_value(claimed - 1, 10, &isnull)) == (int64) claimed &&
+		DatumGetInt64(cq_spi_value(claimed - 1, 11, &isnull)) == (int64) claimed &&
 		DatumGetInt32(cq_spi_value(claimed - 1, 5, &isnull)) ==
-		DatumGetInt32(cq_spi_value(claimed - 1, 9, &isnull)))
+		DatumGetInt32(cq_spi_value(claimed - 1, 10, &isnull)))
 		cq_floor_raise(&floor,
-					   DatumGetTimestampTz(cq_spi_value(claimed - 1, 8, &isnull)),
+					   DatumGetTimestampTz(cq_spi_value(claimed - 1, 9, &isnull)),
 					   DatumGetInt64(cq_spi_value(claimed - 1, 1, &isnull)));
 	cq_flow_spend(queue, &ticket, (int32) claimed);
 	return claimed;
@@ -218,7 +218,7 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 /*
  * claim(queue, max_jobs, lease, worker, start, wait)
  * returns table(job_id, token, payload, attempts, priority, enqueued_at,
- *				 expires_at)
+ *				 expires_at, headers)
  */
 Datum
 claimq_claim(PG_FUNCTION_ARGS)

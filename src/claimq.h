@@ -107,6 +107,7 @@
 
 /* Limits from the API contract. */
 #define CQ_MAX_BATCH		10000	/* max_jobs per claim, elements per call */
+#define CQ_MAX_HEADERS		8192	/* bytes of a job's headers as text */
 #define CQ_MAINTAIN_BATCH	10000	/* per step of maintain() */
 #define CQ_MAX_LIMIT		1000000 /* group_limit, max_in_flight, rate_limit */
 #define CQ_QUEUE_NAME_MAX	63

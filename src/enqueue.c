@@ -36,6 +36,11 @@
  * conflict).  When a dedup key matches, the call's "after" is ignored and
  * its set forgotten.
  *
+ * A job's headers (its trace context) are checked by the statement that
+ * inserts it, through claimq.checked_headers (sql/check-headers.sql, the
+ * one rule of both editions), and kept with the job as given; the server
+ * never reads them.
+ *
  * On a queue created with notify, every enqueue queues NOTIFY claimq with
  * the queue's name; PostgreSQL folds identical notifications of one
  * transaction into one, sent at commit.
@@ -162,29 +167,31 @@ cq_check_group_key(Datum key, const char *argname)
 
 /*
  * Debounce: give the pending or waiting job of the queue that holds key
- * the call's payload, run_at, priority and max_attempts (a waiting job
- * keeps its after list).  Returns its id, or 0 if the job holding the key
- * is neither (or no job does).
+ * the call's payload, run_at, priority, headers (checked by the insert
+ * that met the key) and max_attempts (a waiting job keeps its after list).
+ * Returns its id, or 0 if the job holding the key is neither (or no job
+ * does).
  */
 static int64
-cq_replace_pending(CqEnqueueArgs *args, Datum payload, Datum key)
+cq_replace_pending(CqEnqueueArgs *args, Datum payload, Datum key,
+				   Datum headers, bool headers_null)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[7] = {INT4OID, TEXTOID, JSONBOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, INT4OID, INT4OID};
-	Datum		values[7];
-	char		nulls[7] = "       ";
+	Oid			argtypes[8] = {INT4OID, TEXTOID, JSONBOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, INT4OID, INT4OID, JSONBOID};
+	Datum		values[8];
+	char		nulls[8] = "        ";
 	bool		isnull;
 	int64		job_id;
 
 	cq_plan(&plan,
 			"UPDATE claimq.job j"
 			"   SET payload = $3, run_at = COALESCE($4, $5), priority = $6,"
-			"       max_attempts = COALESCE($7, j.max_attempts)"
+			"       max_attempts = COALESCE($7, j.max_attempts), headers = $8"
 			" WHERE j.queue_id = $1 AND j.dedup_key = $2"
 			"   AND j.state = ANY ('{pending,waiting}'::text[])"
 			" RETURNING j.job_id, j.group_key",
-			7, argtypes);
+			8, argtypes);
 	values[0] = Int32GetDatum(args->queue.queue_id);
 	values[1] = key;
 	values[2] = payload;
@@ -194,6 +201,8 @@ cq_replace_pending(CqEnqueueArgs *args, Datum payload, Datum key)
 	values[5] = Int32GetDatum(args->priority);
 	values[6] = args->max_attempts;
 	nulls[6] = args->max_attempts_null ? 'n' : ' ';
+	values[7] = headers;
+	nulls[7] = headers_null ? 'n' : ' ';
 	cq_execute(plan, values, nulls, SPI_OK_UPDATE_RETURNING);
 	if (SPI_processed == 0)
 		return 0;
@@ -234,18 +243,20 @@ cq_live_job_for_key(int32 queue_id, Datum key)
 
 /*
  * Insert one job, or find the live job holding its dedup key (and, with
- * replace, update it while it is pending).  Returns the job's id.
+ * replace, update it while it is pending).  Returns the job's id.  The
+ * headers are checked by claimq.checked_headers (sql/check-headers.sql).
  */
 static int64
 cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null,
-			   Datum group_key, bool group_key_null)
+			   Datum group_key, bool group_key_null,
+			   Datum headers, bool headers_null)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[14] = {INT4OID, INT4OID, TIMESTAMPTZOID,
+	Oid			argtypes[15] = {INT4OID, INT4OID, TIMESTAMPTZOID,
 		TIMESTAMPTZOID, TEXTOID, JSONBOID, INT8OID, INT4OID, TEXTOID, BOOLOID,
-	TEXTOID, INT8OID, INT4OID, TEXTOID};
-	Datum		values[14];
-	char		nulls[14] = "              ";
+	TEXTOID, INT8OID, INT4OID, TEXTOID, JSONBOID};
+	Datum		values[15];
+	char		nulls[15] = "               ";
 	bool		isnull;
 	bool		cancelled = strcmp(args->state, "cancelled") == 0;
 
@@ -253,16 +264,17 @@ cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null,
 			"INSERT INTO claimq.job AS j"
 			" (job_id, queue_id, state, priority, run_at, enqueued_at,"
 			"  dedup_key, payload, max_attempts, group_key, held,"
-			"  finished_at, after_set, after_count, after_failed)"
+			"  finished_at, after_set, after_count, after_failed, headers)"
 			" VALUES ($7 + pg_catalog.nextval('claimq.job_id_seq'),"
 			"         $1, $11, $2, COALESCE($3, $4), $4, $5, $6, $8, $9,"
 			"         $10 AND $9 IS NOT NULL,"
-			"         CASE WHEN $11 = 'cancelled' THEN $4 END, $12, $13, $14)"
+			"         CASE WHEN $11 = 'cancelled' THEN $4 END, $12, $13, $14,"
+			"         claimq.checked_headers($15, 'headers'))"
 			" ON CONFLICT (queue_id, dedup_key)"
 			"   WHERE dedup_key IS NOT NULL AND state = ANY (" CQ_LIVE_STATES ")"
 			" DO NOTHING"
 			" RETURNING j.job_id",
-			14, argtypes);
+			15, argtypes);
 	values[0] = Int32GetDatum(args->queue.queue_id);
 	values[1] = Int32GetDatum(args->priority);
 	values[2] = args->run_at;
@@ -279,6 +291,8 @@ cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null,
 	values[9] = BoolGetDatum(cq_queue_groups_limited(&args->queue) &&
 							 strcmp(args->state, "pending") == 0);
 	cq_enqueue_state_values(args, values + 10, nulls + 10);
+	values[14] = headers;
+	nulls[14] = headers_null ? 'n' : ' ';
 
 	for (int attempt = 0; attempt < CQ_DEDUP_RETRIES; attempt++)
 	{
@@ -298,7 +312,8 @@ cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null,
 		/* Only a dedup conflict inserts nothing. */
 		Assert(!key_null);
 		if (args->replace &&
-			(job_id = cq_replace_pending(args, payload, key)) != 0)
+			(job_id = cq_replace_pending(args, payload, key, headers,
+										 headers_null)) != 0)
 		{
 			args->replaced = true;
 			return job_id;
@@ -433,7 +448,7 @@ cq_enqueue_sync_groups(int32 queue_id, Datum keys)
 
 /*
  * enqueue(queue, payload, run_at, priority, dedup_key, max_attempts,
- * on_duplicate, group_key) returns bigint
+ * on_duplicate, group_key, after, after_failed, headers) returns bigint
  */
 Datum
 claimq_enqueue(PG_FUNCTION_ARGS)
@@ -441,6 +456,7 @@ claimq_enqueue(PG_FUNCTION_ARGS)
 	CqEnqueueArgs args;
 	int64		job_id;
 	bool		group_key_null = PG_NARGS() <= 7 || PG_ARGISNULL(7);
+	bool		headers_null = PG_NARGS() <= 10 || PG_ARGISNULL(10);
 	Datum		groups = (Datum) 0;
 
 	cq_require_primary(fcinfo);
@@ -474,7 +490,9 @@ claimq_enqueue(PG_FUNCTION_ARGS)
 							PG_ARGISNULL(4) ? (Datum) 0 : PG_GETARG_DATUM(4),
 							PG_ARGISNULL(4),
 							group_key_null ? (Datum) 0 : PG_GETARG_DATUM(7),
-							group_key_null);
+							group_key_null,
+							headers_null ? (Datum) 0 : PG_GETARG_DATUM(10),
+							headers_null);
 	cq_enqueue_done(&args, groups);
 	SPI_finish();
 	PG_RETURN_INT64(job_id);
@@ -482,8 +500,8 @@ claimq_enqueue(PG_FUNCTION_ARGS)
 
 /*
  * enqueue_many(queue, payloads, run_at, priority, dedup_keys, max_attempts,
- * on_duplicate, group_keys) returns setof bigint, one id per payload in
- * input order.
+ * on_duplicate, group_keys, after, after_failed, headers) returns setof
+ * bigint, one id per payload in input order.
  *
  * All rows go in with one INSERT.  Ids are drawn before the insert so that
  * each input row knows its id whether or not the insert kept it; the rows
@@ -503,17 +521,18 @@ Datum
 claimq_enqueue_many(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[14] = {INT4OID, JSONBARRAYOID, TEXTARRAYOID, INT4OID,
+	Oid			argtypes[15] = {INT4OID, JSONBARRAYOID, TEXTARRAYOID, INT4OID,
 		TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TEXTARRAYOID, INT4OID, BOOLOID,
-	TEXTOID, INT8OID, INT4OID, TEXTOID};
-	Datum		values[14];
-	char		nulls[14] = "              ";
+	TEXTOID, INT8OID, INT4OID, TEXTOID, JSONBARRAYOID};
+	Datum		values[15];
+	char		nulls[15] = "               ";
 	bool		sync;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	CqEnqueueArgs args;
 	ArrayType  *payloads;
 	ArrayType  *keys = NULL;
 	ArrayType  *group_keys = NULL;
+	ArrayType  *headers = NULL;
 	int			npayloads;
 
 	cq_require_primary(fcinfo);
@@ -544,6 +563,14 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 		for (int i = 0; i < nelems; i++)
 			if (!elemnulls[i])
 				cq_check_group_key(elems[i], "each of group_keys");
+	}
+	if (PG_NARGS() > 10 && !PG_ARGISNULL(10))
+	{
+		headers = cq_array_arg(fcinfo, 10, "headers", true);
+		if (ArrayGetNItems(ARR_NDIM(headers), ARR_DIMS(headers)) != npayloads)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("headers must have as many elements as payloads")));
 	}
 	if (cq_forward_wanted(args.queue_name))
 		return cq_forward(fcinfo);
@@ -576,20 +603,23 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 	cq_plan(&plan,
 			"WITH input AS MATERIALIZED ("
 			"  SELECT u.ord, u.payload, u.dedup_key, u.group_key,"
+			"         claimq.checked_headers(u.headers, 'each of headers')"
+			"           AS headers,"
 			"         $7 + pg_catalog.nextval('claimq.job_id_seq') AS job_id"
 			"    FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3),"
-			"                    pg_catalog.unnest($8))"
+			"                    pg_catalog.unnest($8), pg_catalog.unnest($15))"
 			"         WITH ORDINALITY"
-			"         AS u(payload, dedup_key, group_key, ord)"
+			"         AS u(payload, dedup_key, group_key, headers, ord)"
 			"), ins AS ("
 			"  INSERT INTO claimq.job AS j"
 			"   (job_id, queue_id, state, priority, run_at, enqueued_at,"
 			"    dedup_key, payload, max_attempts, group_key, held,"
-			"    finished_at, after_set, after_count, after_failed)"
+			"    finished_at, after_set, after_count, after_failed, headers)"
 			"  SELECT i.job_id, $1, $11, $4, COALESCE($5, $6), $6,"
 			"         i.dedup_key, i.payload, $9, i.group_key,"
 			"         $10 AND i.group_key IS NOT NULL,"
-			"         CASE WHEN $11 = 'cancelled' THEN $6 END, $12, $13, $14"
+			"         CASE WHEN $11 = 'cancelled' THEN $6 END, $12, $13, $14,"
+			"         i.headers"
 			"    FROM input i"
 			"   WHERE $11 <> 'cancelled' OR i.dedup_key IS NULL"
 			"   ORDER BY i.dedup_key COLLATE \"C\", i.ord"
@@ -599,10 +629,10 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 			"  RETURNING j.job_id"
 			")"
 			" SELECT i.job_id, ins.job_id IS NOT NULL AS inserted,"
-			"        i.dedup_key, i.payload, i.group_key"
+			"        i.dedup_key, i.payload, i.group_key, i.headers"
 			"   FROM input i LEFT JOIN ins ON ins.job_id = i.job_id"
 			"  ORDER BY i.ord",
-			14, argtypes);
+			15, argtypes);
 	values[0] = Int32GetDatum(args.queue.queue_id);
 	values[1] = PointerGetDatum(payloads);
 	values[2] = keys ? PointerGetDatum(keys) : (Datum) 0;
@@ -618,6 +648,8 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 	nulls[8] = args.max_attempts_null ? 'n' : ' ';
 	values[9] = BoolGetDatum(sync);
 	cq_enqueue_state_values(&args, values + 10, nulls + 10);
+	values[14] = headers ? PointerGetDatum(headers) : (Datum) 0;
+	nulls[14] = headers ? ' ' : 'n';
 	cq_execute(plan, values, nulls, SPI_OK_SELECT);
 
 	{
@@ -652,10 +684,16 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 				Datum		group_key = SPI_getbinval(tuptable->vals[row],
 													  tuptable->tupdesc, 5,
 													  &group_key_null);
+				bool		headers_null;
+				Datum		job_headers = SPI_getbinval(tuptable->vals[row],
+														tuptable->tupdesc, 6,
+														&headers_null);
 
 				job_id = Int64GetDatum(cq_enqueue_one(&args, payload, key,
 													  false, group_key,
-													  group_key_null));
+													  group_key_null,
+													  job_headers,
+													  headers_null));
 			}
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
 								 &job_id, &job_id_null);

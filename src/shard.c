@@ -1818,7 +1818,7 @@ claimq_route_to_shard(PG_FUNCTION_ARGS)
 /*
  * at_schedule(queue text, schedule text, drop_it boolean, new_queue text,
  * cron text, payload jsonb, time_zone text, priority integer, missed text,
- * enabled boolean) returns void: on a distributed install, alter_schedule
+ * enabled boolean, headers jsonb) returns void: on a distributed install, alter_schedule
  * (or, drop_it, drop_schedule) of schedule `schedule` of queue `queue`,
  * run on the queue's node with its statements routed to the queue's
  * shards.  Forwarded there from the coordinator (alter_schedule and
@@ -1830,16 +1830,16 @@ PG_FUNCTION_INFO_V1(claimq_at_schedule);
 Datum
 claimq_at_schedule(PG_FUNCTION_ARGS)
 {
-	Oid			argtypes[8] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID,
-	INT4OID, TEXTOID, BOOLOID};
-	Datum		values[8];
-	char		nulls[8];
+	Oid			argtypes[9] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID,
+	INT4OID, TEXTOID, BOOLOID, JSONBOID};
+	Datum		values[9];
+	char		nulls[9];
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
 		elog(ERROR, "claimq.at_schedule() needs its queue, schedule and drop_it");
 	if (cq_forward_wanted_arg(fcinfo, 0))
 		return cq_forward(fcinfo);
-	for (int i = 0; i < 8; i++)
+	for (int i = 0; i < 9; i++)
 	{
 		int			argno = i == 0 ? 1 : i + 2;
 
@@ -1853,8 +1853,8 @@ claimq_at_schedule(PG_FUNCTION_ARGS)
 								  values, nulls, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "SPI_execute_with_args failed: claimq.drop_schedule()");
 	}
-	else if (SPI_execute_with_args("SELECT claimq.alter_schedule($1, $2, $3, $4, $5, $6, $7, $8)",
-								   8, argtypes, values, nulls, false, 0) != SPI_OK_SELECT)
+	else if (SPI_execute_with_args("SELECT claimq.alter_schedule($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+								   9, argtypes, values, nulls, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "SPI_execute_with_args failed: claimq.alter_schedule()");
 	SPI_finish();
 	PG_RETURN_VOID();

@@ -33,7 +33,7 @@
 PG_FUNCTION_INFO_V1(claimq_status);
 PG_FUNCTION_INFO_V1(claimq_wait_for);
 
-#define CQ_STATUS_COLS		8
+#define CQ_STATUS_COLS		9
 
 /*
  * Look at the jobs, with a snapshot taken now; the rows are left in
@@ -49,7 +49,7 @@ cq_look(ArrayType *ids)
 
 	cq_plan(&plan,
 			"SELECT i.job_id, q.name, j.state, j.attempts, j.run_at,"
-			"       j.finished_at, j.last_error, j.result,"
+			"       j.finished_at, j.last_error, j.result, j.headers,"
 			"       j.state IS NULL"
 			"       OR j.state = ANY ('{done,dead,cancelled}'::text[])"
 			"  FROM ROWS FROM (pg_catalog.unnest($1::bigint[]))"

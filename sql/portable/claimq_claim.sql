@@ -98,7 +98,7 @@ BEGIN
 				BEGIN
 					RETURN QUERY
 					SELECT c.job_id, c.token, c.payload, c.attempts, c.priority,
-						   c.enqueued_at, c.expires_at
+						   c.enqueued_at, c.expires_at, c.headers
 					  FROM claimq.claim(claim.queue, claim.max_jobs, claim.lease,
 										claim.worker, claim.start) c;
 					took := FOUND;
@@ -186,10 +186,10 @@ BEGIN
 				   started_at = CASE WHEN claim.start THEN now_ END
 			 WHERE j.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT p.ctid FROM picked p))
 			RETURNING j.job_id, j.token, j.payload, j.attempts, j.priority,
-					  j.enqueued_at, j.expires_at, j.run_at
+					  j.enqueued_at, j.expires_at, j.headers, j.run_at
 		)
 		SELECT u.job_id, u.token, u.payload, u.attempts, u.priority,
-			   u.enqueued_at, u.expires_at
+			   u.enqueued_at, u.expires_at, u.headers
 		  FROM upd u
 		 ORDER BY u.priority DESC, u.run_at, u.job_id;
 		GET DIAGNOSTICS n = ROW_COUNT;
@@ -216,7 +216,7 @@ BEGIN
 			/* A fair queue shares the batch between its tenants. */
 			RETURN QUERY
 			SELECT f.job_id, f.token, f.payload, f.attempts, f.priority,
-				   f.enqueued_at, f.expires_at
+				   f.enqueued_at, f.expires_at, f.headers
 			  FROM claimq.claim_fair(qu.queue_id, lim, now_, qu.lease, claim.worker,
 									 claim.start, token_base) f
 			 ORDER BY f.priority DESC, f.run_at, f.job_id;
@@ -283,7 +283,7 @@ BEGIN
 		IF qu.fair THEN
 			RETURN QUERY
 			SELECT f.job_id, f.token, f.payload, f.attempts, f.priority,
-				   f.enqueued_at, f.expires_at
+				   f.enqueued_at, f.expires_at, f.headers
 			  FROM claimq.claim_fair(qu.queue_id, lim, now_, qu.lease, claim.worker,
 									 claim.start, token_base) f
 			 ORDER BY f.priority DESC, f.run_at, f.job_id;

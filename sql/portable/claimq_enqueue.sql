@@ -92,8 +92,10 @@ BEGIN
 	 * replace, update it while it is pending or waiting).  If that job
 	 * finished in between, the key is free again: try again.  A job
 	 * cancelled at once holds no key, so its insert meets no conflict: a
-	 * live job with the key is looked for first.
+	 * live job with the key is looked for first.  The headers are checked
+	 * as the C edition's insert checks them (sql/check-headers.sql).
 	 */
+	PERFORM claimq.checked_headers(enqueue.headers, 'headers');
 	FOR attempt IN 1 .. 100 LOOP
 		IF new_state OPERATOR(pg_catalog.=) 'cancelled' AND enqueue.dedup_key IS NOT NULL THEN
 			SELECT j.job_id INTO id FROM claimq.job j
@@ -105,7 +107,7 @@ BEGIN
 		INSERT INTO claimq.job AS j
 			(job_id, queue_id, state, priority, run_at, enqueued_at,
 			 dedup_key, payload, max_attempts, group_key, held,
-			 finished_at, after_set, after_count, after_failed)
+			 finished_at, after_set, after_count, after_failed, headers)
 		VALUES (pg_catalog.nextval('claimq.job_id_seq'::pg_catalog.regclass),
 				q.queue_id, new_state, enqueue.priority,
 				COALESCE(enqueue.run_at, t0), t0, enqueue.dedup_key,
@@ -113,7 +115,8 @@ BEGIN
 				limited AND enqueue.group_key IS NOT NULL,
 				CASE WHEN new_state OPERATOR(pg_catalog.=) 'cancelled' THEN t0 END,
 				link_set, link_unfinished,
-				CASE WHEN link_set IS NOT NULL THEN enqueue.after_failed END)
+				CASE WHEN link_set IS NOT NULL THEN enqueue.after_failed END,
+				enqueue.headers)
 		ON CONFLICT (queue_id, dedup_key)
 			WHERE j.dedup_key IS NOT NULL
 			  AND j.state OPERATOR(pg_catalog.=) ANY (@CQ_LIVE_STATES@)
@@ -127,7 +130,8 @@ BEGIN
 			UPDATE claimq.job j
 			   SET payload = enqueue.payload, run_at = COALESCE(enqueue.run_at, t0),
 				   priority = enqueue.priority,
-				   max_attempts = COALESCE(enqueue.max_attempts, j.max_attempts)
+				   max_attempts = COALESCE(enqueue.max_attempts, j.max_attempts),
+				   headers = enqueue.headers
 			 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
 			   AND j.dedup_key OPERATOR(pg_catalog.=) enqueue.dedup_key
 			   AND j.state OPERATOR(pg_catalog.=) ANY ('{pending,waiting}'::text[])

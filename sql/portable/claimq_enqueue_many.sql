@@ -13,6 +13,7 @@ DECLARE
 	p jsonb;
 	k text;
 	g text;
+	h jsonb;
 	replaced_key text;
 	link_set bigint;
 	link_unfinished integer := 0;
@@ -56,6 +57,16 @@ BEGIN
 		IF EXISTS (SELECT FROM pg_catalog.unnest(enqueue_many.group_keys) AS u(g)
 					WHERE pg_catalog.octet_length(u.g) OPERATOR(pg_catalog.>) 200) THEN
 			RAISE EXCEPTION 'each of group_keys must be at most 200 bytes long'
+				USING ERRCODE = '22023';
+		END IF;
+	END IF;
+	IF enqueue_many.headers IS NOT NULL THEN
+		IF pg_catalog.array_ndims(enqueue_many.headers) OPERATOR(pg_catalog.>) 1 THEN
+			RAISE EXCEPTION 'headers must be a one-dimensional array'
+				USING ERRCODE = '22023';
+		END IF;
+		IF pg_catalog.cardinality(enqueue_many.headers) OPERATOR(pg_catalog.<>) n THEN
+			RAISE EXCEPTION 'headers must have as many elements as payloads'
 				USING ERRCODE = '22023';
 		END IF;
 	END IF;
@@ -133,23 +144,26 @@ BEGIN
 	 */
 	WITH input AS MATERIALIZED (
 		SELECT u.ord, u.payload, u.dedup_key, u.group_key,
+			   claimq.checked_headers(u.headers, 'each of headers') AS headers,
 			   pg_catalog.nextval('claimq.job_id_seq'::pg_catalog.regclass) AS job_id
 		  FROM ROWS FROM (pg_catalog.unnest(enqueue_many.payloads),
 						  pg_catalog.unnest(enqueue_many.dedup_keys),
-						  pg_catalog.unnest(enqueue_many.group_keys))
-			   WITH ORDINALITY AS u(payload, dedup_key, group_key, ord)
+						  pg_catalog.unnest(enqueue_many.group_keys),
+						  pg_catalog.unnest(enqueue_many.headers))
+			   WITH ORDINALITY AS u(payload, dedup_key, group_key, headers, ord)
 	), ins AS (
 		INSERT INTO claimq.job AS j
 			(job_id, queue_id, state, priority, run_at, enqueued_at,
 			 dedup_key, payload, max_attempts, group_key, held,
-			 finished_at, after_set, after_count, after_failed)
+			 finished_at, after_set, after_count, after_failed, headers)
 		SELECT i.job_id, q.queue_id, new_state, enqueue_many.priority,
 			   COALESCE(enqueue_many.run_at, t0), t0, i.dedup_key, i.payload,
 			   enqueue_many.max_attempts, i.group_key,
 			   sync AND i.group_key IS NOT NULL,
 			   CASE WHEN new_state OPERATOR(pg_catalog.=) 'cancelled' THEN t0 END,
 			   link_set, link_unfinished,
-			   CASE WHEN link_set IS NOT NULL THEN enqueue_many.after_failed END
+			   CASE WHEN link_set IS NOT NULL THEN enqueue_many.after_failed END,
+			   i.headers
 		  FROM input i
 		 WHERE new_state OPERATOR(pg_catalog.<>) 'cancelled' OR i.dedup_key IS NULL
 		 ORDER BY i.dedup_key COLLATE "C", i.ord
@@ -176,6 +190,7 @@ BEGIN
 		p := enqueue_many.payloads[pg_catalog.array_lower(enqueue_many.payloads, 1) OPERATOR(pg_catalog.+) r OPERATOR(pg_catalog.-) 1];
 		k := enqueue_many.dedup_keys[pg_catalog.array_lower(enqueue_many.dedup_keys, 1) OPERATOR(pg_catalog.+) r OPERATOR(pg_catalog.-) 1];
 		g := enqueue_many.group_keys[pg_catalog.array_lower(enqueue_many.group_keys, 1) OPERATOR(pg_catalog.+) r OPERATOR(pg_catalog.-) 1];
+		h := enqueue_many.headers[pg_catalog.array_lower(enqueue_many.headers, 1) OPERATOR(pg_catalog.+) r OPERATOR(pg_catalog.-) 1];
 		id := NULL;
 		FOR attempt IN 1 .. 100 LOOP
 			IF new_state OPERATOR(pg_catalog.=) 'cancelled' THEN
@@ -188,14 +203,15 @@ BEGIN
 			INSERT INTO claimq.job AS j
 				(job_id, queue_id, state, priority, run_at, enqueued_at,
 				 dedup_key, payload, max_attempts, group_key, held,
-				 finished_at, after_set, after_count, after_failed)
+				 finished_at, after_set, after_count, after_failed, headers)
 			VALUES (pg_catalog.nextval('claimq.job_id_seq'::pg_catalog.regclass),
 					q.queue_id, new_state, enqueue_many.priority,
 					COALESCE(enqueue_many.run_at, t0), t0, k, p,
 					enqueue_many.max_attempts, g, sync AND g IS NOT NULL,
 					CASE WHEN new_state OPERATOR(pg_catalog.=) 'cancelled' THEN t0 END,
 					link_set, link_unfinished,
-					CASE WHEN link_set IS NOT NULL THEN enqueue_many.after_failed END)
+					CASE WHEN link_set IS NOT NULL THEN enqueue_many.after_failed END,
+					h)
 			ON CONFLICT (queue_id, dedup_key)
 				WHERE j.dedup_key IS NOT NULL
 				  AND j.state OPERATOR(pg_catalog.=) ANY (@CQ_LIVE_STATES@)
@@ -209,7 +225,8 @@ BEGIN
 				UPDATE claimq.job j
 				   SET payload = p, run_at = COALESCE(enqueue_many.run_at, t0),
 					   priority = enqueue_many.priority,
-					   max_attempts = COALESCE(enqueue_many.max_attempts, j.max_attempts)
+					   max_attempts = COALESCE(enqueue_many.max_attempts, j.max_attempts),
+					   headers = h
 				 WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
 				   AND j.dedup_key OPERATOR(pg_catalog.=) k
 				   AND j.state OPERATOR(pg_catalog.=) ANY ('{pending,waiting}'::text[])

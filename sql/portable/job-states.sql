@@ -7,7 +7,7 @@
 CREATE FUNCTION claimq.status_rows(job_ids bigint[], queue text)
 RETURNS TABLE(job_id bigint, job_queue text, state text, attempts integer,
 			  run_at timestamptz, finished_at timestamptz, last_error text,
-			  result jsonb)
+			  result jsonb, headers jsonb)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -17,7 +17,7 @@ BEGIN
 	-- @include check-in-queue.sql function=status_rows ids=status_rows.job_ids
 	RETURN QUERY
 	SELECT i.job_id, q.name, j.state, j.attempts, j.run_at, j.finished_at,
-		   j.last_error, j.result
+		   j.last_error, j.result, j.headers
 	  FROM ROWS FROM (pg_catalog.unnest(status_rows.job_ids))
 		   WITH ORDINALITY AS i(job_id, ord)
 	  LEFT JOIN claimq.job j ON j.job_id OPERATOR(pg_catalog.=) i.job_id
@@ -35,7 +35,7 @@ CREATE FUNCTION claimq.wait_for_rows(job_ids bigint[], timeout interval,
 									 queue text)
 RETURNS TABLE(job_id bigint, job_queue text, state text, attempts integer,
 			  run_at timestamptz, finished_at timestamptz, last_error text,
-			  result jsonb)
+			  result jsonb, headers jsonb)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -55,6 +55,7 @@ DECLARE
 	finished_ats timestamptz[];
 	errors text[];
 	results jsonb[];
+	headers_ jsonb[];
 BEGIN
 	-- @include check-job-ids.sql function=wait_for_rows
 	IF wait_for_rows.timeout IS NULL THEN
@@ -99,10 +100,11 @@ BEGIN
 			   pg_catalog.array_agg(j.finished_at ORDER BY i.ord),
 			   pg_catalog.array_agg(j.last_error ORDER BY i.ord),
 			   pg_catalog.array_agg(j.result ORDER BY i.ord),
+			   pg_catalog.array_agg(j.headers ORDER BY i.ord),
 			   COALESCE(pg_catalog.bool_and(j.state IS NULL
 					OR j.state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled}'::text[])), true)
 		  INTO ids, queues, states, attempts_, run_ats, finished_ats, errors,
-			   results, done
+			   results, headers_, done
 		  FROM ROWS FROM (pg_catalog.unnest(wait_for_rows.job_ids))
 			   WITH ORDINALITY AS i(job_id, ord)
 		  LEFT JOIN claimq.job j ON j.job_id OPERATOR(pg_catalog.=) i.job_id
@@ -117,13 +119,14 @@ BEGIN
 
 	RETURN QUERY
 	SELECT u.job_id, u.queue, u.state, u.attempts, u.run_at, u.finished_at,
-		   u.last_error, u.result
+		   u.last_error, u.result, u.headers
 	  FROM ROWS FROM (pg_catalog.unnest(ids), pg_catalog.unnest(queues),
 					  pg_catalog.unnest(states), pg_catalog.unnest(attempts_),
 					  pg_catalog.unnest(run_ats), pg_catalog.unnest(finished_ats),
-					  pg_catalog.unnest(errors), pg_catalog.unnest(results))
+					  pg_catalog.unnest(errors), pg_catalog.unnest(results),
+					  pg_catalog.unnest(headers_))
 		   WITH ORDINALITY AS u(job_id, queue, state, attempts, run_at,
-								finished_at, last_error, result, ord)
+								finished_at, last_error, result, headers, ord)
 	 ORDER BY u.ord;
 END
 $$;

@@ -8,22 +8,10 @@
 /*
  * Tokens: claim and claim_keys take their epoch from the register
  * (claimq.lifetime_epoch), and maintain() registers it; the timeline and
- * the forced synchronous commit go.
+ * the forced synchronous commit go.  (claim, enqueue and enqueue_many,
+ * whose signatures changed, are replaced in both editions: section 9 of
+ * the update.)
  */
-CREATE OR REPLACE FUNCTION claimq.claim(
-	queue text,
-	max_jobs integer DEFAULT 1,
-	lease interval DEFAULT NULL,
-	worker text DEFAULT NULL,
-	start boolean DEFAULT false,
-	wait interval DEFAULT '0')
-RETURNS TABLE(job_id bigint, token bigint, payload jsonb, attempts integer,
-			  priority integer, enqueued_at timestamptz,
-			  expires_at timestamptz)
-LANGUAGE c VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'claimq_claim';
-
 CREATE OR REPLACE FUNCTION claimq.claim_keys(scope text, keys text[], ttl interval)
 RETURNS TABLE(key text, token bigint)
 LANGUAGE c VOLATILE SECURITY DEFINER
@@ -39,42 +27,9 @@ AS 'MODULE_PATHNAME', 'claimq_maintain';
 DROP FUNCTION claimq.token_base();
 
 /*
- * Fairness between tenants (fair-share.sql): enqueue and enqueue_many
- * join a fair queue's tenants, claim shares a fair queue's batch, and
- * prune forgets the tenants with no live job.
+ * Fairness between tenants (fair-share.sql): prune forgets the tenants
+ * with no live job.
  */
-CREATE OR REPLACE FUNCTION claimq.enqueue(
-	queue text,
-	payload jsonb,
-	run_at timestamptz DEFAULT NULL,
-	priority integer DEFAULT 0,
-	dedup_key text DEFAULT NULL,
-	max_attempts integer DEFAULT NULL,
-	on_duplicate text DEFAULT 'keep',
-	group_key text DEFAULT NULL,
-	after bigint[] DEFAULT NULL,
-	after_failed text DEFAULT 'cancel')
-RETURNS bigint
-LANGUAGE c VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'claimq_enqueue';
-
-CREATE OR REPLACE FUNCTION claimq.enqueue_many(
-	queue text,
-	payloads jsonb[],
-	run_at timestamptz DEFAULT NULL,
-	priority integer DEFAULT 0,
-	dedup_keys text[] DEFAULT NULL,
-	max_attempts integer DEFAULT NULL,
-	on_duplicate text DEFAULT 'keep',
-	group_keys text[] DEFAULT NULL,
-	after bigint[] DEFAULT NULL,
-	after_failed text DEFAULT 'cancel')
-RETURNS SETOF bigint
-LANGUAGE c VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'claimq_enqueue_many';
-
 CREATE OR REPLACE FUNCTION claimq.prune(max_jobs integer DEFAULT 10000)
 RETURNS bigint
 LANGUAGE c VOLATILE SECURITY DEFINER

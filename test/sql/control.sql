@@ -261,9 +261,9 @@ SELECT ok(claimq.complete(job_id, token, '{"lost": true}'), 'complete a job of a
   FROM claimq.claim('ctl_plain');
 SELECT results_eq(format('SELECT * FROM claimq.status(ARRAY[%s, -5, %s]::bigint[])', :pl, :pl),
 	format($$VALUES (%1$s::bigint, NULL::text, NULL::text, NULL::int, NULL::timestamptz,
-					 NULL::timestamptz, NULL::text, NULL::jsonb),
-					(-5, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
-					(%1$s, NULL, NULL, NULL, NULL, NULL, NULL, NULL)$$, :pl),
+					 NULL::timestamptz, NULL::text, NULL::jsonb, NULL::jsonb),
+					(-5, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+					(%1$s, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)$$, :pl),
 	'a job that no longer exists has every column but job_id NULL, in input order, repeats too');
 SELECT claimq.enqueue('ctl', '{}', run_at => '2030-01-01 00:00+00') AS sch \gset
 SELECT results_eq(format('SELECT queue, state, attempts, run_at, finished_at FROM claimq.status(ARRAY[%s]::bigint[])', :sch),

@@ -153,7 +153,7 @@ SELECT is((SELECT count(*) FROM claimq.queue_stats WHERE cancelled = 1), 1::bigi
 -- Duties granted before the update cover the new and the recreated
 -- functions, and those grants stay user grants that pg_dump keeps.
 SELECT ok(has_function_privilege('regress_claimq_up_producer',
-		'claimq.enqueue(text,jsonb,timestamptz,integer,text,integer,text,text,bigint[],text)', 'EXECUTE')
+		'claimq.enqueue(text,jsonb,timestamptz,integer,text,integer,text,text,bigint[],text,jsonb)', 'EXECUTE')
 		  AND has_function_privilege('regress_claimq_up_producer', 'claimq.cancel(bigint[],text)', 'EXECUTE')
 		  AND has_function_privilege('regress_claimq_up_producer', 'claimq.status(bigint[],text)', 'EXECUTE')
 		  AND NOT has_function_privilege('regress_claimq_up_producer',
@@ -170,7 +170,7 @@ SELECT ok(has_function_privilege('regress_claimq_up_admin', 'claimq.retry_dead(t
 		  AND has_table_privilege('regress_claimq_up_admin', 'claimq.queue_stats', 'SELECT')
 		  AND has_table_privilege('regress_claimq_up_admin', 'claimq.counters', 'SELECT')
 		  AND has_function_privilege('regress_claimq_up_admin',
-				'claimq.create_schedule(text,text,text,jsonb,text,integer,text)', 'EXECUTE')
+				'claimq.create_schedule(text,text,text,jsonb,text,integer,text,jsonb)', 'EXECUTE')
 		  AND has_table_privilege('regress_claimq_up_admin', 'claimq.schedules', 'SELECT')
 		  AND has_function_privilege('regress_claimq_up_admin',
 				'claimq.create_queue(text,interval,interval,integer,interval,interval,interval,interval,boolean,integer,boolean,integer,integer,interval,boolean)', 'EXECUTE')

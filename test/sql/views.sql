@@ -101,7 +101,7 @@ SELECT results_eq($$SELECT * FROM pg_temp.columns('claimq.jobs')$$,
 			 ('enqueued_at', 'timestamp with time zone'), ('dedup_key', 'text'),
 			 ('last_error', 'text'), ('group_key', 'text'), ('max_attempts', 'integer'),
 			 ('finished_at', 'timestamp with time zone'), ('result', 'jsonb'),
-			 ('after_count', 'integer'), ('after_failed', 'text')$$,
+			 ('after_count', 'integer'), ('after_failed', 'text'), ('headers', 'jsonb')$$,
 	'jobs has the documented columns, in order');
 SELECT lives_ok($$SELECT claimq.create_queue('vw_jobs')$$, 'create queue vw_jobs');
 SELECT clock_timestamp() AS t0 \gset
@@ -150,7 +150,8 @@ SELECT results_eq($$SELECT * FROM pg_temp.columns('claimq.schedules')$$,
 			 ('time_zone', 'text'), ('payload', 'jsonb'), ('priority', 'integer'),
 			 ('missed', 'text'), ('enabled', 'boolean'),
 			 ('next_run_at', 'timestamp with time zone'),
-			 ('last_run_at', 'timestamp with time zone'), ('last_job_id', 'bigint')$$,
+			 ('last_run_at', 'timestamp with time zone'), ('last_job_id', 'bigint'),
+			 ('headers', 'jsonb')$$,
 	'schedules has the documented columns, in order');
 
 SELECT * FROM finish();

@@ -3,12 +3,13 @@ that need only a handler function.  See README.md."""
 
 import logging as _logging
 
+from . import traceparent
 from .client import Client, Job, Outcome
 from .worker import (AsyncWorker, Fail, JobStopped, JobTimeout, Snooze, Worker, check_stop,
                      sleep)
 
 __all__ = ["Client", "Job", "Outcome", "Worker", "AsyncWorker", "Fail", "Snooze",
-           "JobStopped", "JobTimeout", "check_stop", "sleep"]
+           "JobStopped", "JobTimeout", "check_stop", "sleep", "traceparent"]
 # The release's version: default_version in claimq.control.
 __version__ = "0.8"
 

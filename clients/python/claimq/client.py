@@ -12,11 +12,13 @@ from __future__ import annotations
 import datetime as _dt
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import psycopg
 from psycopg.abc import Query
 from psycopg.types.json import Jsonb
+
+from . import _tracing
 
 Seconds = Union[int, float, _dt.timedelta]
 
@@ -52,6 +54,10 @@ class Job:
     attempt: int = field(default=0, compare=False)
     # The queue it came from (set by claim and the workers).
     queue: Optional[str] = field(default=None, compare=False)
+    # The job's headers (contract 0.5): a dict of strings, or None.  A job
+    # enqueued where OpenTelemetry is installed carries its creation
+    # context here (traceparent, tracestate); see claimq.traceparent.
+    headers: Optional[Dict[str, str]] = field(default=None, compare=False)
 
 
 Pair = Union[Job, Tuple[int, int]]
@@ -87,7 +93,8 @@ def _pairs(jobs: Iterable[Pair]) -> Tuple[List[int], List[int]]:
 # The statements of the working calls, one text each for Client and the
 # workers (AsyncWorker runs them on its own connection): the job ids and
 # tokens come first, as bigint[].
-SQL_CLAIM = ("SELECT job_id, token, payload, attempts, priority, enqueued_at, expires_at"
+SQL_CLAIM = ("SELECT job_id, token, payload, attempts, priority, enqueued_at, expires_at,"
+             " headers"
              "  FROM claimq.claim(%s, %s, lease => %s, worker => %s, start => %s, wait => %s)")
 SQL_START = "SELECT * FROM claimq.start(%s::bigint[], %s::bigint[], %s, queue => %s)"
 SQL_EXTEND = "SELECT * FROM claimq.extend(%s::bigint[], %s::bigint[], %s, queue => %s)"
@@ -116,7 +123,7 @@ def _workflow(after: Optional[Sequence[int]], after_failed: Optional[str]
 def job_of(row: Sequence[Any], queue: Optional[str] = None, started: bool = False) -> Job:
     """A Job from a row of SQL_CLAIM (started: claimed with start=True)."""
     return Job(int(row[0]), int(row[1]), row[2], row[3], row[4], row[5], row[6],
-               attempt=row[3] if started else row[3] + 1, queue=queue)
+               attempt=row[3] if started else row[3] + 1, queue=queue, headers=row[7])
 
 
 def results_param(results: Optional[Sequence[Any]]) -> Optional[List[Optional[Jsonb]]]:
@@ -189,15 +196,29 @@ class Client:
                 priority: int = 0, dedup_key: Optional[str] = None,
                 max_attempts: Optional[int] = None, on_duplicate: str = "keep",
                 group_key: Optional[str] = None, after: Optional[Sequence[int]] = None,
-                after_failed: Optional[str] = None) -> int:
-        workflow, extra = _workflow(after, after_failed)
-        row = self._execute(
-            "SELECT claimq.enqueue(%s, %s, run_at => %s, priority => %s, dedup_key => %s,"
-            " max_attempts => %s, on_duplicate => %s, group_key => %s" + workflow + ")",
-            (queue, Jsonb(payload), run_at, priority, dedup_key, max_attempts,
-             on_duplicate, group_key, *extra)).fetchone()
-        assert row is not None
-        return int(row[0])
+                after_failed: Optional[str] = None,
+                headers: Optional[Mapping[str, str]] = None) -> int:
+        """Enqueue one job: its id.  `headers` (a dict of strings) are kept
+        with the job; where OpenTelemetry is installed the call is a
+        `publish <queue>` span whose context is added to them (traceparent,
+        tracestate, in place of the caller's)."""
+        with _tracing.publish(queue) as span:
+            if span is not None:
+                headers = span.headers(headers)
+            workflow, extra = _workflow(after, after_failed)
+            if headers is not None:
+                workflow += ", headers => %s"
+                extra.append(Jsonb(dict(headers)))
+            row = self._execute(
+                "SELECT claimq.enqueue(%s, %s, run_at => %s, priority => %s, dedup_key => %s,"
+                " max_attempts => %s, on_duplicate => %s, group_key => %s" + workflow + ")",
+                (queue, Jsonb(payload), run_at, priority, dedup_key, max_attempts,
+                 on_duplicate, group_key, *extra)).fetchone()
+            assert row is not None
+            job_id = int(row[0])
+            if span is not None:
+                span.sent([job_id])
+            return job_id
 
     def enqueue_many(self, queue: str, payloads: Sequence[Any], *,
                      run_at: Optional[_dt.datetime] = None, priority: int = 0,
@@ -205,17 +226,36 @@ class Client:
                      max_attempts: Optional[int] = None, on_duplicate: str = "keep",
                      group_keys: Optional[Sequence[Optional[str]]] = None,
                      after: Optional[Sequence[int]] = None,
-                     after_failed: Optional[str] = None) -> List[int]:
-        workflow, extra = _workflow(after, after_failed)
-        rows = self._execute(
-            "SELECT * FROM claimq.enqueue_many(%s, %s::jsonb[], run_at => %s, priority => %s,"
-            " dedup_keys => %s::text[], max_attempts => %s, on_duplicate => %s,"
-            " group_keys => %s::text[]" + workflow + ")",
-            (queue, [Jsonb(p) for p in payloads], run_at, priority,
-             list(dedup_keys) if dedup_keys is not None else None, max_attempts,
-             on_duplicate, list(group_keys) if group_keys is not None else None,
-             *extra)).fetchall()
-        return [int(r[0]) for r in rows]
+                     after_failed: Optional[str] = None,
+                     headers: Optional[Sequence[Optional[Mapping[str, str]]]] = None
+                     ) -> List[int]:
+        """Enqueue several jobs in one statement: their ids, in order.
+        `headers`, if given, has one dict (or None) per payload.  Where
+        OpenTelemetry is installed the call is one `publish <queue>` span,
+        whose context every job gets."""
+        if headers is not None and len(headers) != len(payloads):
+            raise ValueError(f"headers has {len(headers)} elements for {len(payloads)} payloads")
+        with _tracing.publish(queue, len(payloads)) as span:
+            each: Optional[List[Optional[Mapping[str, str]]]] = (
+                list(headers) if headers is not None else None)
+            if span is not None and span.injected():
+                each = [span.headers(h) for h in (each or [None] * len(payloads))]
+            workflow, extra = _workflow(after, after_failed)
+            if each is not None:
+                workflow += ", headers => %s::jsonb[]"
+                extra.append([Jsonb(dict(h)) if h is not None else None for h in each])
+            rows = self._execute(
+                "SELECT * FROM claimq.enqueue_many(%s, %s::jsonb[], run_at => %s, priority => %s,"
+                " dedup_keys => %s::text[], max_attempts => %s, on_duplicate => %s,"
+                " group_keys => %s::text[]" + workflow + ")",
+                (queue, [Jsonb(p) for p in payloads], run_at, priority,
+                 list(dedup_keys) if dedup_keys is not None else None, max_attempts,
+                 on_duplicate, list(group_keys) if group_keys is not None else None,
+                 *extra)).fetchall()
+            ids = [int(r[0]) for r in rows]
+            if span is not None:
+                span.sent(ids)
+            return ids
 
     def cancel(self, job_ids: Sequence[int], queue: Optional[str] = None
                ) -> List[Tuple[int, Outcome, Optional[str]]]:

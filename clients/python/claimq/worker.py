@@ -58,6 +58,7 @@ from typing import (Any, Awaitable, Callable, Dict, List, Mapping, Optional, Set
 
 import psycopg
 
+from . import _tracing
 from .client import (SQL_CLAIM, SQL_COMPLETE, SQL_EXTEND, SQL_FAIL, SQL_RELEASE,
                      SQL_SNOOZE, SQL_START, Client, Job, Outcome, job_of, queue_of,
                      results_param)
@@ -311,6 +312,7 @@ class Worker(_Base):
         self.beat_done = threading.Event()   # the heartbeat's end: all settled
         self.local = threading.local()       # handler threads' connections
         self.thread_conns: List[psycopg.Connection] = []
+        self.spans: Dict[Key, _tracing.Process] = {}   # started attempts' spans
 
     # -- the connection, kept alive ------------------------------------------
 
@@ -512,13 +514,20 @@ class Worker(_Base):
 
     def _time_out(self) -> None:
         now = time.monotonic()
+        late = []
         with self.lock:
-            late = [self._stop_job(k, "timeout")
-                    for k, t in list(self.deadlines.items()) if t <= now]
-        for job in late:
+            for k, t in list(self.deadlines.items()):
+                if t > now:
+                    continue
+                err = JobTimeout(f"timed out after {self.timeout:g} s")
+                # The span knows of the failure before the handler is told.
+                span = self.spans.get(k)
+                if span is not None:
+                    span.settle("failed", err)
+                late.append((self._stop_job(k, "timeout"), err, span))
+        for job, err, span in late:
             if job is None:
                 continue
-            err = JobTimeout(f"timed out after {self.timeout:g} s")
             msg = f"JobTimeout: {err}"
             try:
                 row = self._db(lambda c: c.fail([job], msg))[0]
@@ -528,6 +537,8 @@ class Worker(_Base):
             self._log_settled(job, "fail", row[1], f"failed: {msg}")
             if row[1] is Outcome.OK:
                 self._failed_hook(job, err, row[2])
+            elif span is not None:
+                span.settle(row[1].value, err)
         if late:
             self.freed.set()
 
@@ -537,21 +548,28 @@ class Worker(_Base):
             if key not in self.held or self.stopping.is_set():
                 return      # lost or cancelled while it waited, or released at shutdown
             self.started.add(key)
+        # The attempt's span (if tracing): from its start to its settling.
+        span = _tracing.Process(job)
+        with self.lock:
+            self.spans[key] = span
         try:
-            out = self._db(lambda c: c.start([job], self.lease))[0][1]
-            if out is not Outcome.OK:
-                with self.lock:
-                    self.held.pop(key, None)
-                self._log_refused(job, "start", out)
-                return
-            log.debug("job %s: started (%s, attempt %d)", job.id, job.queue, job.attempt)
-            if self.timeout is not None:
-                with self.lock:
-                    if key in self.held:
-                        self.deadlines[key] = time.monotonic() + self.timeout
-                self.beat_wake.set()
-            self._handle(job)
-        except Exception:  # noqa: BLE001
+            with span.current():
+                out = self._db(lambda c: c.start([job], self.lease))[0][1]
+                if out is not Outcome.OK:
+                    with self.lock:
+                        self.held.pop(key, None)
+                    self._log_refused(job, "start", out)
+                    span.settle(out.value)
+                    return
+                log.debug("job %s: started (%s, attempt %d)", job.id, job.queue, job.attempt)
+                if self.timeout is not None:
+                    with self.lock:
+                        if key in self.held:
+                            self.deadlines[key] = time.monotonic() + self.timeout
+                    self.beat_wake.set()
+                self._handle(job, span)
+        except Exception as e:  # noqa: BLE001
+            span.settle("unsettled", e)
             log.exception("job %s: the worker failed to settle it", job.id)
         finally:
             # Only this claim: a newer claim of the same job is not ours to drop.
@@ -559,6 +577,8 @@ class Worker(_Base):
                 self.held.pop(key, None)
                 self.started.discard(key)
                 self.deadlines.pop(key, None)
+                self.spans.pop(key, None)
+            span.end()
             self.freed.set()
 
     def _thread_conn(self) -> psycopg.Connection:
@@ -588,7 +608,8 @@ class Worker(_Base):
             conn.close()        # the job comes back when its lease runs out
             raise
 
-    def _handle(self, job: Job) -> None:
+    def _handle(self, job: Job, span: Optional[_tracing.Process] = None) -> None:
+        span = span or _tracing.Process(None)
         lane = next(lane for lane in self.lanes if lane.queue == job.queue)
         try:
             result = lane.handler(job)
@@ -601,27 +622,34 @@ class Worker(_Base):
                     # comes back when its lease runs out.
                     log.warning("job %s: connection lost while completing it (%s);"
                                 " its lease decides", job.id, e)
+                    span.settle("connection_lost", e)
                     return
             else:
                 out = self._db(lambda c: c.complete([job], [result]))[0][1]
                 if out is not Outcome.OK:
                     raise _Refused(out)
             self.completed += 1
+            span.settle("completed")
             log.debug("job %s: completed", job.id)
         except JobStopped:
+            span.stopped(job.stop_reason)
             self._log_stopped(job)
         except _Refused as r:
+            span.settle(r.outcome.value)
             self._log_refused(job, "complete", r.outcome)
         except Snooze as s:
             out = self._db(lambda c: c.snooze([job], s.seconds))[0][1]
+            span.settle("snoozed" if out is Outcome.OK else out.value)
             self._log_settled(job, "snooze", out, f"snoozed for {s.seconds:.1f} s")
         except Exception as e:  # noqa: BLE001
             if job.stop_reason is not None:     # told to stop: not ours to fail
+                span.stopped(job.stop_reason)
                 self._log_stopped(job)
                 return
             msg, retry_in, permanent = self._failure(e)
             row = self._db(lambda c: c.fail([job], msg, retry_in=retry_in,
                                             permanent=permanent))[0]
+            span.settle("failed" if row[1] is Outcome.OK else row[1].value, e)
             self._log_settled(job, "fail", row[1], f"failed: {msg}")
             if row[1] is Outcome.OK:
                 self._failed_hook(job, e, row[2])
@@ -809,39 +837,51 @@ class AsyncWorker(_Base):
     async def _run_job(self, lane: _Lane, job: Job) -> None:
         assert self.stopping is not None and lane.slots is not None
         key = _key(job)
+        span = _tracing.Process(None)      # none until the job is started
         try:
             async with lane.slots:
                 if key not in self.held or self.stopping.is_set():
                     return  # lost or cancelled while it waited, or released at shutdown
                 self.started.add(key)
-                out = (await self._settle(SQL_START, job,
-                                          _dt.timedelta(seconds=self.lease)))[0][1]
-                if out is not Outcome.OK:
-                    self._log_refused(job, "start", out)
-                    return
-                log.debug("job %s: started (%s, attempt %d)", job.id, job.queue, job.attempt)
-                await self._handle(lane, job)
+                # The attempt's span (if tracing): from its start to its settling.
+                span = _tracing.Process(job)
+                with span.current():
+                    out = (await self._settle(SQL_START, job,
+                                              _dt.timedelta(seconds=self.lease)))[0][1]
+                    if out is not Outcome.OK:
+                        span.settle(out.value)
+                        self._log_refused(job, "start", out)
+                        return
+                    log.debug("job %s: started (%s, attempt %d)", job.id, job.queue,
+                              job.attempt)
+                    await self._handle(lane, job, span)
         except asyncio.CancelledError:
             if key in self.started:
+                span.stopped(job.stop_reason)
                 self._log_stopped(job)
-        except Exception:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001
+            span.settle("unsettled", e)
             log.exception("job %s: the worker failed to settle it", job.id)
         finally:
+            span.end()
             # Only this claim: a newer claim of the same job is not ours to drop.
             self.held.pop(key, None)
             self.started.discard(key)
             self.tasks.pop(key, None)
 
-    async def _fail(self, job: Job, error: BaseException) -> None:
+    async def _fail(self, job: Job, error: BaseException, span: _tracing.Process) -> None:
         msg, retry_in, permanent = self._failure(error)
         row = (await self._settle(
             SQL_FAIL, job, msg,
             _dt.timedelta(seconds=retry_in) if retry_in is not None else None, permanent))[0]
+        span.settle("failed" if row[1] is Outcome.OK else row[1].value, error)
         self._log_settled(job, "fail", row[1], f"failed: {msg}")
         if row[1] is Outcome.OK:
             self._failed_hook(job, error, row[2])
 
-    async def _handle(self, lane: _Lane, job: Job) -> None:
+    async def _handle(self, lane: _Lane, job: Job,
+                      span: Optional[_tracing.Process] = None) -> None:
+        span = span or _tracing.Process(None)
         try:
             if self.timeout is None:
                 result = await lane.handler(job)
@@ -851,28 +891,34 @@ class AsyncWorker(_Base):
                 except asyncio.TimeoutError:
                     job.stop_reason = "timeout"
                     self.held.pop(_key(job), None)
-                    await self._fail(job, JobTimeout(f"timed out after {self.timeout:g} s"))
+                    await self._fail(job, JobTimeout(f"timed out after {self.timeout:g} s"),
+                                     span)
                     return
         except JobStopped:
+            span.stopped(job.stop_reason)
             self._log_stopped(job)
             return
         except Snooze as s:
             out = (await self._settle(SQL_SNOOZE, job, _dt.timedelta(seconds=s.seconds)))[0][1]
+            span.settle("snoozed" if out is Outcome.OK else out.value)
             self._log_settled(job, "snooze", out, f"snoozed for {s.seconds:.1f} s")
             return
         except Exception as e:  # noqa: BLE001
-            await self._fail(job, e)
+            await self._fail(job, e, span)
             return
         if job.stop_reason is not None:
+            span.stopped(job.stop_reason)
             self._log_stopped(job)
             return
         try:
             out = (await self._settle(SQL_COMPLETE, job, results_param([result])))[0][1]
         except (TypeError, ValueError) as e:        # a result JSON cannot hold
-            await self._fail(job, e)
+            await self._fail(job, e, span)
             return
         if out is Outcome.OK:
             self.completed += 1
+            span.settle("completed")
             log.debug("job %s: completed", job.id)
         else:
+            span.settle(out.value)
             self._log_refused(job, "complete", out)

@@ -18,6 +18,7 @@ const path = require('node:path');
 const { Pool } = require('pg');
 const { Safe, html, qs, layout, lineChart } = require('./html');
 const { Sampler } = require('./sampler');
+const { checkTraceUrl, traceCell, headersTable } = require('./trace');
 
 const css = fs.readFileSync(path.join(__dirname, 'style.css'));
 const STATES = ['waiting', 'pending', 'claimed', 'running', 'dead', 'done', 'cancelled'];
@@ -60,7 +61,8 @@ class HttpError extends Error {
 	constructor(status, message) { super(message); this.status = status; }
 }
 
-function createDashboard({ db, port = 8080, listen = '127.0.0.1', sampleMs = 5000, log = console.error }) {
+function createDashboard({ db, port = 8080, listen = '127.0.0.1', sampleMs = 5000, traceUrl = null, log = console.error }) {
+	if (traceUrl && checkTraceUrl(traceUrl)) throw new Error(`traceUrl: ${checkTraceUrl(traceUrl)}`);
 	const pool = new Pool({ connectionString: db, max: 4, application_name: 'claimq-dashboard' });
 	pool.on('error', (e) => log(`claimq-dashboard: idle connection: ${e.message}`));
 	const query = (text, values = []) => pool.query({ text, values });
@@ -101,6 +103,16 @@ function createDashboard({ db, port = 8080, listen = '127.0.0.1', sampleMs = 500
 		}
 		const readOnly = !(can.cancel || can.retry || can.pause || can.resume || can.fire || can.run);
 		return { info, can, readOnly, csrf };
+	}
+
+	// Whether claimq's view has a column: a dashboard newer than the
+	// claimq it reads does without the job and schedule headers.
+	async function hasColumn(view, column) {
+		return (await query(
+			`SELECT EXISTS (SELECT FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+			                 WHERE c.relnamespace = 'claimq'::regnamespace AND c.relname = $1
+			                   AND a.attname = $2 AND NOT a.attisdropped) AS h`,
+			[view, column])).rows[0].h;
 	}
 
 	function page(res, ctx, status, title, body) {
@@ -293,16 +305,20 @@ ${selectable ? html`<form method="get" action="/confirm">${table}${buttons}</for
 	async function jobPage(ctx, id, params) {
 		const { can } = ctx;
 		if (!can.jobs) throw new HttpError(403, 'this role may not read claimq.jobs: job pages need the administer duty');
+		// Its headers (at most 8,192 bytes), if claimq.jobs has them.
+		const hasHeaders = await hasColumn('jobs', 'headers');
 		// Long texts are cut in the database: a page carries at most
 		// SHOW_CHARS characters of each, and says how long the whole is.
 		const j = (await query(
 			`SELECT job_id::text, queue, state, left(x.payload, $2) AS payload, length(x.payload) AS payload_len,
 			        priority, run_at::text, attempts, max_attempts, worker, expires_at::text, enqueued_at::text,
 			        dedup_key, left(last_error, $2) AS last_error, length(last_error) AS last_error_len, group_key,
-			        finished_at::text, left(x.result, $2) AS result, length(x.result) AS result_len, after_count, after_failed
+			        finished_at::text, left(x.result, $2) AS result, length(x.result) AS result_len, after_count, after_failed,
+			        ${hasHeaders ? 'j.headers' : 'NULL::jsonb AS headers'}
 			   FROM claimq.jobs j, LATERAL (SELECT jsonb_pretty(j.payload) AS payload, jsonb_pretty(j.result) AS result) x
 			  WHERE job_id = $1::bigint`, [id, SHOW_CHARS])).rows[0];
 		if (!j) throw new HttpError(404, `job ${id} does not exist (a job that completed in a queue that keeps nothing is gone)`);
+		const trace = traceCell(j.headers, traceUrl);
 		const cut = (what, len) => (len > SHOW_CHARS ? html`<p class="note" data-cut="${what}">Showing the first ${SHOW_CHARS.toLocaleString('en')} characters of ${Number(len).toLocaleString('en')}${what === 'last error' ? '' : html`;
 the whole ${what} as JSON: <a href="/jobs/${j.job_id}/${what}">/jobs/${j.job_id}/${what}</a>`}.</p>` : '');
 		// The jobs it runs after and its dependents, LIST_PAGE at a time,
@@ -349,9 +365,11 @@ ${j.state === 'dead' && can.retry ? actionButton('retry_dead', 'Retry job', { id
 ${field('queue', html`<a href="/queues/${encodeURIComponent(j.queue)}">${j.queue}</a>`)}
 ${field('state', j.state)}${field('attempts', `${j.attempts}${j.max_attempts ? ` of ${j.max_attempts}` : ''}`)}
 ${field('priority', j.priority)}${field('worker', j.worker)}${field('group key', j.group_key)}${field('dedup key', j.dedup_key)}
+${trace ? field('trace', trace) : ''}
 ${field('after', j.after_failed ? `${j.after_count} unfinished; if one fails: ${j.after_failed}` : '')}
 ${field('last error', j.last_error)}</table>${cut('last error', j.last_error_len)}
 <h2>Timeline</h2><ol class="timeline">${timeline.map((t) => html`<li><span>${t[0]}</span> ${t[1]}</li>`)}</ol>
+<h2>Headers</h2>${hasHeaders ? headersTable(j.headers) : html`<p class="na" id="headers-na">This claimq keeps no job headers (claimq.jobs has no column headers).</p>`}
 <h2>Payload</h2>${cut('payload', j.payload_len)}<pre id="payload">${j.payload}</pre>
 <h2>Result</h2>${cut('result', j.result_len)}<pre id="result">${j.result === null ? '(none)' : j.result}</pre>${deps}`;
 	}
@@ -395,21 +413,22 @@ ${tables}`;
 	async function schedulesPage(ctx) {
 		const { can } = ctx;
 		if (!can.schedules) throw new HttpError(403, 'this role may not read claimq.schedules');
+		const withHeaders = await hasColumn('schedules', 'headers');
 		const rows = (await query(
 			`SELECT schedule, queue, cron, time_zone, payload::text, priority, missed, enabled,
-			        next_run_at::text, last_run_at::text, last_job_id::text
+			        next_run_at::text, last_run_at::text, last_job_id::text${withHeaders ? ', headers::text' : ''}
 			   FROM claimq.schedules ORDER BY schedule`)).rows;
 		return html`<p>${can.fire ? actionButton('fire_schedules', 'Fire due schedules now', {}) : ''}</p>
 <table class="grid" id="schedules"><thead><tr><th>schedule</th><th>queue</th><th>cron</th><th>time zone</th><th>enabled</th>
-<th>next run</th><th>last run</th><th>last job</th><th>missed</th><th>priority</th><th>payload</th><th></th></tr></thead><tbody>
+<th>next run</th><th>last run</th><th>last job</th><th>missed</th><th>priority</th><th>payload</th>${withHeaders ? html`<th>headers</th>` : ''}<th></th></tr></thead><tbody>
 ${rows.map((s) => html`<tr data-schedule="${s.schedule}"><td>${s.schedule}</td><td><a href="/queues/${encodeURIComponent(s.queue)}">${s.queue}</a></td>
 <td><code>${s.cron}</code></td><td>${s.time_zone}</td><td>${s.enabled ? 'yes' : 'no'}</td>
 <td data-col="next_run_at">${s.next_run_at}</td><td data-col="last_run_at">${s.last_run_at}</td>
 <td>${s.last_job_id && can.jobs ? html`<a href="/jobs/${s.last_job_id}">${s.last_job_id}</a>` : s.last_job_id}</td>
-<td>${s.missed}</td><td class="num">${s.priority}</td><td class="payload">${s.payload}</td>
+<td>${s.missed}</td><td class="num">${s.priority}</td><td class="payload">${s.payload}</td>${withHeaders ? html`<td class="payload" data-col="headers">${s.headers}</td>` : ''}
 <td>${can.run ? actionButton('run_schedule', 'Run now', { schedule: s.schedule }) : ''}</td></tr>`)}</tbody></table>
 ${rows.length ? '' : html`<p class="empty">No schedules.</p>`}
-<p class="note">"Run now" enqueues one job with the schedule's payload and priority into its queue (claimq.enqueue: the
+<p class="note">"Run now" enqueues one job with the schedule's payload, priority and headers into its queue (claimq.enqueue: the
 produce duty); the schedule's own next run is unchanged. "Fire due schedules" calls claimq.fire_schedules() (administer).</p>`;
 	}
 
@@ -501,10 +520,11 @@ ${rows.map((r) => html`<tr data-job="${r.job_id}"><td><a href="/jobs/${r.job_id}
 		},
 		run_schedule: {
 			allowed: (can) => can.run,
-			describe: (p) => html`Enqueue one job of schedule ${need(p, 'schedule')} now, with its payload and priority.`,
+			describe: (p) => html`Enqueue one job of schedule ${need(p, 'schedule')} now, with its payload, priority and headers.`,
 			run: async (p) => {
+				const headers = (await hasColumn('schedules', 'headers')) ? ', headers => s.headers' : '';
 				const r = (await query(
-					`SELECT s.queue, claimq.enqueue(s.queue, s.payload, priority => s.priority)::text AS job_id
+					`SELECT s.queue, claimq.enqueue(s.queue, s.payload, priority => s.priority${headers})::text AS job_id
 					   FROM claimq.schedules s WHERE s.schedule = $1`, [need(p, 'schedule')])).rows[0];
 				if (!r) throw new HttpError(404, `schedule "${p.get('schedule')}" does not exist`);
 				return html`<p id="outcome">Job <a href="/jobs/${r.job_id}">${r.job_id}</a> enqueued into ${r.queue}.</p>`;

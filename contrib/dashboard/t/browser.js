@@ -14,6 +14,7 @@ const { Client } = require('pg');
 const A = process.env.DASH_ADMIN.replace(/\/$/, '');
 const O = process.env.DASH_OBSERVER.replace(/\/$/, '');
 const SHOTS = process.env.SHOTS;
+const TRACE_URL = process.env.DASH_TRACE_URL;	// the admin dashboard's --trace-url
 const COUNTS = ['waiting', 'ready', 'scheduled', 'claimed', 'running', 'expired', 'dead', 'done', 'cancelled'];
 let n = Number(process.env.TAP_START || 0);
 let failures = 0;
@@ -262,10 +263,54 @@ async function main() {
 		assert.match(await page.textContent('#payload'), /"step": "load"/);
 		assert.equal(await page.textContent('[data-field=state]'), 'waiting');
 		assert.match(await page.textContent('ol.timeline'), /enqueued/);
+		assert.deepEqual(await page.$$eval('#headers tbody tr', (rows) => rows.map((r) => r.dataset.header)), ['traceparent', 'tracestate']);
+		assert.equal(await page.textContent('[data-field=trace]'), '0af7651916cd43dd8448eb211c80319c');
 		assert.match(await page.textContent(`#after tr[data-job="${parent}"]`), /pending/);
 		await go(`${A}/jobs/${parent}`);
 		assert.match(await page.textContent(`#dependents tr[data-job="${child}"]`), /waiting/);
 		await go(`${A}/jobs/1`, 404);
+	});
+
+	// Headers (claimq.enqueue's headers): W3C trace context and a hostile
+	// name and value.  The admin dashboard runs with --trace-url TRACE_URL.
+	const TRACE = '4bf92f3577b34da6a3ce929d0e0e4736', PARENT = '00f067aa0ba902b7';
+	const headerRows = () => page.$$eval('#headers tbody tr', (rows) => rows.map((r) =>
+		[r.querySelector('.header-name').textContent, r.querySelector('.header-value').textContent]));
+	const enqueueWith = async (headers) => (await one(
+		`SELECT claimq.enqueue('flow', '{"traced": true}', headers => $1::jsonb)::text AS id`, [JSON.stringify(headers)])).id;
+	await check("job page: its headers as text, and the traceparent's trace id linked by the --trace-url template", async () => {
+		assert.ok(TRACE_URL && TRACE_URL.includes('{trace_id}'), `DASH_TRACE_URL: ${TRACE_URL}`);
+		const headers = {
+			traceparent: `00-${TRACE}-${PARENT}-01`, tracestate: 'rojo=00f067aa0ba902b7,congo=t61rcWkgMzE',
+			'<img src=x onerror=alert(4)>': '"><script>alert(5)</script><b>bold</b>',
+			'x-tenant': "O'Brien & <Co>",
+		};
+		const id = await enqueueWith(headers);
+		const stored = (await sql.query(`SELECT key, value FROM jsonb_each_text((SELECT headers FROM claimq.jobs WHERE job_id = $1))
+			ORDER BY key COLLATE "C"`, [id])).rows.map((r) => [r.key, r.value]);
+		assert.deepEqual(stored, Object.entries(headers).sort((a, b) => (a[0] < b[0] ? -1 : 1)), 'claimq keeps the headers as given');
+		await go(`${A}/jobs/${id}`);
+		assert.deepEqual(await headerRows(), stored);
+		assert.equal(await page.textContent('[data-field=trace]'), TRACE);
+		assert.equal(await page.getAttribute('[data-field=trace] a#trace-link', 'href'),
+			TRACE_URL.split('{trace_id}').join(encodeURIComponent(TRACE)));
+		assert.equal(await page.$$eval('main a#trace-link', (a) => a.length), 1);
+		assert.equal(await page.$$eval('main img, main script, main b', (e) => e.length), 0, 'markup from the headers');
+		assert.deepEqual(dialogs, []);
+	});
+
+	await check('job page: an invalid traceparent is shown as a header, with no trace id and no link; a job without headers says so', async () => {
+		for (const bad of [`00-${'0'.repeat(32)}-${PARENT}-01`, `00-${TRACE}-${'0'.repeat(16)}-01`, `00-${TRACE.toUpperCase()}-${PARENT}-01`,
+			`00-${TRACE}-${PARENT}-01-more`, `ff-${TRACE}-${PARENT}-01`, `00-${TRACE.slice(1)}-${PARENT}-01`]) {
+			const id = await enqueueWith({ traceparent: bad });
+			await go(`${A}/jobs/${id}`);
+			assert.deepEqual(await headerRows(), [['traceparent', bad]], bad);
+			assert.match(await page.textContent('[data-field=trace]'), /not valid W3C Trace Context/, bad);
+			assert.equal(await page.$('#trace-link, #trace-id'), null, bad);
+		}
+		await go(`${A}/jobs/${await jobId('parent')}`);
+		assert.equal(await page.textContent('#no-headers'), 'No headers.');
+		assert.equal(await page.$('[data-field=trace]'), null);
 	});
 
 	// Bounded pages: a job's payload and result of 3 MB each, and jobs with
@@ -382,6 +427,8 @@ async function main() {
 		const s = await one(`SELECT next_run_at::text, COALESCE(last_run_at::text, '') AS last FROM claimq.schedules WHERE schedule = 'nightly-report'`);
 		assert.equal(await page.textContent('tr[data-schedule="nightly-report"] [data-col=next_run_at]'), s.next_run_at);
 		assert.equal(await page.textContent('tr[data-schedule="nightly-report"] [data-col=last_run_at]'), s.last);
+		assert.equal(await page.textContent('tr[data-schedule="nightly-report"] [data-col=headers]'),
+			(await one(`SELECT headers::text AS h FROM claimq.schedules WHERE schedule = 'nightly-report'`)).h);
 	});
 
 	await check('reclaimer page', async () => {
@@ -435,15 +482,16 @@ async function main() {
 		assert.equal(await paused(), false);
 	});
 
-	await check("run a schedule now: one job with its payload and priority", async () => {
+	await check("run a schedule now: one job with its payload, priority and headers", async () => {
 		const before = await col(`SELECT job_id::text FROM claimq.jobs WHERE queue = 'reports'`);
 		await go(`${A}/schedules`);
 		await confirm('tr[data-schedule="nightly-report"] button[data-action=run_schedule]');
-		const after = (await sql.query(`SELECT job_id::text, payload, priority FROM claimq.jobs WHERE queue = 'reports'`)).rows;
+		const after = (await sql.query(`SELECT job_id::text, payload, priority, headers FROM claimq.jobs WHERE queue = 'reports'`)).rows;
 		assert.equal(after.length, before.length + 1);
 		const job = after.find((j) => !before.includes(j.job_id));
 		assert.deepEqual(job.payload, { report: 'daily' });
 		assert.equal(job.priority, 5);
+		assert.deepEqual(job.headers, { 'x-origin': '<nightly>' });
 		assert.ok((await page.textContent('#outcome')).includes(job.job_id));
 	});
 

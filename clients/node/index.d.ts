@@ -4,6 +4,8 @@ import { Pool, PoolConfig } from 'pg';
 
 export type Id = string | bigint;
 export type Outcome = 'ok' | 'stale' | 'started' | 'missing' | 'cancelled' | 'finished';
+/** A job's headers: strings by name, at most 8,192 bytes as JSON text; traceparent and tracestate carry its creation's trace context. */
+export type JobHeaders = Record<string, string>;
 
 export interface Job<P = any> {
   id: string;
@@ -18,6 +20,8 @@ export interface Job<P = any> {
   priority: number;
   enqueuedAt: Date;
   expiresAt: Date;
+  /** The headers it was enqueued with (with the trace context enqueue added), or null. */
+  headers: JobHeaders | null;
 }
 
 /** A claimed job; queue, when every job of a call has the same, goes with the call (checked). */
@@ -34,6 +38,8 @@ export interface EnqueueOptions {
   after?: Id[] | null;
   /** If one of them ended dead or cancelled: cancel this job (the default), or run it anyway. */
   afterFailed?: 'cancel' | 'run';
+  /** The job's headers; with tracing, the publish span's context is added (its traceparent and tracestate replace yours). */
+  headers?: JobHeaders | null;
 }
 
 export interface EnqueueManyOptions {
@@ -47,6 +53,8 @@ export interface EnqueueManyOptions {
   after?: Id[] | null;
   /** If one of them ended dead or cancelled: cancel the jobs (the default), or run them anyway. */
   afterFailed?: 'cancel' | 'run';
+  /** One per payload (null: none); with tracing, the publish span's context is added to each. */
+  headers?: (JobHeaders | null)[] | null;
 }
 
 /** A row of dependencies(): a job, one job it runs after, and that job's outcome so far. */

@@ -25,11 +25,319 @@
 // server restarts are retried with backoff.  On SIGTERM or SIGINT the
 // worker claims nothing more, releases what it claimed and has not started,
 // lets the running handlers finish, settles them, and run() resolves.
+//
+// Tracing: where the application has @opentelemetry/api installed, enqueue
+// and enqueueMany run in a `publish <queue>` span (kind PRODUCER) whose
+// context goes into the jobs' headers (traceparent, tracestate), and each
+// attempt the worker makes runs in a `process <queue>` span (kind CONSUMER)
+// linked to that context (see "tracing" below).  Without the package
+// nothing is traced.
 'use strict';
 
 const os = require('os');
 const { setTimeout: sleep } = require('timers/promises');
 const pg = require('pg');
+const { version: VERSION } = require('./package.json');
+
+// -- tracing, through the application's @opentelemetry/api if it has one
+//
+// enqueue and enqueueMany: a `publish <queue>` span (kind PRODUCER), the
+// active span while the statement runs.  Its context goes into the jobs'
+// headers through the application's propagator (propagation.inject, on a
+// plain object); if that writes no valid W3C traceparent (no propagator,
+// or one of another format), traceparent and tracestate are written here
+// from the span.  What is injected replaces the caller's headers of the
+// same names (in any case, and their tracestate with their traceparent);
+// the caller's others are kept.
+//
+// Each attempt the worker makes: a `process <queue>` span (kind CONSUMER)
+// from the job's start to its settling, the root of a trace of its own,
+// linked to the context the job's headers carry: what the application's
+// propagator reads there (propagation.extract), else their traceparent as
+// read here.  The handler runs in that span, in the context read from the
+// headers (baggage the application propagates reaches it).  claimq.outcome
+// says what came of the attempt: completed, failed, snoozed, stale,
+// cancelled, missing, started, lease_lost, timeout, shutdown,
+// connection_lost or unsettled; the status is OK for completed, unset for
+// snoozed, ERROR otherwise.
+//
+// The package is required on first use; without it every step here does
+// nothing and a job gets no headers from it.  A tracing call that throws is
+// told to OpenTelemetry's diagnostic logger (diag) and the work goes on.
+
+const MAX_HEADERS = 8192;        // bytes of a job's headers as text (the server's rule)
+
+let otelApi;                     // undefined: not looked for yet; null: none
+function otel() {
+  if (otelApi === undefined) {
+    try {
+      otelApi = require('@opentelemetry/api');
+    } catch {
+      otelApi = null;            // not installed (or broken): trace nothing
+    }
+  }
+  return otelApi;
+}
+
+function safely(api, what, fn, fallback) {
+  try {
+    return fn();
+  } catch (err) {
+    try {
+      api.diag.warn(`claimq: ${what} failed, going on without it: ${err && err.message}`);
+    } catch { /* nowhere to tell it */ }
+    return fallback;
+  }
+}
+
+// fn() in ctx; fn alone if the context manager fails before calling it.
+function within(api, ctx, fn) {
+  let called = false;
+  const inside = () => { called = true; return fn(); };
+  try {
+    return api.context.with(ctx, inside);
+  } catch (err) {
+    if (called) throw err;
+    safely(api, 'entering a context', () => { throw err; });
+    return fn();
+  }
+}
+
+const tracer = (api) => api.trace.getTracer('claimq', VERSION);
+
+// error.type: a SQLSTATE or a system error's code (ECONNRESET) where the
+// error has one, else its class's name (Error, TypeError, Fail, JobTimeout).
+function className(err) {
+  const ctor = err && err.constructor && err.constructor.name;
+  if (typeof ctor === 'string' && ctor !== '' && ctor !== 'Object') return ctor;
+  return (err && typeof err.name === 'string' && err.name) || 'Error';
+}
+function errorType(err) {
+  if (err && typeof err.code === 'string' && err.code !== '') return err.code;
+  return className(err);
+}
+const describe = (err) => `${className(err)}: ${err && err.message}`;
+
+// W3C Trace Context in a job's headers.  A header's name is matched in any
+// case, the lowercase one's value first.
+function valuesOf(headers, name) {
+  if (!headers || typeof headers !== 'object') return [];
+  const found = Object.keys(headers).filter((k) => k !== name && k.toLowerCase() === name)
+    .map((k) => headers[k]);
+  if (Object.prototype.hasOwnProperty.call(headers, name)) found.unshift(headers[name]);
+  return found;
+}
+
+// The traceparent of headers ({ traceId, spanId, flags }), or null if there
+// is none, more than one, or it is invalid: version 00 exactly as the
+// specification writes it; a later version (01 to fe) by its first four
+// fields, followed by the end or a dash; spaces and tabs around it ignored.
+function traceparentOf(headers) {
+  const values = valuesOf(headers, 'traceparent');
+  if (values.length !== 1 || typeof values[0] !== 'string') return null;
+  const m = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$/s
+    .exec(values[0].replace(/^[ \t]+|[ \t]+$/g, ''));
+  if (!m) return null;
+  const [, version, traceId, spanId, flags, rest] = m;
+  if (version === 'ff' || (version === '00' && rest !== undefined)) return null;
+  if (/^0+$/.test(traceId) || /^0+$/.test(spanId)) return null;
+  return { traceId, spanId, flags: parseInt(flags, 16) };
+}
+
+// Written as version 00, with the flags it defines (sampled, random).
+const traceparent = (traceId, spanId, flags) =>
+  `00-${traceId}-${spanId}-${(flags & 0x03).toString(16).padStart(2, '0')}`;
+
+// The bytes of headers as the server measures them (jsonb as text).
+const textSize = (headers) => Buffer.byteLength(`{${Object.entries(headers)
+  .map(([k, v]) => `${JSON.stringify(k)}: ${JSON.stringify(v)}`).join(', ')}}`);
+
+// A job's headers: the caller's, with what tracing injected in place of
+// those of the same names (in any case); an injected traceparent replaces
+// the caller's tracestate too, which belongs to the caller's traceparent.
+// Injected entries that would take the headers past the server's limit are
+// left out, the largest first and traceparent last (with it, all of them);
+// the caller's own are never cut (too large, the server refuses them).
+function merge(given, injected) {
+  const theirs = given === undefined || given === null ? null : given;
+  if (theirs !== null && (typeof theirs !== 'object' || Array.isArray(theirs))) return theirs;
+  const ours = { ...injected };
+  while (Object.keys(ours).length > 0) {
+    const names = new Set(Object.keys(ours).map((k) => k.toLowerCase()));
+    if (names.has('traceparent')) names.add('tracestate');
+    const out = {};
+    for (const [k, v] of Object.entries(theirs ?? {})) if (!names.has(k.toLowerCase())) out[k] = v;
+    Object.assign(out, ours);
+    if (textSize(out) <= MAX_HEADERS) return out;
+    const rest = Object.keys(ours).filter((k) => k.toLowerCase() !== 'traceparent');
+    if (rest.length === 0) break;
+    delete ours[rest.reduce((a, b) => (ours[b].length > ours[a].length ? b : a))];
+  }
+  return theirs;
+}
+
+// The context ctx (its span: the publish span) as headers.
+function inject(api, ctx, span) {
+  const carrier = {};
+  api.propagation.inject(ctx, carrier);
+  if (traceparentOf(carrier) === null) {
+    // The application's propagator wrote no W3C trace context: the
+    // contract's keys are written here.
+    for (const k of Object.keys(carrier)) {
+      if (['traceparent', 'tracestate'].includes(k.toLowerCase())) delete carrier[k];
+    }
+    const sc = span.spanContext();
+    if (api.trace.isSpanContextValid(sc)) {
+      carrier.traceparent = traceparent(sc.traceId, sc.spanId, sc.traceFlags);
+      const state = sc.traceState ? sc.traceState.serialize() : '';
+      if (state) carrier.tracestate = state;
+    }
+  }
+  const out = {};
+  for (const [k, v] of Object.entries(carrier)) if (typeof v === 'string') out[k] = v;
+  return out;
+}
+
+// run(headersOf) inside a `publish <queue>` span for count jobs,
+// headersOf(h) giving the headers to store for a job the caller gave h;
+// ids(result) the job ids enqueued.
+async function published(queue, count, run, ids) {
+  const api = otel();
+  const untouched = (h) => h ?? null;
+  if (!api) return run(untouched);
+  const attributes = {
+    'messaging.system': 'claimq',
+    'messaging.operation.name': 'publish',
+    'messaging.operation.type': 'send',
+    'messaging.destination.name': queue,
+  };
+  if (count !== 1) attributes['messaging.batch.message_count'] = count;
+  const span = safely(api, 'starting a span', () => tracer(api).startSpan(`publish ${queue}`,
+    { kind: api.SpanKind.PRODUCER, attributes }), null);
+  if (!span) return run(untouched);
+  const ctx = safely(api, 'making a span active', () => api.trace.setSpan(api.context.active(), span), null);
+  let injected;
+  const headersOf = (h) => {
+    if (injected === undefined) injected = safely(api, 'injecting the trace context', () => inject(api, ctx, span), {});
+    return Object.keys(injected).length ? merge(h, injected) : untouched(h);
+  };
+  let result;
+  try {
+    result = await (ctx ? within(api, ctx, () => run(headersOf)) : run(headersOf));
+  } catch (err) {
+    safely(api, 'ending a span', () => {
+      span.setAttribute('error.type', errorType(err));
+      span.recordException(err);
+      span.setStatus({ code: api.SpanStatusCode.ERROR, message: describe(err) });
+      span.end();
+    });
+    throw err;
+  }
+  safely(api, 'ending a span', () => {
+    const enqueued = ids(result);
+    if (count === 1 && enqueued.length === 1 && enqueued[0] !== null && enqueued[0] !== undefined) {
+      span.setAttribute('messaging.message.id', String(enqueued[0]));
+    }
+    span.end();
+  });
+  return result;
+}
+
+// (the context the application's propagator reads from a job's headers,
+// the span context to link to or null): the one it read, else the
+// headers' traceparent read here.
+function linkOf(api, headers) {
+  const created = safely(api, 'extracting a job\'s trace context',
+    () => api.propagation.extract(api.ROOT_CONTEXT, { ...(headers ?? {}) }), api.ROOT_CONTEXT);
+  const sc = api.trace.getSpanContext(created);
+  if (sc && api.trace.isSpanContextValid(sc)) return [created, sc];
+  const tp = traceparentOf(headers);
+  if (tp === null) return [created, null];
+  const state = valuesOf(headers, 'tracestate').filter((v) => typeof v === 'string').join(',');
+  const link = { traceId: tp.traceId, spanId: tp.spanId, traceFlags: tp.flags & 0x03, isRemote: true };
+  if (state && typeof api.createTraceState === 'function') {
+    link.traceState = safely(api, 'reading a tracestate', () => api.createTraceState(state), undefined);
+  }
+  return [created, link];
+}
+
+// One attempt of a job in the worker: its `process <queue>` span and what
+// came of it.  run(fn) runs fn in the span's context; the worker tells the
+// outcome as it learns it (settle, stopped), and end() ends the span with it.
+class Attempt {
+  constructor(api, job, span, context) {
+    this.api = api;
+    this.span = span;
+    this.context = context;
+    this.result = null;          // claimq.outcome
+    this.error = null;           // what failed the job or the worker, if something did
+    this.ended = false;
+  }
+
+  run(fn) { return this.context ? within(this.api, this.context, fn) : fn(); }
+
+  settle(result, err = null) {
+    if (this.ended) return;
+    this.result = result;
+    this.error = err;
+  }
+
+  // The handler was stopped (signal.reason), unless what came of the
+  // attempt is known already (a timeout that failed the job).
+  stopped(reason) {
+    if (this.result === null) {
+      this.settle(['cancelled', 'timeout', 'shutdown'].includes(reason) ? reason : 'lease_lost');
+    }
+  }
+
+  end() {
+    if (this.ended) return;
+    this.ended = true;
+    const { span, api, error } = this;
+    const result = this.result ?? 'unsettled';
+    safely(api, 'ending a span', () => {
+      span.setAttribute('claimq.outcome', result);
+      if (error) {
+        span.setAttribute('error.type', errorType(error));
+        span.recordException(error);
+      }
+      if (result === 'completed') {
+        span.setStatus({ code: api.SpanStatusCode.OK });
+      } else if (result !== 'snoozed') {
+        const message = error && ['failed', 'unsettled', 'connection_lost'].includes(result)
+          ? describe(error) : result;
+        span.setStatus({ code: api.SpanStatusCode.ERROR, message });
+      }
+      span.end();
+    });
+  }
+}
+
+// Without the API (or a span): nothing to record.
+const untraced = { run: (fn) => fn(), settle() {}, stopped() {}, end() {} };
+
+function attemptOf(job) {
+  const api = otel();
+  if (!api) return untraced;
+  return safely(api, 'starting a span', () => {
+    const [created, link] = linkOf(api, job.headers);
+    const span = tracer(api).startSpan(`process ${job.queue}`, {
+      kind: api.SpanKind.CONSUMER,
+      links: link ? [{ context: link }] : [],
+      attributes: {
+        'messaging.system': 'claimq',
+        'messaging.operation.name': 'process',
+        'messaging.operation.type': 'process',
+        'messaging.destination.name': job.queue,
+        'messaging.message.id': id(job.id),
+        'claimq.attempt': job.attempt,
+      },
+    }, api.ROOT_CONTEXT);
+    // The handler's context: the span, in what the headers carried.
+    const context = safely(api, 'making a span active', () => api.trace.setSpan(created, span), null);
+    return new Attempt(api, job, span, context);
+  }, untraced);
+}
 
 /** Raised by a handler: fail the job, retrying after retryIn ms, or never. */
 class Fail extends Error {
@@ -109,6 +417,7 @@ function toJob(r, queue, started) {
     id: r.job_id, token: r.token, payload: r.payload, attempts: r.attempts,
     attempt: started ? r.attempts : r.attempts + 1, queue,
     priority: r.priority, enqueuedAt: r.enqueued_at, expiresAt: r.expires_at,
+    headers: r.headers ?? null,
   };
 }
 
@@ -124,26 +433,45 @@ class Client {
   async query(sql, params) { return (await this.pool.query(sql, params)).rows; }
 
   // -- producing
+  // headers: the job's headers, an object of strings; enqueue adds the
+  // trace context (see published()).  Passed only when there are some.
   async enqueue(queue, payload, o = {}) {
-    const params = [queue, JSON.stringify(payload), o.runAt ?? null, o.priority ?? 0,
-      o.dedupKey ?? null, o.maxAttempts ?? null, o.onDuplicate ?? 'keep', o.groupKey ?? null];
-    const rows = await this.query(
-      'SELECT claimq.enqueue($1, $2::jsonb, run_at => $3, priority => $4, dedup_key => $5,' +
-      ` max_attempts => $6, on_duplicate => $7, group_key => $8${workflow(o, params)}) AS id`,
-      params);
-    return rows[0].id;
+    return published(queue, 1, async (headersOf) => {
+      const params = [queue, JSON.stringify(payload), o.runAt ?? null, o.priority ?? 0,
+        o.dedupKey ?? null, o.maxAttempts ?? null, o.onDuplicate ?? 'keep', o.groupKey ?? null];
+      let more = workflow(o, params);
+      const headers = headersOf(o.headers);
+      if (headers !== null) {
+        params.push(JSON.stringify(headers));
+        more += `, headers => $${params.length}::jsonb`;
+      }
+      const rows = await this.query(
+        'SELECT claimq.enqueue($1, $2::jsonb, run_at => $3, priority => $4, dedup_key => $5,' +
+        ` max_attempts => $6, on_duplicate => $7, group_key => $8${more}) AS id`,
+        params);
+      return rows[0].id;
+    }, (jobId) => [jobId]);
   }
 
+  // headers: one per payload (null: none), or none at all.
   async enqueueMany(queue, payloads, o = {}) {
-    const params = [queue, payloads.map((p) => JSON.stringify(p)), o.runAt ?? null,
-      o.priority ?? 0, o.dedupKeys ?? null, o.maxAttempts ?? null, o.onDuplicate ?? 'keep',
-      o.groupKeys ?? null];
-    const rows = await this.query(
-      'SELECT * FROM claimq.enqueue_many($1, $2::jsonb[], run_at => $3, priority => $4,' +
-      ' dedup_keys => $5::text[], max_attempts => $6, on_duplicate => $7,' +
-      ` group_keys => $8::text[]${workflow(o, params)})`,
-      params);
-    return rows.map((r) => r.enqueue_many);
+    return published(queue, payloads.length, async (headersOf) => {
+      const params = [queue, payloads.map((p) => JSON.stringify(p)), o.runAt ?? null,
+        o.priority ?? 0, o.dedupKeys ?? null, o.maxAttempts ?? null, o.onDuplicate ?? 'keep',
+        o.groupKeys ?? null];
+      let more = workflow(o, params);
+      const headers = (o.headers ?? payloads.map(() => null)).map(headersOf);
+      if ((o.headers !== undefined && o.headers !== null) || headers.some((h) => h !== null)) {
+        params.push(headers.map((h) => (h === null ? null : JSON.stringify(h))));
+        more += `, headers => $${params.length}::jsonb[]`;
+      }
+      const rows = await this.query(
+        'SELECT * FROM claimq.enqueue_many($1, $2::jsonb[], run_at => $3, priority => $4,' +
+        ' dedup_keys => $5::text[], max_attempts => $6, on_duplicate => $7,' +
+        ` group_keys => $8::text[]${more})`,
+        params);
+      return rows.map((r) => r.enqueue_many);
+    }, (jobIds) => jobIds);
   }
 
   async cancel(jobIds, queue = null) {
@@ -552,10 +880,12 @@ class Worker {
   // timeoutMs passed: stop the handler as a cancel does, and fail the job.
   async timeOut(k, h) {
     if (this.held.get(k) !== h) return;
-    this.stopJob(k, h, 'timeout');
     const err = new JobTimeout(`timed out after ${this.timeoutMs} ms`);
+    const attempt = h.attempt ?? untraced;
+    attempt.settle('failed', err);   // the span may end before the fail returns
+    this.stopJob(k, h, 'timeout');
     try {
-      await this.failJob(h.job, err);
+      await this.failJob(h.job, err, attempt);
     } catch (e) {
       this.logger.warn(`job ${h.job.id}: could not fail it after its timeout: ${e.message}`);
     }
@@ -566,27 +896,36 @@ class Worker {
     const h = this.held.get(k);
     if (!h || this.stopping) return;   // lost or cancelled while it waited; released at shutdown
     h.started = true;
+    // The attempt's span (if tracing): from its start to its settling.
+    const attempt = attemptOf(job);
+    h.attempt = attempt;
     try {
-      const [{ outcome }] = await this.db((c) => c.start([job], this.leaseMs));
-      if (outcome !== 'ok') {
-        this.refused(job, 'start', outcome);
-        return;
-      }
-      this.logger.debug(`job ${job.id}: started (${job.queue}, attempt ${job.attempt})`);
-      if (this.timeoutMs !== null && this.held.get(k) === h) {
-        h.timer = setTimeout(() => { this.timeOut(k, h); }, this.timeoutMs);
-      }
-      await this.handle(lane, job, h.abort.signal);
+      await attempt.run(async () => {
+        const [{ outcome }] = await this.db((c) => c.start([job], this.leaseMs));
+        if (outcome !== 'ok') {
+          this.refused(job, 'start', outcome, attempt);
+          return;
+        }
+        this.logger.debug(`job ${job.id}: started (${job.queue}, attempt ${job.attempt})`);
+        if (this.timeoutMs !== null && this.held.get(k) === h) {
+          h.timer = setTimeout(() => { this.timeOut(k, h); }, this.timeoutMs);
+        }
+        await this.handle(lane, job, h.abort.signal, attempt);
+      });
     } catch (err) {
+      attempt.settle('unsettled', err);
       this.logger.error(`job ${job.id}: the worker failed to settle it: ${err.message}`);
     } finally {
       clearTimeout(h.timer);
       // Only this claim: a newer claim of the same job is not ours to drop.
       if (this.held.get(k) === h) this.held.delete(k);
+      attempt.end();
     }
   }
 
-  refused(job, call, outcome) {
+  // A call about the job was refused (outcome: stale, cancelled, ...).
+  refused(job, call, outcome, attempt = untraced, err = null) {
+    attempt.settle(outcome, err);
     if (outcome === 'stale') this.logger.warn(`job ${job.id}: stale at ${call}, someone else owns it now`);
     else if (outcome === 'cancelled') this.logger.info(`job ${job.id}: cancelled at ${call}`);
     else this.logger.warn(`job ${job.id}: ${outcome} at ${call}`);
@@ -625,16 +964,17 @@ class Worker {
   }
 
   // Fail the job for err; onFailure(job, err, { dead }) if that took effect.
-  async failJob(job, err) {
+  async failJob(job, err, attempt = untraced) {
     const message = err instanceof Fail ? err.message : `${err.name}: ${err.message}`;
     const [row] = await this.db((c) => c.fail([job], message.slice(0, 2000), {
       retryIn: err instanceof Fail ? err.retryIn : null,
       permanent: err instanceof Fail ? err.permanent : false,
     }));
     if (row.outcome !== 'ok') {
-      this.refused(job, 'fail', row.outcome);
+      this.refused(job, 'fail', row.outcome, attempt, err);
       return;
     }
+    attempt.settle('failed', err);
     this.failed += 1;
     this.logger.warn(`job ${job.id} (${job.queue}, attempt ${job.attempt}): failed: ${message}`);
     if (this.onFailure) {
@@ -646,26 +986,30 @@ class Worker {
     }
   }
 
-  async handle(lane, job, signal) {
+  async handle(lane, job, signal, attempt) {
     let result;
     try {
       result = await lane.handler(job, { signal });
     } catch (err) {
       if (signal.aborted) {
-        this.stopped(job, signal.reason);
+        this.stopped(job, signal.reason, attempt);
         return;
       }
       if (err instanceof Snooze) {
         const [{ outcome }] = await this.db((c) => c.snooze([job], err.ms));
-        if (outcome === 'ok') this.logger.debug(`job ${job.id}: snoozed for ${(err.ms / 1000).toFixed(1)} s`);
-        else this.refused(job, 'snooze', outcome);
+        if (outcome === 'ok') {
+          attempt.settle('snoozed');
+          this.logger.debug(`job ${job.id}: snoozed for ${(err.ms / 1000).toFixed(1)} s`);
+        } else {
+          this.refused(job, 'snooze', outcome, attempt);
+        }
         return;
       }
-      await this.failJob(job, err instanceof Error ? err : new Error(String(err)));
+      await this.failJob(job, err instanceof Error ? err : new Error(String(err)), attempt);
       return;
     }
     if (signal.aborted) {
-      this.stopped(job, signal.reason);
+      this.stopped(job, signal.reason, attempt);
       return;
     }
     let outcome;
@@ -679,21 +1023,24 @@ class Worker {
       // retries): the handler did not fail and the job is not lost, its
       // lease decides.  A warning, as every lost connection is.
       if (isConnectionError(err)) {
+        attempt.settle('connection_lost', err);
         this.logger.warn(`job ${job.id}: connection lost while completing it (${err.message}); its lease decides`);
         return;
       }
-      await this.failJob(job, err);
+      await this.failJob(job, err, attempt);
       return;
     }
     if (outcome === 'ok') {
+      attempt.settle('completed');
       this.completed += 1;
       this.logger.debug(`job ${job.id}: completed`);
     } else {
-      this.refused(job, 'complete', outcome);
+      this.refused(job, 'complete', outcome, attempt);
     }
   }
 
-  stopped(job, reason) {
+  stopped(job, reason, attempt = untraced) {
+    attempt.stopped(reason);
     if (reason === 'cancelled') this.logger.info(`job ${job.id}: cancelled while running, handler stopped, not completed`);
     else if (reason === 'timeout' || reason === 'shutdown') this.logger.info(`job ${job.id}: handler stopped (${reason})`);
     else this.logger.warn(`job ${job.id}: lease lost while running (${reason}), dropped`);

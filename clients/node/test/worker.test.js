@@ -1,13 +1,19 @@
 // Tests of the npm package against a real server, through pgbouncer in
 // transaction mode (run by clients/test, which sets PGHOST, PGPORT,
 // PGDATABASE for the pooler, CLAIMQ_TEST_WORKER_ROLE, CLAIMQ_TEST_SOCKET_DIR
-// for the superuser and CLAIMQ_TEST_RESTART).
+// for the superuser and CLAIMQ_TEST_RESTART).  The tracing tests at the end
+// need the OpenTelemetry packages of package.json's devDependencies beside
+// the package under test, as an application installs them (clients/test
+// does).
 'use strict';
 
 const test = require('node:test');
 const assert = require('node:assert');
-const { spawn, execSync } = require('node:child_process');
+const { spawn, execSync, execFileSync } = require('node:child_process');
+const fs = require('node:fs');
+const os = require('node:os');
 const path = require('node:path');
+const { createRequire } = require('node:module');
 const { setTimeout: sleep } = require('node:timers/promises');
 // The package under test: as installed (clients/test), or this directory.
 const PACKAGE = process.env.CLAIMQ_TEST_PACKAGE || path.join(__dirname, '..');
@@ -543,5 +549,422 @@ test('which errors are connection errors', () => {
   for (const err of [new TypeError('Do not know how to serialize a BigInt'), Object.assign(new Error('x'), { code: '23505' }),
     Object.assign(new Error('x'), { code: '57014' }), new Error('something else')]) {
     assert.ok(!isConnectionError(err), `${err.message} ${err.code}`);
+  }
+});
+
+// -- Tracing.  OpenTelemetry as an application sets it up: the packages
+// resolved from where the package under test is installed (so that the
+// library's own require finds the same API), a W3C propagator, a context
+// manager, and spans kept in memory.  Registered by the first tracing
+// test; the tests before run with the API installed and nothing registered.
+const fromPackage = createRequire(path.join(PACKAGE, 'index.js'));
+let tracing = null;
+function traced() {
+  if (tracing) return tracing;
+  const api = fromPackage('@opentelemetry/api');
+  const { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } =
+    fromPackage('@opentelemetry/sdk-trace-base');
+  const { W3CTraceContextPropagator } = fromPackage('@opentelemetry/core');
+  const { AsyncLocalStorageContextManager } = fromPackage('@opentelemetry/context-async-hooks');
+  const exporter = new InMemorySpanExporter();
+  api.context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  api.propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+  api.trace.setGlobalTracerProvider(
+    new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }));
+  tracing = { api, exporter, tracer: api.trace.getTracer('claimq-tests') };
+  return tracing;
+}
+
+const quiet = { debug() {}, info() {}, warn() {}, error() {} };
+const untilAborted = (signal) => new Promise((resolve) => {
+  if (signal.aborted) resolve();
+  else signal.addEventListener('abort', resolve);
+});
+const started = (s) => s.startTime[0] * 1e9 + s.startTime[1];
+const parentOf = (s) => (s.parentSpanContext ? s.parentSpanContext.spanId : s.parentSpanId) || null;
+const spanId = (s) => s.spanContext().spanId;
+const traceId = (s) => s.spanContext().traceId;
+// The finished spans about a queue (and the spans under them), in the order they started.
+const spansOf = (queue, kind = null) => tracing.exporter.getFinishedSpans()
+  .filter((s) => s.attributes['messaging.destination.name'] === queue && (kind === null || s.kind === kind))
+  .sort((x, y) => started(x) - started(y));
+const traceparent = (s) => `00-${traceId(s)}-${spanId(s)}-01`;
+const linksOf = (s) => s.links.map((l) => `${l.context.traceId}/${l.context.spanId}`);
+// run(span) inside an active span named name; its result.
+const inSpan = (name, run) => tracing.tracer.startActiveSpan(name, async (span) => {
+  try { return await run(span); } finally { span.end(); }
+});
+
+function processAttributes(queue, jobId, attempt, outcome) {
+  return {
+    'messaging.system': 'claimq', 'messaging.operation.name': 'process',
+    'messaging.operation.type': 'process', 'messaging.destination.name': queue,
+    'messaging.message.id': jobId, 'claimq.attempt': attempt, 'claimq.outcome': outcome,
+  };
+}
+
+// The spans as a tree, trace by trace in the order they began: each span's
+// name, kind, id, parent, links, status, attributes and events.
+function spanTree(spans) {
+  const { api } = tracing;
+  const byId = new Map(spans.map((s) => [spanId(s), s]));
+  const sorted = [...spans].sort((x, y) => started(x) - started(y));
+  const lines = [];
+  const show = (s, depth) => {
+    const pad = '  '.repeat(depth);
+    const status = api.SpanStatusCode[s.status.code] + (s.status.message ? ` "${s.status.message}"` : '');
+    lines.push(`${pad}${s.name} [${api.SpanKind[s.kind]}] span ${spanId(s)} parent ${parentOf(s) ?? 'none'} status ${status}`);
+    for (const l of s.links) {
+      const to = byId.get(l.context.spanId);
+      lines.push(`${pad}  link to trace ${l.context.traceId} span ${l.context.spanId}${to ? ` (${to.name})` : ''}`);
+    }
+    const attributes = Object.entries(s.attributes).map(([k, v]) => `${k}=${JSON.stringify(v)}`);
+    if (attributes.length) lines.push(`${pad}  attributes ${attributes.join(' ')}`);
+    for (const e of s.events) {
+      lines.push(`${pad}  event ${e.name} ${e.attributes['exception.type'] ?? ''}: ${e.attributes['exception.message'] ?? ''}`);
+    }
+    for (const c of sorted.filter((x) => parentOf(x) === spanId(s))) show(c, depth + 1);
+  };
+  const traces = [...new Set(sorted.map(traceId))];
+  for (const t of traces) {
+    lines.push(`trace ${t}`);
+    for (const s of sorted.filter((x) => traceId(x) === t && !byId.has(parentOf(x)))) show(s, 1);
+  }
+  return lines;
+}
+
+test('tracing: a job retried twice has three process spans, each linked to its one creation context', async () => {
+  const { api } = traced();
+  const q = 'js_trace_retry';
+  await newQueue(q, { keep_done: '1 hour', retry_base: '100 milliseconds' });
+  const a = admin();
+  const jobId = await inSpan('request', () => a.enqueue(q, { n: 1 }));
+  await a.end();
+  const [publish] = spansOf(q, api.SpanKind.PRODUCER);
+  const request = tracing.exporter.getFinishedSpans().find((s) => spanId(s) === parentOf(publish));
+  assert.strictEqual(request.name, 'request', 'the publish span is the request\'s child');
+  assert.strictEqual(publish.name, `publish ${q}`);
+  assert.strictEqual(traceId(publish), traceId(request));
+  assert.deepStrictEqual(publish.attributes, {
+    'messaging.system': 'claimq', 'messaging.operation.name': 'publish',
+    'messaging.operation.type': 'send', 'messaging.destination.name': q, 'messaging.message.id': jobId,
+  });
+  const seen = [];              // per attempt: the headers, and the span the handler runs in
+  const w = new Worker({ queue: q, concurrency: 1, logger: quiet, pool: { user: WORKER_ROLE } }, async (job) => {
+    seen.push([job.headers, api.trace.getActiveSpan().spanContext().spanId]);
+    if (job.attempt === 1) throw new TypeError('boom');
+    if (job.attempt === 2) throw new Fail('again', { retryIn: 0 });
+    return 'done';
+  });
+  const run = w.run();
+  try {
+    assert.ok(await waitUntil(async () => spansOf(q, api.SpanKind.CONSUMER).length === 3, 30000),
+      `three attempts: ${spansOf(q, api.SpanKind.CONSUMER).length}`);
+  } finally {
+    w.stop();
+    await run;
+  }
+  assert.strictEqual(await jobRow(jobId), 'done 3');
+  const attempts = spansOf(q, api.SpanKind.CONSUMER);
+  assert.deepStrictEqual(attempts.map((s) => s.name), Array(3).fill(`process ${q}`));
+  assert.deepStrictEqual(attempts.map(parentOf), [null, null, null], 'each attempt is a trace of its own');
+  assert.strictEqual(new Set(attempts.map(traceId)).size, 3);
+  for (const s of attempts) {
+    assert.deepStrictEqual(linksOf(s), [`${traceId(publish)}/${spanId(publish)}`], 'linked to the publish span');
+  }
+  assert.deepStrictEqual(attempts.map((s) => s.attributes), [
+    { ...processAttributes(q, jobId, 1, 'failed'), 'error.type': 'TypeError' },
+    { ...processAttributes(q, jobId, 2, 'failed'), 'error.type': 'Fail' },
+    processAttributes(q, jobId, 3, 'completed'),
+  ]);
+  assert.deepStrictEqual(attempts.map((s) => [api.SpanStatusCode[s.status.code], s.status.message]),
+    [['ERROR', 'TypeError: boom'], ['ERROR', 'Fail: again'], ['OK', undefined]]);
+  assert.deepStrictEqual(seen, attempts.map((s) => [{ traceparent: traceparent(publish) }, spanId(s)]),
+    'the handler saw the headers, and ran in its attempt\'s span');
+});
+
+test('tracing: the span tree of a job enqueued in a request and run twice (printed)', async (t) => {
+  const { api, tracer } = traced();
+  const q = 'js_trace_tree';
+  await newQueue(q, { keep_done: '1 hour', retry_base: '100 milliseconds' });
+  const a = admin();
+  const jobId = await inSpan('POST /orders', () => a.enqueue(q, { order: 7 }, { headers: { tenant: 'acme' } }));
+  await a.end();
+  const w = new Worker({ queue: q, concurrency: 1, logger: quiet, pool: { user: WORKER_ROLE } }, async (job) => {
+    await tracer.startActiveSpan('send email', async (span) => { await sleep(5); span.end(); });
+    if (job.attempt === 1) throw new Error('mail server said 451');
+    return { sent: true };
+  });
+  const run = w.run();
+  try {
+    assert.ok(await waitUntil(async () => spansOf(q, api.SpanKind.CONSUMER).length === 2, 30000));
+  } finally {
+    w.stop();
+    await run;
+  }
+  const mine = spansOf(q);
+  const ids = new Set(mine.map(spanId));
+  const all = tracing.exporter.getFinishedSpans();
+  // The request above the publish span, and the handler's spans below each attempt.
+  const tree = all.filter((s) => ids.has(spanId(s)) || ids.has(parentOf(s))
+    || mine.some((m) => parentOf(m) === spanId(s)));
+  const lines = spanTree(tree);
+  t.diagnostic(`span tree of job ${jobId}:`);
+  for (const line of lines) t.diagnostic(line);
+  assert.deepStrictEqual(tree.map((s) => s.name).sort(),
+    ['POST /orders', `process ${q}`, `process ${q}`, `publish ${q}`, 'send email', 'send email']);
+  const [publish] = spansOf(q, api.SpanKind.PRODUCER);
+  const attempts = spansOf(q, api.SpanKind.CONSUMER);
+  assert.deepStrictEqual(attempts.map((s) => s.attributes['claimq.outcome']), ['failed', 'completed']);
+  for (const s of attempts) {
+    assert.deepStrictEqual(linksOf(s), [`${traceId(publish)}/${spanId(publish)}`]);
+    const [child] = tree.filter((c) => c.name === 'send email' && parentOf(c) === spanId(s));
+    assert.ok(child, 'the handler\'s span is the attempt\'s child');
+  }
+  assert.strictEqual(attempts[0].events[0].name, 'exception');
+  const c = worker();
+  try {
+    const [{ headers }] = await c.status([jobId]);
+    t.diagnostic(`headers of job ${jobId}: ${JSON.stringify(headers)}`);
+    assert.deepStrictEqual(headers, { tenant: 'acme', traceparent: traceparent(publish) });
+  } finally { await c.end(); }
+});
+
+test('tracing: a batch claim of 10 jobs gives ten spans, each linked to its own job\'s creation', async () => {
+  const { api } = traced();
+  const q = 'js_trace_batch';
+  await newQueue(q, { keep_done: '1 hour' });
+  const a = admin();
+  const ids = [];
+  for (let n = 0; n < 10; n += 1) ids.push(await inSpan(`request ${n}`, () => a.enqueue(q, { n })));
+  await a.end();
+  const publishes = spansOf(q, api.SpanKind.PRODUCER);
+  assert.deepStrictEqual(publishes.map((s) => s.attributes['messaging.message.id']), ids);
+  const lines = [];
+  const w = new Worker({ queue: q, concurrency: 10, pool: { user: WORKER_ROLE },
+    logger: { ...quiet, debug: (line) => lines.push(line) } }, async (job) => job.payload.n);
+  const run = w.run();
+  try {
+    assert.ok(await waitUntil(async () => spansOf(q, api.SpanKind.CONSUMER).length === 10, 30000));
+  } finally {
+    w.stop();
+    await run;
+  }
+  assert.ok(lines.includes(`claimed 10 jobs of ${q}`), `one claim of 10: ${lines.filter((l) => l.startsWith('claimed'))}`);
+  const attempts = spansOf(q, api.SpanKind.CONSUMER);
+  const created = new Map(publishes.map((s) => [s.attributes['messaging.message.id'], `${traceId(s)}/${spanId(s)}`]));
+  for (const s of attempts) {
+    const jobId = s.attributes['messaging.message.id'];
+    assert.deepStrictEqual(s.attributes, processAttributes(q, jobId, 1, 'completed'));
+    assert.deepStrictEqual(linksOf(s), [created.get(jobId)], `job ${jobId} links to its own publish span`);
+    assert.strictEqual(s.status.code, api.SpanStatusCode.OK);
+  }
+  assert.deepStrictEqual(attempts.map((s) => s.attributes['messaging.message.id']).sort(), [...ids].sort());
+  assert.strictEqual(new Set(attempts.map((s) => linksOf(s)[0])).size, 10, 'ten links, all different');
+});
+
+test('tracing: headers carry the publish span\'s context over the caller\'s; enqueueMany; refused headers', async () => {
+  const { api } = traced();
+  const q = 'js_trace_headers';
+  await newQueue(q, { keep_done: '1 hour' });
+  const a = admin();
+  const w = worker();
+  try {
+    const foreign = `00-${'1'.repeat(32)}-${'2'.repeat(16)}-01`;
+    const [one, many] = await inSpan('request', async () => [
+      await a.enqueue(q, { n: 0 }, { headers: { tenant: 'acme', traceparent: foreign, tracestate: 'x=1' } }),
+      await a.enqueueMany(q, [{ n: 1 }, { n: 2 }], { headers: [{ tenant: 'beta' }, null] }),
+    ]);
+    const [single, batch] = spansOf(q, api.SpanKind.PRODUCER);
+    assert.strictEqual(single.attributes['messaging.message.id'], one);
+    assert.strictEqual(batch.attributes['messaging.batch.message_count'], 2);
+    assert.strictEqual(batch.attributes['messaging.message.id'], undefined, 'a batch has no one message id');
+    assert.strictEqual(batch.name, `publish ${q}`);
+    const expected = {
+      [one]: { tenant: 'acme', traceparent: traceparent(single) },
+      [many[0]]: { tenant: 'beta', traceparent: traceparent(batch) },
+      [many[1]]: { traceparent: traceparent(batch) },
+    };
+    const jobs = await w.claim(q, 10, { leaseMs: 30000 });
+    assert.deepStrictEqual(Object.fromEntries(jobs.map((j) => [j.id, j.headers])), expected, 'claim returns them');
+    assert.deepStrictEqual(Object.fromEntries((await w.status([one, ...many])).map((r) => [r.job_id, r.headers])),
+      expected, 'status too');
+    // The caller's headers near the limit: the trace context is left out
+    // rather than have the server refuse the job.
+    const big = { big: 'x'.repeat(8150) };
+    const bigId = await inSpan('request', () => a.enqueue(q, {}, { headers: big }));
+    assert.deepStrictEqual((await w.status([bigId]))[0].headers, big);
+    // Headers the server refuses (a value that is not a string): the
+    // publish span ends with the error.
+    await assert.rejects(a.enqueue(q, {}, { headers: { n: 1 } }), { code: '22023' });
+    const refused = spansOf(q, api.SpanKind.PRODUCER).at(-1);
+    assert.strictEqual(refused.status.code, api.SpanStatusCode.ERROR);
+    assert.strictEqual(refused.attributes['error.type'], '22023');
+  } finally { await a.end(); await w.end(); }
+});
+
+test('tracing: a cancel, a lost lease and a stale settle end the attempt\'s span with an error; snooze, timeout', async () => {
+  const { api } = traced();
+  const queues = {
+    js_trace_cancel: { lease: '10 seconds' },
+    js_trace_lost: { lease: '1 second', run_lease: '1 second', max_attempts: 1 },
+    js_trace_stale: { lease: '1 second', run_lease: '1 second', max_attempts: 1 },
+    js_trace_snooze: { keep_done: '1 hour' },
+    js_trace_timeout: { keep_done: '1 hour', retry_base: '100 milliseconds' },
+  };
+  const a = admin();
+  const ids = {};
+  for (const [q, options] of Object.entries(queues)) {
+    await newQueue(q, options);
+    ids[q] = await a.enqueue(q, {});
+  }
+  const options = (queue, more) => ({ queue, concurrency: 1, logger: quiet, pool: { user: WORKER_ROLE }, ...more });
+  let snoozed = false;
+  const workers = [
+    // Cancelled while it runs: the heartbeat tells the handler.
+    new Worker(options('js_trace_cancel', { leaseMs: 10000, heartbeatMs: 300 }), async (job, { signal }) => {
+      await untilAborted(signal);
+      throw new Error('stopped');
+    }),
+    // Its lease runs out before the first heartbeat, which finds it lost.
+    new Worker(options('js_trace_lost', { leaseMs: 1000, heartbeatMs: 3000 }), async (job, { signal }) => {
+      await untilAborted(signal);
+      return 'late';
+    }),
+    // No heartbeat: the handler finishes after the reclaimer took the job
+    // back, and its complete is refused as stale.
+    new Worker(options('js_trace_stale', { leaseMs: 1000, heartbeatMs: 600000 }), async (job) => {
+      await waitUntil(async () => (await jobRow(job.id)) === 'dead 1', 30000);
+      return 'late';
+    }),
+    new Worker(options('js_trace_snooze', {}), async () => {
+      if (!snoozed) {
+        snoozed = true;
+        throw new Snooze(100);
+      }
+      return 'ok';
+    }),
+    new Worker(options('js_trace_timeout', { timeoutMs: 500 }), async (job, { signal }) => {
+      if (job.attempt === 1) await untilAborted(signal);
+      return 'ok';
+    }),
+  ];
+  const runs = workers.map((w) => w.run());
+  const want = { js_trace_cancel: 1, js_trace_lost: 1, js_trace_stale: 1, js_trace_snooze: 2, js_trace_timeout: 2 };
+  const done = () => Object.entries(want).every(([q, n]) => spansOf(q, api.SpanKind.CONSUMER).length === n);
+  try {
+    assert.ok(await waitUntil(async () => (await jobRow(ids.js_trace_cancel)) === 'running 1', 20000));
+    assert.strictEqual((await a.cancel([ids.js_trace_cancel]))[0].outcome, 'ok');
+    assert.ok(await waitUntil(async () => done(), 40000),
+      JSON.stringify(Object.keys(want).map((q) => [q, spansOf(q, api.SpanKind.CONSUMER).length])));
+  } finally {
+    for (const w of workers) w.stop();
+    await Promise.all(runs);
+    await a.end();
+  }
+  const ended = (q) => spansOf(q, api.SpanKind.CONSUMER).map((s) => ({
+    status: api.SpanStatusCode[s.status.code], outcome: s.attributes['claimq.outcome'],
+    attempt: s.attributes['claimq.attempt'], errorType: s.attributes['error.type'],
+  }));
+  assert.deepStrictEqual(ended('js_trace_cancel'), [{ status: 'ERROR', outcome: 'cancelled', attempt: 1, errorType: undefined }]);
+  assert.deepStrictEqual(ended('js_trace_lost'), [{ status: 'ERROR', outcome: 'lease_lost', attempt: 1, errorType: undefined }]);
+  assert.deepStrictEqual(ended('js_trace_stale'), [{ status: 'ERROR', outcome: 'stale', attempt: 1, errorType: undefined }]);
+  assert.deepStrictEqual(ended('js_trace_snooze'), [
+    { status: 'UNSET', outcome: 'snoozed', attempt: 1, errorType: undefined },
+    { status: 'OK', outcome: 'completed', attempt: 1, errorType: undefined }], 'a snooze is no error, and uses no attempt');
+  assert.deepStrictEqual(ended('js_trace_timeout'), [
+    { status: 'ERROR', outcome: 'failed', attempt: 1, errorType: 'JobTimeout' },
+    { status: 'OK', outcome: 'completed', attempt: 2, errorType: undefined }]);
+  for (const q of Object.keys(want)) {
+    const [publish] = spansOf(q, api.SpanKind.PRODUCER);
+    for (const s of spansOf(q, api.SpanKind.CONSUMER)) assert.deepStrictEqual(linksOf(s), [`${traceId(publish)}/${spanId(publish)}`]);
+  }
+});
+
+test('tracing: without a propagator, the context is written and read as W3C traceparent all the same', async () => {
+  const { api } = traced();
+  const q = 'js_trace_nopropagator';
+  await newQueue(q, { keep_done: '1 hour' });
+  const a = admin();
+  let jobId;
+  api.propagation.disable();      // no propagator: propagation.inject and extract do nothing
+  try {
+    jobId = await inSpan('request', () => a.enqueue(q, {}, { headers: { tenant: 'acme' } }));
+    const w = new Worker({ queue: q, concurrency: 1, logger: quiet, pool: { user: WORKER_ROLE } }, async () => 'ok');
+    const run = w.run();
+    try {
+      assert.ok(await waitUntil(async () => spansOf(q, api.SpanKind.CONSUMER).length === 1, 20000));
+    } finally {
+      w.stop();
+      await run;
+    }
+  } finally {
+    api.propagation.setGlobalPropagator(new (fromPackage('@opentelemetry/core').W3CTraceContextPropagator)());
+  }
+  const [publish] = spansOf(q, api.SpanKind.PRODUCER);
+  const [attempt] = spansOf(q, api.SpanKind.CONSUMER);
+  const [{ headers }] = await a.status([jobId]);
+  await a.end();
+  assert.deepStrictEqual(headers, { tenant: 'acme', traceparent: traceparent(publish) });
+  assert.deepStrictEqual(linksOf(attempt), [`${traceId(publish)}/${spanId(publish)}`]);
+  assert.strictEqual(attempt.attributes['claimq.outcome'], 'completed');
+});
+
+// A worker and a client in a child process where @opentelemetry/api cannot
+// be found: a copy of the package in a directory of its own, with pg beside
+// it and nothing else.
+const NO_OTEL_CHILD = `
+  const { createRequire } = require('module');
+  const [adminOptions, role, queue] = process.argv.slice(1);
+  const { Client, Worker } = require('claimq');
+  let found = true;
+  try { createRequire(require.resolve('claimq'))('@opentelemetry/api'); } catch (err) { found = err.code !== 'MODULE_NOT_FOUND'; }
+  const wait = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+  (async () => {
+    const a = new Client(JSON.parse(adminOptions));
+    const ids = [
+      await a.enqueue(queue, { n: 1 }, { headers: { tenant: 'acme' } }),
+      await a.enqueue(queue, { n: 2 }),
+      ...await a.enqueueMany(queue, [{ n: 3 }, { n: 4 }]),
+      ...await a.enqueueMany(queue, [{ n: 5 }, { n: 6 }], { headers: [null, { tenant: 'beta' }] }),
+    ];
+    const seen = {};
+    const w = new Worker({ queue, concurrency: 2, pool: { user: role } }, async (job) => {
+      seen[job.id] = job.headers;
+      if (job.payload.n === 1 && job.attempt === 1) throw new Error('once');
+      return job.payload.n;
+    });
+    const run = w.run();
+    const deadline = Date.now() + 30000;
+    while (Date.now() < deadline && (await a.status(ids)).some((r) => r.state !== 'done')) await wait(100);
+    w.stop();
+    await run;
+    const rows = await a.status(ids);
+    await a.end();
+    console.log(JSON.stringify({ found, seen: ids.map((i) => seen[i]), states: rows.map((r) => r.state),
+      stored: rows.map((r) => r.headers), failed: w.failed, completed: w.completed }));
+  })().catch((err) => { console.error(err); process.exit(1); });
+`;
+
+test('without @opentelemetry/api nothing is traced and nothing fails', async () => {
+  const q = 'js_no_otel';
+  await newQueue(q, { keep_done: '1 hour', retry_base: '100 milliseconds' });
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'claimq-no-otel-'));
+  try {
+    const copy = path.join(dir, 'node_modules', 'claimq');
+    fs.mkdirSync(copy, { recursive: true });
+    for (const f of ['index.js', 'package.json']) fs.copyFileSync(path.join(PACKAGE, f), path.join(copy, f));
+    fs.symlinkSync(path.dirname(fromPackage.resolve('pg/package.json')), path.join(dir, 'node_modules', 'pg'));
+    const out = execFileSync(process.execPath, ['-e', NO_OTEL_CHILD, JSON.stringify(adminOptions), WORKER_ROLE, q],
+      { cwd: dir, encoding: 'utf8', timeout: 60000, stdio: ['ignore', 'pipe', 'pipe'] });
+    const r = JSON.parse(out.trim().split('\n').at(-1));
+    assert.strictEqual(r.found, false, 'the API cannot be found there');
+    const given = [{ tenant: 'acme' }, null, null, null, null, { tenant: 'beta' }];
+    assert.deepStrictEqual(r.seen, given, 'the jobs have the caller\'s headers, and nothing more');
+    assert.deepStrictEqual(r.stored, given);
+    assert.deepStrictEqual(r.states, Array(6).fill('done'));
+    assert.deepStrictEqual([r.failed, r.completed], [1, 6]);
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
   }
 });

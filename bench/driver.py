@@ -38,7 +38,8 @@ METHODS = {
 # Server profiles (bench/run starts one server per profile): Debian's
 # defaults, and the tuned server the matrix has always used.
 PROFILES = ["default", "tuned"]
-PARTS = ["matrix", "backlog", "latency", "reclaim", "groups", "fair", "workflows", "sustained"]
+PARTS = ["matrix", "backlog", "latency", "reclaim", "groups", "fair", "headers", "workflows",
+         "sustained"]
 
 # First guesses of jobs/s per batch size, used only to size the first pool
 # of a (variant, method, batch); every later pool is sized from measured rates.
@@ -131,7 +132,8 @@ def parse_args(argv):
     elif a.sustained:
         a.parts = ["sustained"]
     else:
-        a.parts = ["matrix", "backlog", "latency", "reclaim", "groups", "fair", "workflows"]
+        a.parts = ["matrix", "backlog", "latency", "reclaim", "groups", "fair", "headers",
+                   "workflows"]
     return a
 
 
@@ -998,6 +1000,74 @@ def run_fair():
 
 
 # ---------------------------------------------------------------------------
+# Trace context: what a job's headers cost its enqueue and its claim.
+
+def run_headers():
+    """Jobs with 200 bytes of headers (a traceparent and a tracestate, as
+    the worker libraries write them) against the same jobs without, in two
+    queues of one server: enqueue_many, then the lease flow (claim, then
+    complete), batch 1, 10 and 100, 4 clients; each pair runs a fixed
+    number of transactions, the two queues alternating (none, headers,
+    headers, none)."""
+    clients = 4
+    per_batch = {1: 2000, 10: 800, 100: 100} if ARGS.mode == "quick" else \
+        {1: 8000, 10: 3000, 100: 400}
+    set_sync(PART_SYNC)
+    for name in ("hdr0", "hdr1"):
+        if not q("SELECT 1 FROM claimq.queue WHERE name = %s", (name,)):
+            DB.execute("SELECT claimq.create_queue(%s)", (name,))
+    # 200 bytes as text (headers::text), NULL for queue hdr0.
+    DB.execute("""
+        CREATE OR REPLACE FUNCTION bench.trace_headers(q integer) RETURNS jsonb
+        LANGUAGE sql IMMUTABLE AS $$
+            SELECT CASE WHEN q = 1 THEN jsonb_build_object(
+                'traceparent', '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
+                'tracestate', 'vendor=' || repeat('x', 101)) END
+        $$""")
+    assert q("SELECT octet_length(bench.trace_headers(1)::text)") == 200
+    t0 = time.time()
+    res = {}
+
+    def runs(flow, script, batch, txns):
+        # The two queues in turn: none, headers, headers, none.
+        for qn in (0, 1, 1, 0):
+            l0 = lsn()
+            r = pgbench_result(pgbench(script, clients, None, batch,
+                                       extra=("-D", "q=%d" % qn), transactions=txns))
+            cell = res.setdefault((flow, batch, qn), {"seconds": 0.0, "jobs": 0, "wal": 0})
+            cell["seconds"] += r["seconds"]
+            cell["jobs"] += txns * clients * batch
+            cell["wal"] += lsn() - l0
+
+    for batch in (1, 10, 100):
+        txns = per_batch[batch] // 2
+        DB.execute("TRUNCATE claimq.job")
+        DB.execute("CHECKPOINT")
+        runs("enqueue", "headers_enqueue.sql", batch, txns)
+        DB.execute("VACUUM (ANALYZE) claimq.job")
+        runs("claim", "headers_lease.sql", batch, txns)
+    log("headers loaded and run in %.1fs" % (time.time() - t0))
+    say()
+    say("== trace context: jobs with 200 bytes of headers against the same jobs without,"
+        " %d clients, synchronous_commit = %s" % (clients, sync_label(PART_SYNC)))
+    say()
+    say("| flow | batch | no headers jobs/s | headers jobs/s | headers vs none |"
+        " WAL B/job none | WAL B/job headers |")
+    say("|---|---:|---:|---:|---:|---:|---:|")
+    for flow, label in (("enqueue", "enqueue_many"), ("claim", "claim + complete")):
+        for batch in (1, 10, 100):
+            none = res[(flow, batch, 0)]
+            hdr = res[(flow, batch, 1)]
+            nr = none["jobs"] / none["seconds"]
+            hr = hdr["jobs"] / hdr["seconds"]
+            say("| %s | %d | %s | %s | %.2f× | %.0f | %.0f |" % (
+                label, batch, fmt_rate(nr), fmt_rate(hr), hr / nr,
+                none["wal"] / none["jobs"], hdr["wal"] / hdr["jobs"]))
+    RESULTS["extras"]["headers"] = {"%s/%d/q%d" % k: v["jobs"] / v["seconds"] for k, v in res.items()}
+    DB.execute("TRUNCATE claimq.job")
+
+
+# ---------------------------------------------------------------------------
 # Workflows: what a finish costs with n jobs after it, and what a claim
 # costs with a million jobs waiting in its queue.
 
@@ -1409,7 +1479,8 @@ def main():
         run_matrix()
     for part, fn in (("backlog", run_backlog), ("latency", run_latency),
                      ("reclaim", run_reclaim), ("groups", run_groups), ("fair", run_fair),
-                     ("workflows", run_workflows), ("sustained", run_sustained)):
+                     ("headers", run_headers), ("workflows", run_workflows),
+                     ("sustained", run_sustained)):
         if part in ARGS.parts:
             try:
                 retrying("the %s test" % part, fn)

@@ -20,8 +20,8 @@ BEGIN
 			USING ERRCODE = '22023',
 				  DETAIL = pg_catalog.format('It is a JSON %s.', pg_catalog.jsonb_typeof(headers));
 	END IF;
-	IF EXISTS (SELECT FROM pg_catalog.jsonb_each(headers) h
-				WHERE pg_catalog.jsonb_typeof(h.value) OPERATOR(pg_catalog.<>) 'string') THEN
+	/* A path, not a query over jsonb_each: a simple expression, half the cost. */
+	IF pg_catalog.jsonb_path_exists(headers, 'strict $.* ? (@.type() != "string")') THEN
 		RAISE EXCEPTION 'the values of % must be strings', argname
 			USING ERRCODE = '22023';
 	END IF;

@@ -11,7 +11,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(54);
+SELECT plan(55);
 
 SELECT claimq.create_queue('hdr', max_attempts => 3, retry_base => '0', retry_max => '0',
 						   keep_dead => '1 day', keep_done => '1 day');
@@ -70,6 +70,8 @@ SELECT throws_ok($$SELECT claimq.enqueue('hdr', '{}', headers => '{"a": "b", "c"
 	'the values of headers must be strings', 'an object as a value: 22023');
 SELECT throws_ok($$SELECT claimq.enqueue('hdr', '{}', headers => '{"a": null}')$$, '22023',
 	'the values of headers must be strings', 'JSON null as a value: 22023');
+SELECT throws_ok($$SELECT claimq.enqueue('hdr', '{}', headers => '{"a": ["x"]}')$$, '22023',
+	'the values of headers must be strings', 'an array of strings as a value: 22023');
 -- {"k": "xxx..."} is 9 bytes as text beside its value.
 SELECT throws_ok(format($$SELECT claimq.enqueue('hdr', '{}', headers => %L)$$,
 						jsonb_build_object('k', repeat('x', 8192 - 8))),

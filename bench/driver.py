@@ -38,8 +38,8 @@ METHODS = {
 # Server profiles (bench/run starts one server per profile): Debian's
 # defaults, and the tuned server the matrix has always used.
 PROFILES = ["default", "tuned"]
-PARTS = ["matrix", "backlog", "latency", "reclaim", "groups", "fair", "headers", "workflows",
-         "sustained"]
+PARTS = ["matrix", "backlog", "latency", "reclaim", "groups", "fair", "fair-ceiling", "headers",
+         "workflows", "sustained"]
 
 # First guesses of jobs/s per batch size, used only to size the first pool
 # of a (variant, method, batch); every later pool is sized from measured rates.
@@ -132,8 +132,8 @@ def parse_args(argv):
     elif a.sustained:
         a.parts = ["sustained"]
     else:
-        a.parts = ["matrix", "backlog", "latency", "reclaim", "groups", "fair", "headers",
-                   "workflows"]
+        a.parts = ["matrix", "backlog", "latency", "reclaim", "groups", "fair", "fair-ceiling",
+                   "headers", "workflows"]
     return a
 
 
@@ -999,6 +999,53 @@ def run_fair():
     DB.execute("DELETE FROM claimq.fair_charge")
 
 
+def run_fair_ceiling():
+    """The ceiling of a fair claim: a hand-written lease flow (the
+    baseline's) over 1,000 backlogged tenants, taking the queue's oldest
+    jobs by one range of its index against taking each job from its own
+    tenant (a probe per job), the tenants chosen for free; batch 1, 10 and
+    100, 4 clients, a fixed number of transactions, the two alternating
+    (range, tenant, tenant, range), the jobs loaded afresh per batch."""
+    clients, tenants = 4, 1000
+    per_batch = {1: 2000, 10: 800, 100: 100} if ARGS.mode == "quick" else \
+        {1: 8000, 10: 3000, 100: 400}
+    set_sync(PART_SYNC)
+    t0 = time.time()
+    res = {}
+    for batch in (1, 10, 100):
+        txns = per_batch[batch] // 2
+        jobs = txns * clients * batch
+        DB.execute("TRUNCATE bench.tjob")
+        # What the four runs take, and as much again, spread evenly.
+        DB.execute("""
+            INSERT INTO bench.tjob (queue_id, state, run_at, enqueued_at, payload, group_key)
+            SELECT 1, 'pending', clock_timestamp(), clock_timestamp(), bench.payload(i),
+                   't' || (i %% %s)
+              FROM generate_series(1, %s) i""", (tenants, 8 * jobs + tenants * batch))
+        DB.execute("VACUUM (ANALYZE) bench.tjob")
+        DB.execute("CHECKPOINT")
+        for script in ("tenant_range.sql", "tenant_pick.sql", "tenant_pick.sql", "tenant_range.sql"):
+            r = pgbench_result(pgbench(script, clients, None, batch,
+                                       extra=("-D", "tenants=%d" % tenants), transactions=txns))
+            cell = res.setdefault((script, batch), {"seconds": 0.0, "jobs": 0})
+            cell["seconds"] += r["seconds"]
+            cell["jobs"] += jobs
+    log("fair ceiling loaded and run in %.1fs" % (time.time() - t0))
+    say()
+    say("== the ceiling of a fair claim: a hand-written lease flow over %s backlogged tenants,"
+        " %d clients, synchronous_commit = %s" % ("{:,}".format(tenants), clients, sync_label(PART_SYNC)))
+    say()
+    say("| batch | by range jobs/s | by tenant jobs/s | by tenant vs by range |")
+    say("|---:|---:|---:|---:|")
+    for batch in (1, 10, 100):
+        rr = res[("tenant_range.sql", batch)]
+        tr = res[("tenant_pick.sql", batch)]
+        a, b = rr["jobs"] / rr["seconds"], tr["jobs"] / tr["seconds"]
+        say("| %d | %s | %s | %.2f× |" % (batch, fmt_rate(a), fmt_rate(b), b / a))
+    RESULTS["extras"]["fair-ceiling"] = {"%s/%d" % k: v["jobs"] / v["seconds"] for k, v in res.items()}
+    DB.execute("TRUNCATE bench.tjob")
+
+
 # ---------------------------------------------------------------------------
 # Trace context: what a job's headers cost its enqueue and its claim.
 
@@ -1479,7 +1526,8 @@ def main():
         run_matrix()
     for part, fn in (("backlog", run_backlog), ("latency", run_latency),
                      ("reclaim", run_reclaim), ("groups", run_groups), ("fair", run_fair),
-                     ("headers", run_headers), ("workflows", run_workflows),
+                     ("fair-ceiling", run_fair_ceiling), ("headers", run_headers),
+                     ("workflows", run_workflows),
                      ("sustained", run_sustained)):
         if part in ARGS.parts:
             try:

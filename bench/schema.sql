@@ -34,6 +34,17 @@ CREATE TABLE bench.hlease (
 CREATE INDEX ON bench.hlease (expires_at);
 
 
+-- The ceiling of a fair claim (tenant_range.sql, tenant_pick.sql): the
+-- baseline's table with a tenant per job, its jobs taken by one range of
+-- the claim's index or each from its own tenant's index.
+CREATE TABLE bench.tjob (LIKE bench.job INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
+ALTER TABLE bench.tjob ADD PRIMARY KEY (job_id), ADD COLUMN group_key text;
+CREATE INDEX ON bench.tjob (queue_id, priority DESC, run_at, job_id)
+	WHERE state = 'pending';
+CREATE INDEX ON bench.tjob (queue_id, group_key, run_at, job_id)
+	WHERE state = 'pending';
+CREATE INDEX ON bench.tjob (expires_at) WHERE expires_at IS NOT NULL;
+
 -- The write-only floor: a small row per job and nothing else.
 CREATE TABLE bench.floor (
 	id			bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

@@ -9,19 +9,8 @@
 
 const assert = require('node:assert/strict');
 const { Sampler, quantile, bucketSeconds, parseFair } = require('../lib/sampler');
+const { check, done } = require('./check');
 
-let n = 0, failures = 0;
-function check(name, fn) {
-	n++;
-	try {
-		fn();
-		console.log(`ok ${n} - ${name}`);
-	} catch (e) {
-		failures++;
-		console.log(`not ok ${n} - ${name}`);
-		console.log(String(e.stack || e).split('\n').slice(0, 8).map((l) => `# ${l}`).join('\n'));
-	}
-}
 
 // The fake claimq: one queue, q, its counters and its histograms.
 const B1MS = Math.ceil(Math.log(1000) / Math.log(1.2));		// a bucket near 1 ms
@@ -172,5 +161,5 @@ const fast = (k) => (db) => { for (let i = 0; i < k; i++) { db.claim('wait', B1M
 		assert.equal(quantile({}, 0.5), null);
 	});
 
-	process.exit(failures ? 1 : 0);
+	done();
 })();

@@ -10,19 +10,8 @@ const assert = require('node:assert/strict');
 const path = require('node:path');
 const { spawnSync } = require('node:child_process');
 const { parseTraceparent, checkTraceUrl, traceUrl, headerRows, traceCell, headersTable } = require('../lib/trace');
+const { check, done } = require('./check');
 
-let n = 0, failures = 0;
-function check(name, fn) {
-	n++;
-	try {
-		fn();
-		console.log(`ok ${n} - ${name}`);
-	} catch (e) {
-		failures++;
-		console.log(`not ok ${n} - ${name}`);
-		console.log(String(e.stack || e).split('\n').slice(0, 8).map((l) => `# ${l}`).join('\n'));
-	}
-}
 
 // The example of the W3C recommendation.
 const TRACE = '4bf92f3577b34da6a3ce929d0e0e4736';
@@ -154,4 +143,4 @@ check('claimq-dashboard: --trace-url and $CLAIMQ_DASHBOARD_TRACE_URL that are no
 	assert.match(r.stdout, /--trace-url/);
 });
 
-process.exit(failures ? 1 : 0);
+done();

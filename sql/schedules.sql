@@ -922,10 +922,8 @@ BEGIN
 	next_at := claimq.schedule_first(create_schedule.cron,
 									 create_schedule.time_zone, now_ts);
 	/* Each job's headers; an empty object is none (alter_schedule). */
-	job_headers := claimq.checked_headers(create_schedule.headers, 'headers');
-	IF job_headers OPERATOR(pg_catalog.=) '{}'::jsonb THEN
-		job_headers := NULL;
-	END IF;
+	job_headers := NULLIF(claimq.checked_headers(create_schedule.headers, 'headers'),
+						  '{}'::jsonb);
 
 -- @c
 	/* On a distributed install a schedule lives with its queue. */
@@ -1037,8 +1035,7 @@ BEGIN
 		   missed = COALESCE(alter_schedule.missed, t.missed),
 		   enabled = COALESCE(alter_schedule.enabled, t.enabled),
 		   headers = CASE WHEN alter_schedule.headers IS NULL THEN t.headers
-						  WHEN alter_schedule.headers OPERATOR(pg_catalog.=) '{}'::jsonb THEN NULL
-						  ELSE alter_schedule.headers END,
+						  ELSE NULLIF(alter_schedule.headers, '{}'::jsonb) END,
 		   anchor = anchor_at, next_run_at = next_at,
 		   catch_up_to = CASE WHEN cron_text OPERATOR(pg_catalog.=) t.cron
 								AND zone OPERATOR(pg_catalog.=) t.time_zone

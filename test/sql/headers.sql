@@ -11,7 +11,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(55);
+SELECT plan(56);
 
 SELECT claimq.create_queue('hdr', max_attempts => 3, retry_base => '0', retry_max => '0',
 						   keep_dead => '1 day', keep_done => '1 day');
@@ -223,6 +223,9 @@ UPDATE claimq.schedule SET next_run_at = now() - interval '1 second' WHERE name 
 SELECT is(claimq.fire_schedules(), 1::bigint, 'the schedule fires again');
 SELECT is((SELECT count(*) FROM claimq.jobs WHERE payload = '{"s": 1}' AND headers IS NULL), 1::bigint,
 	'the job it enqueued then has none');
+SELECT claimq.create_schedule('hdr_empty', 'hdr', '@every 1 minute', '{"s": 2}', headers => '{}');
+SELECT is((SELECT headers FROM claimq.schedules WHERE schedule = 'hdr_empty'), NULL::jsonb,
+	'create_schedule with headers => ''{}'': the schedule has none');
 
 SELECT * FROM finish();
 ROLLBACK;

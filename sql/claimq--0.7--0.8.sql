@@ -1,4 +1,4 @@
-/* claimq--0.7--0.8.sql: tokens that never repeat (the register of token epochs); workflows that never run a job early, never refuse a holder, never deadlock between settles; metrics() shows flow control's row path and slots; drop_queue without a pass over the job table; one door to the ledger; one body for schedules and cron in both editions */
+/* claimq--0.7--0.8.sql: tokens that never repeat (the register of token epochs); workflows that never run a job early, never refuse a holder, never deadlock between settles; metrics() shows flow control's row path and slots; drop_queue without a pass over the job table; one door to the ledger; one body for schedules and cron in both editions; trace context; a queue's settings kept per backend */
 
 -- @extension
 \echo Use "ALTER EXTENSION claimq UPDATE TO '0.8'" to load this file. \quit
@@ -887,5 +887,14 @@ DROP FUNCTION claimq.enqueue_many_0_7(text, jsonb[], timestamptz, integer, text[
 DROP FUNCTION claimq.claim_0_7(text, integer, interval, text, boolean, interval);
 DROP VIEW claimq.jobs_0_7;
 DROP VIEW claimq.schedules_0_7;
+
+/*------------------------------------------------------------------------
+ * 10. Each backend keeps the settings of the queues it looked up, until a
+ * statement writes claimq.queue (sql/queue-changed.sql)
+ *-----------------------------------------------------------------------*/
+
+-- @include queue-changed.sql
+
+REVOKE ALL ON FUNCTION claimq.queue_changed() FROM PUBLIC;
 
 -- @include portable/update--0.7--0.8.sql

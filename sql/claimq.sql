@@ -141,6 +141,8 @@ CREATE TABLE claimq.queue (
 
 ALTER SEQUENCE claimq.queue_id_seq OWNED BY claimq.queue.queue_id;
 
+-- @include queue-changed.sql
+
 /*
  * Jobs.  One table for every queue and state; the hot paths stay
  * O(batch) through partial indexes, each covering only the rows one path

@@ -2,10 +2,11 @@
  *
  * common.c
  *		The helpers every claimq entry point shares: argument checks with
- *		the contract's SQLSTATEs, kept SPI plans, the queue look-up, the
- *		producer lock and job ids; version() and edition().  It calls no
- *		other claimq file but shard.c, which routes the plans of a call
- *		that names a queue on a distributed install.
+ *		the contract's SQLSTATEs, kept SPI plans, the queue look-up and
+ *		the settings each backend keeps of it, the producer lock and job
+ *		ids; version() and edition().  It calls no other claimq file but
+ *		shard.c, which routes the plans of a call that names a queue on a
+ *		distributed install.
  *
  * Argument checks run before SPI is connected and before anything is
  * read, so a call with bad input fails without having changed or locked
@@ -26,6 +27,7 @@
 #include "catalog/pg_collation.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
 #include "jit/jit.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
@@ -33,7 +35,9 @@
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/plancache.h"
 #include "utils/snapmgr.h"
 
@@ -555,6 +559,136 @@ cq_job_relid(void)
 }
 
 /*
+ * The queue look-up, kept per backend.  A claim and an enqueue look their
+ * queue up by name on every call, and its settings change only when its
+ * row in claimq.queue does: every statement that writes a queue's row
+ * (but for the rate limit's bucket, which the look-up does not read)
+ * fires claimq.queue_changed, a statement trigger enabled always, which
+ * invalidates claimq.queue's relation cache entry: in its own backend at
+ * the statement's end, and in every other one when its transaction
+ * commits.  Each backend keeps the settings it read, by name, until then.
+ *
+ * The backend takes in invalidations before each use, so a call sees
+ * every change whose commit had ended before it began, as the look-up by
+ * SPI in a statement's snapshot did.  A fill that an invalidation
+ * overtakes (it may have read the row before the change committed) is not
+ * kept, nor is a queue that does not exist.  The settings are kept only
+ * where a look-up by SPI would see what is committed (READ COMMITTED: a
+ * transaction snapshot shows them as they were when it began, and a
+ * serializable one must record its read), on a single server (a
+ * distributed install's queue rows change on its shards, where no trigger
+ * of this node fires), and while the trigger is in place and enabled
+ * always (an install not yet updated to 0.8 has none).  A subtransaction's
+ * or transaction's abort invalidates what its statements had invalidated,
+ * so settings read from a change that was rolled back are not kept.
+ */
+typedef struct CqQueueEntry
+{
+	char		name[CQ_QUEUE_NAME_MAX + 1];	/* the key */
+	CqQueue		queue;			/* its name is the caller's */
+} CqQueueEntry;
+
+/* More queues than this in one backend: start again. */
+#define CQ_QUEUE_CACHE_MAX	1024
+
+static HTAB *cq_queue_cache = NULL;
+static Oid	cq_queue_cache_relid = InvalidOid;	/* claimq.queue */
+static uint64 cq_queue_cache_epoch = 0; /* moved on by each invalidation */
+static int	cq_queue_cache_trigger = -1;	/* in place: 1, 0, or not known */
+
+static void
+cq_queue_cache_forget(Datum arg, Oid relid)
+{
+	if (OidIsValid(relid) && relid != cq_queue_cache_relid)
+		return;
+	cq_queue_cache_epoch++;
+	cq_queue_cache_trigger = -1;
+}
+
+/*
+ * Whether this call may use the kept settings: if so, the table is there,
+ * emptied after any invalidation.  The caller has connected SPI.
+ */
+static bool
+cq_queue_cache_open(void)
+{
+	static bool callback_registered = false;
+	static SPIPlanPtr plan = NULL;
+	Oid			argtypes[1] = {OIDOID};
+	Datum		values[1];
+	uint64		epoch;
+	bool		isnull;
+	int			trigger;
+
+	if (IsolationUsesXactSnapshot() || cq_distributed())
+		return false;
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(cq_queue_cache_forget, (Datum) 0);
+		callback_registered = true;
+	}
+	AcceptInvalidationMessages();
+	if (cq_queue_cache_trigger < 0)
+	{
+		if (cq_queue_cache != NULL)
+		{
+			hash_destroy(cq_queue_cache);
+			cq_queue_cache = NULL;
+		}
+		cq_queue_cache_relid = get_relname_relid("queue",
+												 get_namespace_oid("claimq", false));
+		epoch = cq_queue_cache_epoch;
+		cq_plan(&plan,
+				"SELECT pg_catalog.bool_or(t.tgenabled = 'A')"
+				"  FROM pg_catalog.pg_trigger t"
+				" WHERE t.tgrelid = $1 AND t.tgname = 'queue_changed'",
+				1, argtypes);
+		values[0] = ObjectIdGetDatum(cq_queue_cache_relid);
+		cq_execute(plan, values, NULL, SPI_OK_SELECT);
+		trigger = DatumGetBool(cq_spi_value(0, 1, &isnull)) && !isnull;
+		if (epoch != cq_queue_cache_epoch)
+			return false;
+		cq_queue_cache_trigger = trigger;
+	}
+	if (!cq_queue_cache_trigger)
+		return false;
+	if (cq_queue_cache == NULL ||
+		hash_get_num_entries(cq_queue_cache) >= CQ_QUEUE_CACHE_MAX)
+	{
+		HASHCTL		ctl;
+
+		if (cq_queue_cache != NULL)
+			hash_destroy(cq_queue_cache);
+		ctl.keysize = CQ_QUEUE_NAME_MAX + 1;
+		ctl.entrysize = sizeof(CqQueueEntry);
+		ctl.hcxt = CacheMemoryContext;
+		cq_queue_cache = hash_create("claimq queues", 64, &ctl,
+									 HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	}
+	return true;
+}
+
+PG_FUNCTION_INFO_V1(claimq_queue_changed);
+
+/*
+ * claimq.queue_changed(): the trigger of claimq.queue (after INSERT,
+ * DELETE, TRUNCATE, and an UPDATE that sets a setting) that tells every
+ * backend to read its queues' settings again.
+ */
+Datum
+claimq_queue_changed(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("claimq.queue_changed() is a trigger of claimq.queue")));
+	CacheInvalidateRelcache(trigdata->tg_relation);
+	return PointerGetDatum(NULL);
+}
+
+/*
  * Look a queue up by name.  Returns false if there is none.
  */
 bool
@@ -564,8 +698,23 @@ cq_lookup_queue(const char *name, CqQueue *queue)
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		values[1];
 	bool		isnull;
+	bool		keep;
+	uint64		epoch;
+	CqQueueEntry *entry;
 
 	cq_route_to(name);
+	keep = strlen(name) <= CQ_QUEUE_NAME_MAX && cq_queue_cache_open();
+	if (keep)
+	{
+		entry = hash_search(cq_queue_cache, name, HASH_FIND, NULL);
+		if (entry != NULL)
+		{
+			*queue = entry->queue;
+			queue->name = name;
+			return true;
+		}
+	}
+	epoch = cq_queue_cache_epoch;
 	cq_plan(&plan,
 			"SELECT q.queue_id, q.paused, q.notify, q.lease, q.run_lease,"
 			"       COALESCE(q.group_limit, 0), q.group_fifo,"
@@ -590,6 +739,12 @@ cq_lookup_queue(const char *name, CqQueue *queue)
 	queue->rate_limit = DatumGetInt32(cq_spi_value(0, 9, &isnull));
 	queue->rate_period = *DatumGetIntervalP(cq_spi_value(0, 10, &isnull));
 	queue->fair = DatumGetBool(cq_spi_value(0, 11, &isnull));
+
+	if (keep && epoch == cq_queue_cache_epoch)
+	{
+		entry = hash_search(cq_queue_cache, name, HASH_ENTER, NULL);
+		entry->queue = *queue;
+	}
 	return true;
 }
 

@@ -890,11 +890,31 @@ DROP VIEW claimq.schedules_0_7;
 
 /*------------------------------------------------------------------------
  * 10. Each backend keeps the settings of the queues it looked up, until a
- * statement writes claimq.queue (sql/queue-changed.sql)
+ * statement writes claimq.queue; a queue whose jobs are all at priority 0
+ * is claimed without a walk of its priorities (sql/queue-changed.sql)
  *-----------------------------------------------------------------------*/
+
+-- No rewrite: a column with a constant default.  Marked where a job of
+-- any state has another priority.
+ALTER TABLE claimq.queue ADD COLUMN prioritized boolean NOT NULL DEFAULT false;
+
+UPDATE claimq.queue q SET prioritized = true
+ WHERE EXISTS (SELECT FROM claimq.job j
+				WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+				  AND j.priority OPERATOR(pg_catalog.<>) 0);
 
 -- @include queue-changed.sql
 
-REVOKE ALL ON FUNCTION claimq.queue_changed() FROM PUBLIC;
+REVOKE ALL ON FUNCTION claimq.queue_changed(), claimq.mark_prioritized(integer) FROM PUBLIC;
+
+-- @c
+-- The census's guard marks every queue after a write of jobs, or of their
+-- priorities, that is not claimq's own.
+DROP TRIGGER job_census_guard ON claimq.job;
+CREATE TRIGGER job_census_guard
+	AFTER INSERT OR UPDATE OF state, queue_id, priority OR DELETE OR TRUNCATE ON claimq.job
+	FOR EACH STATEMENT EXECUTE FUNCTION claimq.job_census();
+ALTER TABLE claimq.job ENABLE ALWAYS TRIGGER job_census_guard;
+-- @end
 
 -- @include portable/update--0.7--0.8.sql

@@ -133,6 +133,7 @@ CREATE TABLE claimq.queue (
 	rate_tokens		double precision,	-- the bucket without the preload
 	rate_at			timestamptz,
 	fair			boolean NOT NULL DEFAULT false,	-- shares claims by tenant
+	prioritized		boolean NOT NULL DEFAULT false,	-- a job at a priority but 0 (queue-changed.sql)
 	CONSTRAINT queue_pkey PRIMARY KEY (queue_id),
 	CONSTRAINT queue_name_key UNIQUE (name),
 	CONSTRAINT queue_name_check
@@ -1382,8 +1383,10 @@ COMMENT ON FUNCTION claimq.waiting_claims() IS
  * what they did to jobs (src/ledger.c), and a statement that writes
  * claimq.job otherwise (plain SQL, COPY, TRUNCATE) makes the counts
  * unknown, once its transaction commits, until the reclaimer counts
- * again.  One statement-level trigger: nothing per row.  Updates that set
- * neither the state nor the queue (extend, the held flag) fire nothing.
+ * again, and, if it inserts or updates jobs, marks every queue as holding
+ * jobs at priorities other than 0 (sql/queue-changed.sql).  One
+ * statement-level trigger: nothing per row.  Updates that set neither the
+ * state, the queue nor the priority (extend, the held flag) fire nothing.
  */
 CREATE FUNCTION claimq.job_census()
 RETURNS trigger
@@ -1395,11 +1398,12 @@ COMMENT ON FUNCTION claimq.job_census() IS
 
 -- @c
 CREATE TRIGGER job_census_guard
-	AFTER INSERT OR UPDATE OF state, queue_id OR DELETE OR TRUNCATE ON claimq.job
+	AFTER INSERT OR UPDATE OF state, queue_id, priority OR DELETE OR TRUNCATE ON claimq.job
 	FOR EACH STATEMENT EXECUTE FUNCTION claimq.job_census();
 
 -- Also under session_replication_role = replica (some restores): a write
--- the census does not see would leave it valid and wrong.
+-- the census does not see would leave it valid and wrong, and a job it
+-- wrote at a priority other than 0 unseen by claims (queue-changed.sql).
 ALTER TABLE claimq.job ENABLE ALWAYS TRIGGER job_census_guard;
 -- @end
 

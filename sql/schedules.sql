@@ -1208,7 +1208,7 @@ BEGIN
 		SELECT d.* FROM (
 			SELECT s.name, s.queue_id, q.name AS queue_name, s.cron, s.time_zone,
 				   s.payload, s.headers, s.priority, s.missed, s.anchor, s.next_run_at,
-				   s.catch_up_to, q.notify
+				   s.catch_up_to, q.notify, q.prioritized
 			  FROM claimq.schedule s
 			  JOIN claimq.queue q ON q.queue_id OPERATOR(pg_catalog.=) s.queue_id
 			 WHERE s.enabled AND s.next_run_at OPERATOR(pg_catalog.<=) now_ts
@@ -1338,6 +1338,12 @@ BEGIN
 					occurrences := ARRAY[latest];
 				END IF;
 			END IF;
+		END IF;
+
+		/* A first job at a priority but 0 marks its queue (queue-changed.sql). */
+		IF r.priority OPERATOR(pg_catalog.<>) 0 AND NOT r.prioritized
+		   AND pg_catalog.cardinality(occurrences) OPERATOR(pg_catalog.>) 0 THEN
+			PERFORM claimq.mark_prioritized(r.queue_id);
 		END IF;
 
 		/*

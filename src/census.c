@@ -13,9 +13,12 @@
  * (cq_census_move); an aborted subtransaction's notes are dropped.  Writes
  * by anything else are caught by the guard, a statement-level trigger on
  * claimq.job (claimq.job_census: after INSERT, DELETE, TRUNCATE, and an
- * UPDATE that sets queue_id or state), which makes the census unknown
- * from the moment the transaction commits, unless one of claimq's own
- * statements is running (cq_own_statements).  A row trigger on every job,
+ * UPDATE that sets queue_id, state or priority), which makes the census
+ * unknown from the moment the transaction commits, unless one of claimq's
+ * own statements is running (cq_own_statements).  (After an INSERT or an
+ * UPDATE it also marks every queue as holding jobs at priorities other
+ * than 0, whose claims then walk their priorities: see claim.c.  That it
+ * does with the preload or without.)  A row trigger on every job,
  * which counted in 0.6, cost about 5% of a claim's throughput.
  *
  * Shared memory holds, per database and installation (the OID of
@@ -83,6 +86,8 @@
 #include "commands/trigger.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "nodes/value.h"
+#include "parser/parse_func.h"
 #include "port/atomics.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
@@ -565,11 +570,36 @@ cq_census_move(Oid relid, int32 queue_id, CqState from, CqState to, int64 n)
 }
 
 /*
+ * After a write of jobs that is not claimq's own: mark every queue by
+ * claimq.mark_prioritized(NULL).  Before ALTER EXTENSION claimq UPDATE to
+ * 0.8 there is no such function (and the update marks the queues from
+ * their jobs, after its own writes).
+ */
+static void
+cq_census_mark_prioritized(void)
+{
+	Oid			argtypes[1] = {INT4OID};
+
+	if (!OidIsValid(LookupFuncName(list_make2(makeString("claimq"),
+											  makeString("mark_prioritized")),
+								   1, argtypes, true)))
+		return;
+	SPI_connect();
+	if (SPI_execute("SELECT claimq.mark_prioritized(NULL)", false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "claimq.mark_prioritized() failed");
+	SPI_finish();
+}
+
+/*
  * claimq.job_census(): the census's guard, a statement-level trigger of
  * claimq.job (after INSERT, DELETE, TRUNCATE, and an UPDATE that sets
- * queue_id or state).  A statement of claimq's own has told the ledger
- * what it did; anything else makes the census unknown once its
- * transaction commits, and TRUNCATE always does.
+ * queue_id, state or priority).  A statement of claimq's own has told the
+ * ledger what it did; anything else makes the census unknown once its
+ * transaction commits, and TRUNCATE always does.  A job such a statement
+ * wrote may be at a priority other than 0 in a queue whose claims do not
+ * walk priorities: every queue is marked, by claimq.mark_prioritized, the
+ * one statement this function runs (schema-qualified, and only after a
+ * write that is not claimq's own).
  */
 Datum
 claimq_job_census(PG_FUNCTION_ARGS)
@@ -585,6 +615,10 @@ claimq_job_census(PG_FUNCTION_ARGS)
 	 * (The row triggers of 0.6 call it too, until ALTER EXTENSION claimq
 	 * UPDATE replaces them: the same for each row.)
 	 */
+	if (cq_own_statements == 0 &&
+		(TRIGGER_FIRED_BY_INSERT(trigdata->tg_event) ||
+		 TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event)))
+		cq_census_mark_prioritized();
 	if (!cq_shmem_ready)
 		return PointerGetDatum(NULL);
 	if (cq_own_statements > 0 && !TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event))

@@ -323,6 +323,7 @@ typedef struct CqQueue
 	int32		rate_limit;		/* 0: none */
 	Interval	rate_period;
 	bool		fair;			/* shares claims by tenant (fair-share.sql) */
+	bool		prioritized;	/* a job was enqueued at a priority but 0 */
 } CqQueue;
 
 /*

@@ -719,7 +719,7 @@ cq_lookup_queue(const char *name, CqQueue *queue)
 			"SELECT q.queue_id, q.paused, q.notify, q.lease, q.run_lease,"
 			"       COALESCE(q.group_limit, 0), q.group_fifo,"
 			"       COALESCE(q.max_in_flight, 0), COALESCE(q.rate_limit, 0),"
-			"       q.rate_period, q.fair"
+			"       q.rate_period, q.fair, q.prioritized"
 			"  FROM claimq.queue q WHERE q.name = $1",
 			1, argtypes);
 	values[0] = CStringGetTextDatum(name);
@@ -739,6 +739,7 @@ cq_lookup_queue(const char *name, CqQueue *queue)
 	queue->rate_limit = DatumGetInt32(cq_spi_value(0, 9, &isnull));
 	queue->rate_period = *DatumGetIntervalP(cq_spi_value(0, 10, &isnull));
 	queue->fair = DatumGetBool(cq_spi_value(0, 11, &isnull));
+	queue->prioritized = DatumGetBool(cq_spi_value(0, 12, &isnull));
 
 	if (keep && epoch == cq_queue_cache_epoch)
 	{

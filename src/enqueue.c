@@ -336,33 +336,49 @@ cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null,
  * since, the job would go in held or free by the old ones, and if it was
  * made fair since, its tenant would have no share, which nothing would put
  * right: fail to serialize instead.
+ *
+ * A job at a priority other than 0 into a queue not marked as holding
+ * such jobs marks it, in this transaction, so that claims walk the
+ * queue's priorities from when they can see the job (queue-changed.sql).
  */
 static void
 cq_enqueue_queue(CqEnqueueArgs *args)
 {
 	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr mark_plan = NULL;
 	Oid			argtypes[1] = {INT4OID};
 	Datum		values[1];
 	bool		isnull;
 
 	cq_require_queue(args->queue_name, &args->queue);
-	if (!IsolationUsesXactSnapshot())
-		return;
-	cq_plan(&plan,
-			"SELECT COALESCE(q.group_limit, 0), q.group_fifo, q.fair"
-			"  FROM claimq.queue q WHERE q.queue_id = $1",
-			1, argtypes);
 	values[0] = Int32GetDatum(args->queue.queue_id);
-	cq_execute_latest(plan, values, NULL, SPI_OK_SELECT);
-	if (SPI_processed != 1 ||
-		DatumGetInt32(cq_spi_value(0, 1, &isnull)) != args->queue.group_limit ||
-		DatumGetBool(cq_spi_value(0, 2, &isnull)) != args->queue.group_fifo ||
-		DatumGetBool(cq_spi_value(0, 3, &isnull)) != args->queue.fair)
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-				 errmsg("could not serialize access due to a concurrent change of queue \"%s\"",
-						args->queue_name),
-				 errhint("Retry the transaction.")));
+	if (IsolationUsesXactSnapshot())
+	{
+		cq_plan(&plan,
+				"SELECT COALESCE(q.group_limit, 0), q.group_fifo, q.fair,"
+				"       q.prioritized"
+				"  FROM claimq.queue q WHERE q.queue_id = $1",
+				1, argtypes);
+		cq_execute_latest(plan, values, NULL, SPI_OK_SELECT);
+		if (SPI_processed != 1 ||
+			DatumGetInt32(cq_spi_value(0, 1, &isnull)) != args->queue.group_limit ||
+			DatumGetBool(cq_spi_value(0, 2, &isnull)) != args->queue.group_fifo ||
+			DatumGetBool(cq_spi_value(0, 3, &isnull)) != args->queue.fair)
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to a concurrent change of queue \"%s\"",
+							args->queue_name),
+					 errhint("Retry the transaction.")));
+		/* Marked since the snapshot: nothing to do. */
+		if (DatumGetBool(cq_spi_value(0, 4, &isnull)))
+			args->queue.prioritized = true;
+	}
+	if (args->priority != 0 && !args->queue.prioritized)
+	{
+		cq_plan(&mark_plan, "SELECT claimq.mark_prioritized($1)", 1, argtypes);
+		cq_execute(mark_plan, values, NULL, SPI_OK_SELECT);
+		args->queue.prioritized = true;
+	}
 }
 
 /*

@@ -26,7 +26,7 @@ BEGIN
 	/* The producer lock, shared (src/common.c), before the look-up. */
 	PERFORM pg_catalog.pg_advisory_xact_lock_shared(@CQ_PRODUCER_LOCK_KEY@,
 		pg_catalog.hashtext(enqueue.queue COLLATE "C"));
-	SELECT t.queue_id, t.notify, t.group_limit, t.group_fifo, t.fair INTO q
+	SELECT t.queue_id, t.notify, t.group_limit, t.group_fifo, t.fair, t.prioritized INTO q
 	  FROM claimq.queue t WHERE t.name OPERATOR(pg_catalog.=) enqueue.queue;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'queue "%" does not exist', enqueue.queue
@@ -75,6 +75,11 @@ BEGIN
 						  WHEN link_all_done OR enqueue.after_failed OPERATOR(pg_catalog.=) 'run' THEN 'pending'
 						  ELSE 'cancelled' END;
 		limited := limited AND new_state OPERATOR(pg_catalog.=) 'pending';
+	END IF;
+
+	/* A first job at a priority but 0 marks its queue (queue-changed.sql). */
+	IF enqueue.priority OPERATOR(pg_catalog.<>) 0 AND NOT q.prioritized THEN
+		PERFORM claimq.mark_prioritized(q.queue_id);
 	END IF;
 
 	/* A fair queue's tenant (fair-share.sql). */

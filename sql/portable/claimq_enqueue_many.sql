@@ -74,7 +74,7 @@ BEGIN
 	/* The producer lock, shared (src/common.c), before the look-up. */
 	PERFORM pg_catalog.pg_advisory_xact_lock_shared(@CQ_PRODUCER_LOCK_KEY@,
 		pg_catalog.hashtext(enqueue_many.queue COLLATE "C"));
-	SELECT t.queue_id, t.notify, t.group_limit, t.group_fifo, t.fair INTO q
+	SELECT t.queue_id, t.notify, t.group_limit, t.group_fifo, t.fair, t.prioritized INTO q
 	  FROM claimq.queue t WHERE t.name OPERATOR(pg_catalog.=) enqueue_many.queue;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'queue "%" does not exist', enqueue_many.queue
@@ -126,6 +126,10 @@ BEGIN
 	limited := claimq.group_cap(q.group_limit, q.group_fifo) IS NOT NULL;
 	sync := enqueue_many.group_keys IS NOT NULL AND limited
 			AND new_state OPERATOR(pg_catalog.=) 'pending';
+	/* A first job at a priority but 0 marks its queue (queue-changed.sql). */
+	IF enqueue_many.priority OPERATOR(pg_catalog.<>) 0 AND NOT q.prioritized THEN
+		PERFORM claimq.mark_prioritized(q.queue_id);
+	END IF;
 	IF q.fair THEN
 		PERFORM claimq.fair_join(q.queue_id, enqueue_many.priority,
 			COALESCE(enqueue_many.group_keys, ARRAY[NULL::text]));

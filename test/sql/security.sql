@@ -86,8 +86,10 @@ SELECT ok(NOT has_schema_privilege('public', 'claimq', 'CREATE'),
 --
 -- Hardening
 --
--- The census's row trigger is the one exception: it runs no SQL and
--- resolves no name, and a SET clause would cost every row written.
+-- The census's trigger is the one exception: a SET clause would cost
+-- every statement that writes jobs, and it resolves no name through the
+-- search path (its one statement, after a write that is not claimq's own,
+-- is schema-qualified).
 SELECT is(ARRAY(SELECT name FROM ext_functions
 				 WHERE (proconfig IS NULL
 						OR NOT proconfig @> ARRAY['search_path=pg_catalog, pg_temp'])

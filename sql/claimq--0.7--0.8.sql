@@ -1,4 +1,4 @@
-/* claimq--0.7--0.8.sql: tokens that never repeat (the register of token epochs); workflows that never run a job early, never refuse a holder, never deadlock between settles; metrics() shows flow control's row path and slots; drop_queue without a pass over the job table; one door to the ledger; one body for schedules and cron in both editions; trace context; a queue's settings kept per backend */
+/* claimq--0.7--0.8.sql: tokens that never repeat (the register of token epochs); workflows that never run a job early, never refuse a holder, never deadlock between settles; metrics() shows flow control's row path and slots; drop_queue without a pass over the job table; one door to the ledger; one body for schedules and cron in both editions; trace context; a queue's settings kept per backend, and a queue at one priority claimed without a walk of its priorities; a job's state and max_attempts checked by domains, not by CHECK constraints of the job table */
 
 -- @extension
 \echo Use "ALTER EXTENSION claimq UPDATE TO '0.8'" to load this file. \quit
@@ -907,14 +907,128 @@ UPDATE claimq.queue q SET prioritized = true
 
 REVOKE ALL ON FUNCTION claimq.queue_changed(), claimq.mark_prioritized(integer) FROM PUBLIC;
 
+/*------------------------------------------------------------------------
+ * 11. A job's state and max_attempts checked by domains (claimq.job_state
+ * and claimq.job_max_attempts, see claimq.sql) instead of CHECK
+ * constraints of claimq.job, which every statement that writes a job read
+ * back and prepared again; the table is read, not rewritten
+ *-----------------------------------------------------------------------*/
+
+/*
+ * ALTER COLUMN TYPE refuses a column that a view or a trigger reads.  The
+ * views keep their OIDs, and so their grants and what depends on their
+ * row types (scrape_stats() on queue_stats' rows): those that read state
+ * or max_attempts read no job while the columns change, each replaced by
+ * a view of the same columns, all NULL; then each view of the files that
+ * make them takes the definition that the file gives once the columns
+ * have changed.  The census's guard, a trigger on an update of state, is
+ * dropped and made again.
+ */
+DO $claimq_job_domains$
+DECLARE
+	v text;
+BEGIN
+	FOREACH v IN ARRAY '{jobs,queue_stats,group_stats}'::text[] LOOP
+		-- claimq's own view, replaced in place, as distribute() does (the
+		-- scripts themselves replace nothing: test/sql/security.sql).
+		EXECUTE pg_catalog.format('CREATE %s VIEW claimq.%I AS SELECT %s', 'OR REPLACE', v,
+			(SELECT pg_catalog.string_agg(pg_catalog.format('NULL::%s AS %I',
+											  pg_catalog.format_type(a.atttypid, a.atttypmod),
+											  a.attname),
+										  ', ' ORDER BY a.attnum)
+			   FROM pg_catalog.pg_attribute a
+			  WHERE a.attrelid OPERATOR(pg_catalog.=)
+					pg_catalog.format('claimq.%I', v)::pg_catalog.regclass
+				AND a.attnum OPERATOR(pg_catalog.>) 0
+				AND NOT a.attisdropped));
+	END LOOP;
+END
+$claimq_job_domains$;
+
 -- @c
--- The census's guard marks every queue after a write of jobs, or of their
--- priorities, that is not claimq's own.
 DROP TRIGGER job_census_guard ON claimq.job;
+-- @end
+
+ALTER TABLE claimq.job DROP CONSTRAINT job_state_check,
+	DROP CONSTRAINT job_max_attempts_check;
+
+/*
+ * The domains get their rules once the columns are of them: a column's
+ * change to a domain of its own type with no rule leaves the table's rows
+ * as they are, where a change to one with a rule would rewrite them; the
+ * rules, added NOT VALID and then validated, only read them.
+ */
+CREATE DOMAIN claimq.job_state AS text;
+
+COMMENT ON DOMAIN claimq.job_state IS
+'private: the state of a job (pending, claimed, running, dead, done, cancelled, waiting)';
+
+REVOKE ALL ON DOMAIN claimq.job_state FROM PUBLIC;
+
+CREATE DOMAIN claimq.job_max_attempts AS integer;
+
+COMMENT ON DOMAIN claimq.job_max_attempts IS
+'private: 1 to 1000, the max_attempts a job has of its own (NULL: its queue''s)';
+
+REVOKE ALL ON DOMAIN claimq.job_max_attempts FROM PUBLIC;
+
+ALTER TABLE claimq.job
+	ALTER COLUMN state TYPE claimq.job_state,
+	ALTER COLUMN max_attempts TYPE claimq.job_max_attempts;
+
+ALTER DOMAIN claimq.job_state ADD CONSTRAINT job_state_check
+	CHECK (VALUE OPERATOR(pg_catalog.=) ANY
+		('{pending,claimed,running,dead,done,cancelled,waiting}'::text[])) NOT VALID;
+
+ALTER DOMAIN claimq.job_max_attempts ADD CONSTRAINT job_max_attempts_check
+	CHECK (VALUE OPERATOR(pg_catalog.>=) 1
+		   AND VALUE OPERATOR(pg_catalog.<=) 1000) NOT VALID;
+
+ALTER DOMAIN claimq.job_state VALIDATE CONSTRAINT job_state_check;
+ALTER DOMAIN claimq.job_max_attempts VALIDATE CONSTRAINT job_max_attempts_check;
+
+-- @c
+-- Made again as 0.8 has it: it also marks every queue after a write of
+-- jobs, or of their priorities, that is not claimq's own (section 10).
 CREATE TRIGGER job_census_guard
 	AFTER INSERT OR UPDATE OF state, queue_id, priority OR DELETE OR TRUNCATE ON claimq.job
 	FOR EACH STATEMENT EXECUTE FUNCTION claimq.job_census();
+
 ALTER TABLE claimq.job ENABLE ALWAYS TRIGGER job_census_guard;
 -- @end
+
+/*
+ * The files make the views anew beside the old ones, renamed, which take
+ * their definitions and comments; the new ones go.  (The jobs view shows
+ * state and max_attempts as text and integer, as it did: its definition
+ * casts them.)
+ */
+ALTER VIEW claimq.jobs RENAME TO jobs_0_7;
+ALTER VIEW claimq.schedules RENAME TO schedules_0_7;
+ALTER VIEW claimq.queue_stats RENAME TO queue_stats_0_7;
+ALTER VIEW claimq.group_stats RENAME TO group_stats_0_7;
+
+-- @include job-views.sql
+-- @include queue-stats.sql
+-- @include group-stats.sql
+
+DO $claimq_job_domains$
+DECLARE
+	v text;
+	old pg_catalog.regclass;
+	new pg_catalog.regclass;
+BEGIN
+	FOREACH v IN ARRAY '{jobs,schedules,queue_stats,group_stats}'::text[] LOOP
+		old := pg_catalog.format('claimq.%I', v OPERATOR(pg_catalog.||) '_0_7');
+		new := pg_catalog.format('claimq.%I', v);
+		EXECUTE pg_catalog.format('CREATE %s VIEW %s AS %s', 'OR REPLACE', old,
+								  pg_catalog.pg_get_viewdef(new));
+		EXECUTE pg_catalog.format('COMMENT ON VIEW %s IS %L', old,
+								  pg_catalog.obj_description(new, 'pg_class'));
+		EXECUTE pg_catalog.format('DROP VIEW %s', new);
+		EXECUTE pg_catalog.format('ALTER VIEW %s RENAME TO %I', old, v);
+	END LOOP;
+END
+$claimq_job_domains$;
 
 -- @include portable/update--0.7--0.8.sql

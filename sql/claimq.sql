@@ -233,6 +233,32 @@ COMMENT ON DOMAIN claimq.after_failed_rule IS
 
 REVOKE ALL ON DOMAIN claimq.after_failed_rule FROM PUBLIC;
 
+/*
+ * A job's state and its own max_attempts, domains for the same reason: a
+ * claim or a settle gives the state a value and pays for that one rule,
+ * kept prepared, and not for the table's CHECK constraints, read back and
+ * prepared again by each statement.  job_lease_check, which spans two
+ * columns, is the one CHECK of claimq.job left.
+ */
+CREATE DOMAIN claimq.job_state AS text
+	CONSTRAINT job_state_check CHECK (VALUE OPERATOR(pg_catalog.=) ANY
+		('{pending,claimed,running,dead,done,cancelled,waiting}'::text[]));
+
+COMMENT ON DOMAIN claimq.job_state IS
+'private: the state of a job (pending, claimed, running, dead, done, cancelled, waiting)';
+
+REVOKE ALL ON DOMAIN claimq.job_state FROM PUBLIC;
+
+CREATE DOMAIN claimq.job_max_attempts AS integer
+	CONSTRAINT job_max_attempts_check
+		CHECK (VALUE OPERATOR(pg_catalog.>=) 1
+			   AND VALUE OPERATOR(pg_catalog.<=) 1000);
+
+COMMENT ON DOMAIN claimq.job_max_attempts IS
+'private: 1 to 1000, the max_attempts a job has of its own (NULL: its queue''s)';
+
+REVOKE ALL ON DOMAIN claimq.job_max_attempts FROM PUBLIC;
+
 CREATE TABLE claimq.job (
 	job_id			bigint NOT NULL
 		DEFAULT pg_catalog.nextval('claimq.job_id_seq'::pg_catalog.regclass),
@@ -245,12 +271,12 @@ CREATE TABLE claimq.job (
 	queue_id		integer NOT NULL,
 	priority		integer NOT NULL DEFAULT 0,
 	attempts		integer NOT NULL DEFAULT 0,
-	state			text NOT NULL,
+	state			claimq.job_state NOT NULL,
 	worker			text,
 	dedup_key		text,
 	last_error		text,
 	payload			jsonb NOT NULL,
-	max_attempts	integer,		-- NULL: the queue's
+	max_attempts	claimq.job_max_attempts,	-- NULL: the queue's
 	group_key		text,
 	result			jsonb,
 	started_at		timestamptz,
@@ -263,11 +289,6 @@ CREATE TABLE claimq.job (
 	dependents		boolean NOT NULL DEFAULT false,
 	headers			jsonb,			-- trace context (sql/check-headers.sql)
 	CONSTRAINT job_pkey PRIMARY KEY (job_id),
-	CONSTRAINT job_state_check CHECK (state OPERATOR(pg_catalog.=) ANY
-		('{pending,claimed,running,dead,done,cancelled,waiting}'::text[])),
-	CONSTRAINT job_max_attempts_check
-		CHECK (max_attempts OPERATOR(pg_catalog.>=) 1
-			   AND max_attempts OPERATOR(pg_catalog.<=) 1000),
 	CONSTRAINT job_lease_check CHECK ((expires_at IS NOT NULL) OPERATOR(pg_catalog.=)
 		(state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])))
 );
@@ -1461,47 +1482,7 @@ AS 'MODULE_PATHNAME', 'claimq_flow_slots';
 COMMENT ON FUNCTION claimq.flow_slots() IS
 'private: the server''s flow slots held (by a queue, not to be taken over) and free; no row without the preload, nor for a caller without the administer duty';
 
-CREATE VIEW claimq.queue_stats AS
-SELECT q.name AS queue,
-	   q.paused,
-	   COALESCE(s.ready, 0) AS ready,
-	   COALESCE(s.scheduled, 0) AS scheduled,
-	   COALESCE(s.claimed, 0) AS claimed,
-	   COALESCE(s.running, 0) AS running,
-	   COALESCE(s.expired, 0) AS expired,
-	   COALESCE(s.dead, 0) AS dead,
-	   COALESCE(s.done, 0) AS done,
-	   s.oldest_ready_age,
-	   s.oldest_claim_age,
-	   COALESCE(s.cancelled, 0) AS cancelled,
-	   COALESCE(s.waiting, 0) AS waiting
-  FROM claimq.queue q
-  LEFT JOIN (
-	SELECT j.queue_id,
-		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'pending'
-										 AND j.run_at OPERATOR(pg_catalog.<=) c.now) AS ready,
-		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'pending'
-										 AND j.run_at OPERATOR(pg_catalog.>) c.now) AS scheduled,
-		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'claimed') AS claimed,
-		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'running') AS running,
-		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])
-										 AND j.expires_at OPERATOR(pg_catalog.<) c.now) AS expired,
-		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'dead') AS dead,
-		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'done') AS done,
-		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'cancelled') AS cancelled,
-		   pg_catalog.count(*) FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'waiting') AS waiting,
-		   c.now OPERATOR(pg_catalog.-) pg_catalog.min(j.run_at)
-			 FILTER (WHERE j.state OPERATOR(pg_catalog.=) 'pending'
-					   AND j.run_at OPERATOR(pg_catalog.<=) c.now) AS oldest_ready_age,
-		   c.now OPERATOR(pg_catalog.-) pg_catalog.min(j.claimed_at)
-			 FILTER (WHERE j.state OPERATOR(pg_catalog.=) ANY ('{claimed,running}'::text[])) AS oldest_claim_age
-	  FROM claimq.job j
-	 CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) c
-	 GROUP BY j.queue_id, c.now
-  ) s ON s.queue_id OPERATOR(pg_catalog.=) q.queue_id;
-
-COMMENT ON VIEW claimq.queue_stats IS
-'per queue: jobs by state (waiting: until the jobs they run after finish), expired claims, and the age of the oldest ready job and of the oldest claim';
+-- @include queue-stats.sql
 
 CREATE VIEW claimq.counters AS SELECT * FROM claimq.counters();
 

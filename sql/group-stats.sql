@@ -1,5 +1,6 @@
 -- The group_stats view, written once for the install script and the
--- update that changes it.
+-- update that changes it (and makes it again once state is of its
+-- domain).
 
 CREATE VIEW claimq.group_stats AS
 SELECT q.name AS queue,

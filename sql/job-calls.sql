@@ -217,7 +217,7 @@ BEGIN
 -- @end
 	-- @include check-in-queue.sql function=dependencies ids=dependencies.job_ids
 	RETURN QUERY
-	SELECT i.job_id, e.after_id, a.state,
+	SELECT i.job_id, e.after_id, a.state::text,
 		   CASE WHEN a.state OPERATOR(pg_catalog.=) 'done' THEN a.result END,
 		   CASE WHEN a.state OPERATOR(pg_catalog.=) 'dead' THEN a.last_error END
 	  FROM ROWS FROM (pg_catalog.unnest(dependencies.job_ids))

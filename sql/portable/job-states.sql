@@ -16,7 +16,7 @@ BEGIN
 	-- @include check-job-ids.sql function=status_rows
 	-- @include check-in-queue.sql function=status_rows ids=status_rows.job_ids
 	RETURN QUERY
-	SELECT i.job_id, q.name, j.state, j.attempts, j.run_at, j.finished_at,
+	SELECT i.job_id, q.name, j.state::text, j.attempts, j.run_at, j.finished_at,
 		   j.last_error, j.result, j.headers
 	  FROM ROWS FROM (pg_catalog.unnest(status_rows.job_ids))
 		   WITH ORDINALITY AS i(job_id, ord)

@@ -8,7 +8,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(90);
+SELECT plan(99);
 
 SELECT claimq.create_queue('ctl', keep_done => '1 day', max_attempts => 5);
 SELECT claimq.create_queue('ctl_plain');
@@ -21,7 +21,7 @@ SELECT claimq.enqueue('ctl', '{"n": 1}', dedup_key => 'c1') AS p \gset
 SELECT results_eq(format('SELECT job_id, outcome, state FROM claimq.cancel(ARRAY[%s]::bigint[])', :p),
 	format($$VALUES (%s::bigint, 'ok'::text, 'cancelled'::text)$$, :p),
 	'cancel a pending job: ok, cancelled');
-SELECT results_eq(format('SELECT state, finished_at IS NOT NULL, expires_at FROM claimq.job WHERE job_id = %s', :p),
+SELECT results_eq(format('SELECT state::text, finished_at IS NOT NULL, expires_at FROM claimq.job WHERE job_id = %s', :p),
 	$$VALUES ('cancelled'::text, true, NULL::timestamptz)$$,
 	'the job is cancelled, with the time it finished');
 SELECT isnt(claimq.enqueue('ctl', '{"n": 2}', dedup_key => 'c1'), :p::bigint,
@@ -117,7 +117,7 @@ SELECT results_eq(format($$SELECT job_id, outcome, run_at BETWEEN %L::timestampt
 						 :'t0', :s, :st),
 	format($$VALUES (%s::bigint, 'ok'::text, true)$$, :s),
 	'snooze a claimed job for an hour: ok, with its new run_at');
-SELECT results_eq(format('SELECT state, attempts, expires_at FROM claimq.job WHERE job_id = %s', :s),
+SELECT results_eq(format('SELECT state::text, attempts, expires_at FROM claimq.job WHERE job_id = %s', :s),
 	$$VALUES ('pending'::text, 0, NULL::timestamptz)$$, 'it is pending again, no attempt counted');
 SELECT is((SELECT count(*) FROM claimq.claim('ctl')), 0::bigint, 'and not claimable before its run_at');
 SELECT is((SELECT outcome FROM claimq.snooze(ARRAY[:s]::bigint[], ARRAY[:st]::bigint[], '0')),
@@ -134,7 +134,7 @@ SELECT ok(claimq.snooze(job_id, token, '0'), 'again')
   FROM claimq.claim('ctl', start => true);
 SELECT ok(claimq.snooze(job_id, token, '0'), 'and a third time')
   FROM claimq.claim('ctl', start => true);
-SELECT results_eq(format('SELECT state, attempts FROM claimq.job WHERE job_id = %s', :s2),
+SELECT results_eq(format('SELECT state::text, attempts FROM claimq.job WHERE job_id = %s', :s2),
 	$$VALUES ('pending'::text, 0)$$, 'still pending with no attempt counted');
 SELECT CASE WHEN claimq.edition() = 'c' THEN is((SELECT snoozed FROM claimq.counters WHERE queue = 'ctl'), 4::bigint,
 	'the snoozed counter counts the four snoozes') ELSE skip('C edition only: counters live in shared memory') END;
@@ -188,7 +188,7 @@ SELECT is((SELECT payload->>'v' FROM claimq.job WHERE job_id = :k), '1', 'keep c
 SELECT is(claimq.enqueue('ctl', '{"v": 3}', dedup_key => 'dk', on_duplicate => 'replace',
 						 priority => 7, max_attempts => 9), :k::bigint,
 	'replace: the live job''s id');
-SELECT results_eq(format($$SELECT payload->>'v', priority, run_at <= clock_timestamp(), max_attempts
+SELECT results_eq(format($$SELECT payload->>'v', priority, run_at <= clock_timestamp(), max_attempts::integer
 							 FROM claimq.job WHERE job_id = %s$$, :k),
 	$$VALUES ('3'::text, 7, true, 9)$$,
 	'replace gives the pending job the payload, priority, run_at (now) and max_attempts');
@@ -196,7 +196,7 @@ SELECT is((SELECT count(*) FROM claimq.job WHERE dedup_key = 'dk'), 1::bigint, '
 SELECT token AS kt FROM claimq.claim('ctl') \gset
 SELECT is(claimq.enqueue('ctl', '{"v": 4}', dedup_key => 'dk', on_duplicate => 'replace'),
 	:k::bigint, 'replace against a claimed job: its id');
-SELECT results_eq(format($$SELECT payload->>'v', state FROM claimq.job WHERE job_id = %s$$, :k),
+SELECT results_eq(format($$SELECT payload->>'v', state::text FROM claimq.job WHERE job_id = %s$$, :k),
 	$$VALUES ('3'::text, 'claimed'::text)$$, 'a claimed job is left alone');
 SELECT ok(claimq.complete(:k, :kt), 'complete it');
 CREATE TEMP TABLE em AS
@@ -306,6 +306,40 @@ SELECT throws_ok($$SELECT * FROM claimq.wait_for(NULL, '1 second')$$, '22004', N
 SELECT is((SELECT count(*) FROM claimq.job WHERE queue_id =
 			 (SELECT queue_id FROM claimq.queue WHERE name = 'ctl') AND state = 'pending'),
 	1::bigint, 'only the scheduled job is pending in ctl');
+
+--
+-- claimq.job keeps a job's state and its own max_attempts to their rules
+-- itself, whoever writes it (a superuser here): the columns' domains refuse
+-- the rest with 23514, as the table's CHECK constraints did; the lease's
+-- rule, across two columns, is the one CHECK left.
+--
+SELECT queue_id AS ctl FROM claimq.queue WHERE name = 'ctl' \gset
+SELECT claimq.enqueue('ctl', '{"n": 30}') AS d \gset
+SELECT is(ARRAY(SELECT format('%s %s', attname, atttypid::regtype) FROM pg_attribute
+				 WHERE attrelid = 'claimq.job'::regclass
+				   AND attname IN ('state', 'max_attempts') ORDER BY attnum),
+	'{"state claimq.job_state","max_attempts claimq.job_max_attempts"}',
+	'state and max_attempts are of their domains');
+SELECT is(ARRAY(SELECT conname::text FROM pg_constraint
+				 WHERE conrelid = 'claimq.job'::regclass AND contype = 'c'),
+	'{job_lease_check}', 'the lease rule is claimq.job''s one CHECK constraint');
+SELECT throws_ok(format($$INSERT INTO claimq.job (run_at, enqueued_at, queue_id, state, payload)
+						  VALUES (now(), now(), %s, 'paused', '{}')$$, :ctl),
+	'23514', NULL, 'an INSERT of a job in no known state: 23514');
+SELECT throws_ok(format($$UPDATE claimq.job SET state = 'Pending' WHERE job_id = %s$$, :d),
+	'23514', NULL, 'an UPDATE to no known state: 23514');
+SELECT throws_ok(format($$INSERT INTO claimq.job (run_at, enqueued_at, queue_id, state, payload, max_attempts)
+						  VALUES (now(), now(), %s, 'pending', '{}', 0)$$, :ctl),
+	'23514', NULL, 'an INSERT of a job with max_attempts 0: 23514');
+SELECT throws_ok(format($$UPDATE claimq.job SET max_attempts = 1001 WHERE job_id = %s$$, :d),
+	'23514', NULL, 'an UPDATE to max_attempts 1001: 23514');
+SELECT throws_ok(format($$UPDATE claimq.job SET state = 'claimed' WHERE job_id = %s$$, :d),
+	'23514', NULL, 'a claimed job without a lease: 23514 (job_lease_check)');
+SELECT lives_ok(format($$UPDATE claimq.job SET max_attempts = 1000 WHERE job_id = %s;
+						 UPDATE claimq.job SET max_attempts = 1, state = 'cancelled' WHERE job_id = %s$$, :d, :d),
+	'max_attempts 1000 and 1 and a known state are taken');
+SELECT results_eq(format('SELECT state::text, max_attempts::integer FROM claimq.job WHERE job_id = %s', :d),
+	$$VALUES ('cancelled'::text, 1)$$, 'as written');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -184,7 +184,7 @@ SELECT ok(pg_temp.take('stl_keep', 'k3') > 0 AND pg_temp.take('stl', 'm2') > 0,
 	'claim k3 on the keep_done queue and m2 on another');
 SELECT results_eq($$SELECT outcome FROM claimq.complete(pg_temp.ids('k3', 'm2'), pg_temp.toks('k3', 'm2'))$$,
 	ARRAY['ok', 'ok'], 'one complete call across a keep_done queue and another');
-SELECT results_eq($$SELECT state FROM claimq.job WHERE job_id = ANY (pg_temp.ids('k3', 'm2'))$$,
+SELECT results_eq($$SELECT state::text FROM claimq.job WHERE job_id = ANY (pg_temp.ids('k3', 'm2'))$$,
 	ARRAY['done'], 'each job settled as its own queue says: kept as done, deleted');
 
 --

@@ -18,7 +18,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 BEGIN;
 DROP EXTENSION IF EXISTS claimq;
 CREATE EXTENSION claimq VERSION '0.1';
-SELECT plan(39);
+SELECT plan(44);
 
 SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.1',
 	'version 0.1 is installed');
@@ -97,10 +97,30 @@ CREATE TEMP TABLE init_privs_before AS
 SELECT count(*) AS n FROM pg_init_privs i
  WHERE i.initprivs::text ~ 'regress_claimq_up';
 
+-- The update to 0.8 makes state and max_attempts of domains in place of
+-- claimq.job's CHECK constraints, without writing the table anew.
+ALTER EXTENSION claimq UPDATE TO '0.7';
+SELECT pg_relation_filenode('claimq.job') AS job_file_0_7 \gset
+
 ALTER EXTENSION claimq UPDATE;
 
 SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.8',
 	'ALTER EXTENSION claimq UPDATE brings it to 0.8');
+SELECT is(pg_relation_filenode('claimq.job'), :job_file_0_7::oid,
+	'the update to 0.8 rewrites no job: claimq.job keeps its file');
+SELECT results_eq($$SELECT atttypid::regtype::text FROM pg_attribute
+					 WHERE attrelid = 'claimq.job'::regclass
+					   AND attname IN ('state', 'max_attempts') ORDER BY attname$$,
+	$$VALUES ('claimq.job_max_attempts'), ('claimq.job_state')$$,
+	'state and max_attempts are of their domains');
+SELECT is((SELECT count(*) FROM pg_constraint
+			WHERE contypid IN ('claimq.job_state'::regtype, 'claimq.job_max_attempts'::regtype)
+			  AND convalidated),
+	2::bigint, 'the domains'' rules are validated');
+SELECT throws_ok($$UPDATE claimq.job SET state = 'lost' WHERE state = 'pending'$$,
+	'23514', NULL, 'an unknown state is refused after the update: 23514');
+SELECT throws_ok($$UPDATE claimq.job SET max_attempts = 0 WHERE state = 'pending'$$,
+	'23514', NULL, 'max_attempts 0 is refused after the update: 23514');
 SELECT bag_eq($$SELECT job_id, token, run_at, enqueued_at, expires_at, claimed_at, finished_at,
 					   queue_id, priority, attempts, state, worker, dedup_key, last_error, payload
 				  FROM claimq.job$$,

@@ -894,16 +894,13 @@ DROP VIEW claimq.schedules_0_7;
  * is claimed without a walk of its priorities (sql/queue-changed.sql)
  *-----------------------------------------------------------------------*/
 
--- No rewrite: a column with a constant default.  Marked where a job of
--- any state has another priority.
+-- No rewrite: a column with a constant default.  Then marked where a job
+-- of any state has another priority.
 ALTER TABLE claimq.queue ADD COLUMN prioritized boolean NOT NULL DEFAULT false;
 
-UPDATE claimq.queue q SET prioritized = true
- WHERE EXISTS (SELECT FROM claimq.job j
-				WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
-				  AND j.priority OPERATOR(pg_catalog.<>) 0);
-
 -- @include queue-changed.sql
+
+SELECT claimq.mark_prioritized(NULL);
 
 REVOKE ALL ON FUNCTION claimq.queue_changed(), claimq.mark_prioritized(integer) FROM PUBLIC;
 

@@ -142,8 +142,6 @@ CREATE TABLE claimq.queue (
 
 ALTER SEQUENCE claimq.queue_id_seq OWNED BY claimq.queue.queue_id;
 
--- @include queue-changed.sql
-
 /*
  * Jobs.  One table for every queue and state; the hot paths stay
  * O(batch) through partial indexes, each covering only the rows one path
@@ -294,6 +292,8 @@ CREATE TABLE claimq.job (
 );
 
 ALTER SEQUENCE claimq.job_id_seq OWNED BY claimq.job.job_id;
+
+-- @include queue-changed.sql
 
 /*
  * The claim's order: a queue's pending jobs that no group limit holds
@@ -1404,7 +1404,7 @@ COMMENT ON FUNCTION claimq.waiting_claims() IS
  * what they did to jobs (src/ledger.c), and a statement that writes
  * claimq.job otherwise (plain SQL, COPY, TRUNCATE) makes the counts
  * unknown, once its transaction commits, until the reclaimer counts
- * again, and, if it inserts or updates jobs, marks every queue as holding
+ * again, and, if it inserts or updates jobs, marks every queue that holds
  * jobs at priorities other than 0 (sql/queue-changed.sql).  One
  * statement-level trigger: nothing per row.  Updates that set neither the
  * state, the queue nor the priority (extend, the held flag) fire nothing.

@@ -15,8 +15,8 @@
  * without walking the queue's priorities (src/claim.c).  The first
  * enqueue at another priority marks the queue in its own transaction
  * (mark_prioritized), so that claims walk the priorities once they can
- * see its job; the census's guard marks every queue after a write of jobs
- * that is not claimq's own (src/census.c).
+ * see its job; after a write of jobs that is not claimq's own, the
+ * census's guard marks every queue that has such a job (src/census.c).
  */
 CREATE FUNCTION claimq.queue_changed()
 RETURNS trigger
@@ -29,11 +29,14 @@ COMMENT ON FUNCTION claimq.queue_changed() IS
 
 /*
  * mark_prioritized(queue_id): a job of the queue is at a priority other
- * than 0 from this transaction on (NULL: of any queue).  Called by an
- * enqueue at such a priority into a queue that it found unmarked: the
- * UPDATE waits for a transaction that changes the queue's row (under
- * REPEATABLE READ it fails to serialize if one did since the snapshot),
- * once per queue; and by the census's guard with NULL.
+ * than 0 from this transaction on.  Called by an enqueue at such a
+ * priority into a queue that it found unmarked: the UPDATE waits for a
+ * transaction that changes the queue's row (under REPEATABLE READ it
+ * fails to serialize if one did since the snapshot), once per queue.
+ * With NULL: every queue that has a job (of any state) at another
+ * priority, which takes a pass over the jobs; by the census's guard after
+ * a write of jobs that is not claimq's own (a restore's, say), and by the
+ * update to 0.8.
  */
 CREATE FUNCTION claimq.mark_prioritized(queue_id integer)
 RETURNS void
@@ -41,9 +44,13 @@ LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 AS $$
 	UPDATE claimq.queue q SET prioritized = true
-	 WHERE (mark_prioritized.queue_id IS NULL
-			OR q.queue_id OPERATOR(pg_catalog.=) mark_prioritized.queue_id)
+	 WHERE q.queue_id OPERATOR(pg_catalog.=) mark_prioritized.queue_id
 	   AND NOT q.prioritized;
+	UPDATE claimq.queue q SET prioritized = true
+	 WHERE mark_prioritized.queue_id IS NULL AND NOT q.prioritized
+	   AND EXISTS (SELECT FROM claimq.job j
+				    WHERE j.queue_id OPERATOR(pg_catalog.=) q.queue_id
+				      AND j.priority OPERATOR(pg_catalog.<>) 0);
 $$;
 
 COMMENT ON FUNCTION claimq.mark_prioritized(integer) IS

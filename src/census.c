@@ -16,7 +16,7 @@
  * UPDATE that sets queue_id, state or priority), which makes the census
  * unknown from the moment the transaction commits, unless one of claimq's
  * own statements is running (cq_own_statements).  (After an INSERT or an
- * UPDATE it also marks every queue as holding jobs at priorities other
+ * UPDATE it also marks every queue that holds jobs at priorities other
  * than 0, whose claims then walk their priorities: see claim.c.  That it
  * does with the preload or without.)  A row trigger on every job,
  * which counted in 0.6, cost about 5% of a claim's throughput.
@@ -570,8 +570,8 @@ cq_census_move(Oid relid, int32 queue_id, CqState from, CqState to, int64 n)
 }
 
 /*
- * After a write of jobs that is not claimq's own: mark every queue by
- * claimq.mark_prioritized(NULL).  Before ALTER EXTENSION claimq UPDATE to
+ * After a write of jobs that is not claimq's own: mark every queue that has
+ * a job at a priority other than 0, by claimq.mark_prioritized(NULL).  Before ALTER EXTENSION claimq UPDATE to
  * 0.8 there is no such function (and the update marks the queues from
  * their jobs, after its own writes).
  */
@@ -597,9 +597,9 @@ cq_census_mark_prioritized(void)
  * ledger what it did; anything else makes the census unknown once its
  * transaction commits, and TRUNCATE always does.  A job such a statement
  * wrote may be at a priority other than 0 in a queue whose claims do not
- * walk priorities: every queue is marked, by claimq.mark_prioritized, the
- * one statement this function runs (schema-qualified, and only after a
- * write that is not claimq's own).
+ * walk priorities: every queue that has such a job is marked, by
+ * claimq.mark_prioritized, the one statement this function runs
+ * (schema-qualified, and only after a write that is not claimq's own).
  */
 Datum
 claimq_job_census(PG_FUNCTION_ARGS)

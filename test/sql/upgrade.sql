@@ -18,7 +18,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 BEGIN;
 DROP EXTENSION IF EXISTS claimq;
 CREATE EXTENSION claimq VERSION '0.1';
-SELECT plan(44);
+SELECT plan(45);
 
 SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'claimq'), '0.1',
 	'version 0.1 is installed');
@@ -52,6 +52,8 @@ SELECT q.queue_id, v.state, now() + v.run_in, now(),
   JOIN claimq.queue q ON q.name = v.queue
   LEFT JOIN held h ON h.n = v.n
  ORDER BY v.n;
+-- One of up_a's jobs, scheduled for tomorrow, at another priority.
+UPDATE claimq.job SET priority = 2 WHERE payload->>'n' = '5';
 INSERT INTO claimq.key_claim
 SELECT 'up_scope', k, nextval('claimq.token_seq'), now() + interval '1 hour'
   FROM unnest(ARRAY['x', 'y']) k;
@@ -121,6 +123,9 @@ SELECT throws_ok($$UPDATE claimq.job SET state = 'lost' WHERE state = 'pending'$
 	'23514', NULL, 'an unknown state is refused after the update: 23514');
 SELECT throws_ok($$UPDATE claimq.job SET max_attempts = 0 WHERE state = 'pending'$$,
 	'23514', NULL, 'max_attempts 0 is refused after the update: 23514');
+SELECT results_eq($$SELECT name, prioritized FROM claimq.queue ORDER BY name$$,
+	$$VALUES ('up_a', true), ('up_b', false)$$,
+	'the update marks the queue that has a job at a priority other than 0, and only it');
 SELECT bag_eq($$SELECT job_id, token, run_at, enqueued_at, expires_at, claimed_at, finished_at,
 					   queue_id, priority, attempts, state, worker, dedup_key, last_error, payload
 				  FROM claimq.job$$,

@@ -571,9 +571,9 @@ cq_census_move(Oid relid, int32 queue_id, CqState from, CqState to, int64 n)
 
 /*
  * After a write of jobs that is not claimq's own: mark every queue that has
- * a job at a priority other than 0, by claimq.mark_prioritized(NULL).  Before ALTER EXTENSION claimq UPDATE to
- * 0.8 there is no such function (and the update marks the queues from
- * their jobs, after its own writes).
+ * a job at a priority other than 0, by claimq.mark_prioritized(NULL).
+ * Before ALTER EXTENSION claimq UPDATE to 0.8 there is no such function
+ * (and the update marks the queues from their jobs, after its own writes).
  */
 static void
 cq_census_mark_prioritized(void)

@@ -55,7 +55,9 @@
  *
  * Every SQL statement lives next to the transition it performs and runs
  * through SPI with a kept plan; rows are claimed and fenced in the same
- * statement, never read first and written later from C.
+ * statement, never read first and written later from C.  The one pass
+ * that is not a statement, a plain queue's claim (claim.c), locks each row
+ * before it reads it for the update, as a statement's FOR UPDATE does.
  *
  *-------------------------------------------------------------------------
  */

@@ -7,7 +7,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(70);
+SELECT plan(77);
 
 SELECT lives_ok($$SELECT claimq.create_queue('clm', lease => '30 seconds',
 	run_lease => '5 minutes')$$, 'create queue clm');
@@ -237,6 +237,53 @@ SELECT results_eq('SELECT x FROM clm_block'::text, 'VALUES (2)'::text,
 	'the exception block''s insert is rolled back, the handler''s kept');
 SELECT lives_ok('SELECT count(*) FROM claimq.claim(''clm_wait'', 1)',
 	'and the transaction goes on');
+
+--
+-- A plain queue (every job at priority 0, not fair) is claimed through the
+-- table's access methods: the claimed rows are in the indexes that name
+-- them, tokens follow the claim's order, and a trigger of one's own on
+-- UPDATE of claimq.job still fires (the claim is then a statement).
+--
+SELECT lives_ok($$SELECT claimq.create_queue('clm_plain')$$, 'create queue clm_plain');
+SELECT is((SELECT count(*) FROM claimq.enqueue_many('clm_plain',
+			ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}', '{"n": 4}']::jsonb[],
+			group_keys => ARRAY['g', 'g', NULL, NULL])), 4::bigint,
+	'enqueue four jobs, two of them in a group');
+CREATE TEMP TABLE clm_plain_got AS
+SELECT * FROM claimq.claim('clm_plain', 3, worker => 'w');
+SELECT results_eq($$SELECT (payload->>'n')::integer FROM clm_plain_got ORDER BY token$$,
+	ARRAY[1, 2, 3], 'the first three jobs, tokens in the claim''s order');
+SET LOCAL enable_seqscan = off;
+SET LOCAL enable_bitmapscan = off;
+SELECT results_eq($$SELECT j.job_id FROM claimq.job j
+					WHERE j.queue_id = (SELECT queue_id FROM claimq.queue WHERE name = 'clm_plain')
+					  AND j.expires_at IS NOT NULL ORDER BY j.job_id$$,
+	$$SELECT job_id FROM clm_plain_got ORDER BY job_id$$,
+	'the claimed jobs are in the lease index, read by an index scan');
+SELECT is((SELECT count(*) FROM claimq.job j
+			WHERE j.queue_id = (SELECT queue_id FROM claimq.queue WHERE name = 'clm_plain')
+			  AND j.group_key = 'g' AND j.state = ANY ('{pending,claimed,running}')),
+	2::bigint, 'and the group''s, both claimed');
+SELECT is((SELECT state FROM claimq.job j JOIN clm_plain_got g USING (job_id)
+			WHERE (g.payload->>'n')::integer = 1), 'claimed'::claimq.job_state,
+	'a claimed job is found by its id through the primary key');
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+CREATE TEMP TABLE clm_plain_seen (job_id bigint, state text);
+CREATE FUNCTION pg_temp.clm_plain_seen() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO clm_plain_seen VALUES (NEW.job_id, NEW.state);
+	RETURN NULL;
+END
+$$;
+CREATE TRIGGER clm_plain_seen AFTER UPDATE ON claimq.job
+	FOR EACH ROW EXECUTE FUNCTION pg_temp.clm_plain_seen();
+CREATE TEMP TABLE clm_plain_last AS
+SELECT job_id, 'running'::text AS state FROM claimq.claim('clm_plain', 5, start => true);
+SELECT results_eq($$SELECT job_id, state FROM clm_plain_last$$,
+	$$SELECT job_id, state FROM clm_plain_seen$$,
+	'a trigger of one''s own on UPDATE of claimq.job sees the claimed row');
+DROP TRIGGER clm_plain_seen ON claimq.job;
 
 SELECT * FROM finish();
 ROLLBACK;

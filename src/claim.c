@@ -212,6 +212,9 @@ cq_claim_plain(CqQueue *queue, int32 max_jobs, TimestampTz now,
 	TimestampTz expires_at = cq_time_plus(now, lease);
 	int64		token_epoch = cq_token_epoch();
 	uint64		claimed = 0;
+	HeapTuple  *picked;
+	int			npicked = 0;
+	int			npicked_max;
 
 	if (!OidIsValid(job_oid) || !OidIsValid(ready_oid) || !OidIsValid(seq_oid))
 		elog(ERROR, "claimq's job table, ready index or token sequence is missing");
@@ -321,31 +324,22 @@ cq_claim_plain(CqQueue *queue, int32 max_jobs, TimestampTz now,
 #endif
 	index_rescan(scan, keys, 4, NULL, 0);
 
+	/*
+	 * First lock the batch, as the statement's LockRows does before its
+	 * UPDATE runs, so that the rows are held for as short a time as a
+	 * statement holds them before they are claimed: a claim preempted half
+	 * way does not leave the rest of its range to the claims behind it.
+	 */
 	*all_picked = true;
-	while (claimed < (uint64) max_jobs &&
+	picked = palloc(Min(max_jobs, 1024) * sizeof(HeapTuple));
+	npicked_max = Min(max_jobs, 1024);
+	while (npicked < max_jobs &&
 		   index_getnext_slot(scan, ForwardScanDirection, scanslot))
 	{
 		TM_FailureData tmfd;
 		TM_Result	res;
-		bool		isnull;
-		TimestampTz run_at;
-		int64		job_id;
-		HeapTuple	oldtup;
-		HeapTuple	newtup;
-		bool		shouldfree;
-		Datum		ret[lengthof(cq_claim_returns)];
-		bool		retnull[lengthof(cq_claim_returns)];
-		CqMove		move;
-#if PG_VERSION_NUM >= 160000
-		TU_UpdateIndexes update_indexes;
-#else
-		bool		update_indexes;
-#endif
 
 		CHECK_FOR_INTERRUPTS();
-		run_at = DatumGetTimestampTz(slot_getattr(scanslot, col.run_at, &isnull));
-		job_id = DatumGetInt64(slot_getattr(scanslot, col.job_id, &isnull));
-
 		res = table_tuple_lock(rel, &scanslot->tts_tid, snapshot, lockslot,
 							   cid, LockTupleExclusive, LockWaitSkip,
 							   IsolationUsesXactSnapshot() ? 0 :
@@ -375,9 +369,31 @@ cq_claim_plain(CqQueue *queue, int32 max_jobs, TimestampTz now,
 			*all_picked = false;
 			continue;
 		}
+		if (npicked == npicked_max)
+		{
+			npicked_max *= 2;
+			picked = repalloc(picked, npicked_max * sizeof(HeapTuple));
+		}
+		picked[npicked++] = ExecCopySlotHeapTuple(lockslot);
+	}
 
-		oldtup = ExecFetchSlotHeapTuple(lockslot, false, &shouldfree);
+	/* Then claim them. */
+	for (int i = 0; i < npicked; i++)
+	{
+		HeapTuple	oldtup = picked[i];
+		HeapTuple	newtup;
+		TimestampTz run_at;
+		Datum		ret[lengthof(cq_claim_returns)];
+		bool		retnull[lengthof(cq_claim_returns)];
+		CqMove		move;
+#if PG_VERSION_NUM >= 160000
+		TU_UpdateIndexes update_indexes;
+#else
+		bool		update_indexes;
+#endif
+
 		heap_deform_tuple(oldtup, tupdesc, values, nulls);
+		run_at = DatumGetTimestampTz(values[col.run_at - 1]);
 		memset(replace, 0, natts * sizeof(bool));
 		values[col.state - 1] = state_value;
 		replace[col.state - 1] = true;
@@ -406,7 +422,7 @@ cq_claim_plain(CqQueue *queue, int32 max_jobs, TimestampTz now,
 		newtup = heap_modify_tuple(oldtup, tupdesc, values, nulls, replace);
 		ExecStoreHeapTuple(newtup, newslot, true);
 		ExecConstraints(rri, newslot, estate);
-		simple_table_tuple_update(rel, &lockslot->tts_tid, newslot, snapshot,
+		simple_table_tuple_update(rel, &oldtup->t_self, newslot, snapshot,
 								  &update_indexes);
 #if PG_VERSION_NUM >= 160000
 		if (update_indexes != TU_None)
@@ -432,10 +448,8 @@ cq_claim_plain(CqQueue *queue, int32 max_jobs, TimestampTz now,
 		move.latency_us = now - Max(run_at,
 									DatumGetTimestampTz(values[col.enqueued_at - 1]));
 		cq_ledger_note(call, &move);
-		if (shouldfree)
-			heap_freetuple(oldtup);
 		*last_run_at = run_at;
-		*last_job_id = job_id;
+		*last_job_id = DatumGetInt64(values[col.job_id - 1]);
 		claimed++;
 		ResetPerTupleExprContext(estate);
 	}

@@ -158,17 +158,19 @@ cq_job_columns(TupleDesc tupdesc, CqJobColumns *col)
  * methods, as the executor would run the statement "the first max_jobs
  * ready jobs of the queue from its floor, FOR UPDATE SKIP LOCKED, claimed"
  * but without building and starting a plan for it on every call (a fifth
- * of the instructions of a claim-and-complete transaction of one job): one range of the ready index from the floor in the statement's own
- * snapshot, each row locked as LockRows locks it (skipping a row another
+ * of the instructions of a claim-and-complete transaction of one job).
+ *
+ * One range of the ready index from the floor, in the statement's own
+ * snapshot; each row locked as LockRows locks it (skipping a row another
  * transaction holds; under READ COMMITTED the lock follows the row's
- * updates to its last version), then updated as ModifyTable updates it: a
- * new version checked against the table's constraints and the state's
- * domain, with the index entries it needs.  A row whose lock followed its
- * updates to a version newer than the snapshot stays locked and is not
- * claimed, which is what the statement does with it too (its UPDATE does
- * not see that version); under REPEATABLE READ or SERIALIZABLE such a row
- * fails to serialize, as it does there.  Predicate locks are the access
- * methods' own.
+ * updates to its last version); once the batch is locked, each row
+ * updated as ModifyTable updates it: a new version checked against the
+ * table's constraints and the state's domain, with the index entries it
+ * needs.  A row whose lock followed its updates to a version newer than
+ * the snapshot stays locked and is not claimed, which is what the
+ * statement does with it too (its UPDATE does not see that version);
+ * under REPEATABLE READ or SERIALIZABLE such a row fails to serialize, as
+ * it does there.  Predicate locks are the access methods' own.
  *
  * Returns false, having done nothing, when the table has what a statement
  * would honour and this path does not: a trigger on UPDATE other than the

@@ -270,6 +270,8 @@ SELECT is((SELECT state FROM claimq.job j JOIN clm_plain_got g USING (job_id)
 RESET enable_seqscan;
 RESET enable_bitmapscan;
 CREATE TEMP TABLE clm_plain_seen (job_id bigint, state text);
+-- The trigger runs as the role that claims (the extension's owner).
+GRANT INSERT ON clm_plain_seen TO PUBLIC;
 CREATE FUNCTION pg_temp.clm_plain_seen() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
 	INSERT INTO clm_plain_seen VALUES (NEW.job_id, NEW.state);

@@ -314,9 +314,12 @@ cq_claim_plain(CqQueue *queue, int32 max_jobs, TimestampTz now,
 	ScanKeyEntryInitialize(&from[1], SK_ROW_MEMBER | SK_ROW_END, 4,
 						   BTGreaterEqualStrategyNumber, InvalidOid,
 						   InvalidOid, F_BTINT8CMP, Int64GetDatum(floor->job_id));
-	ScanKeyEntryInitialize(&keys[2], SK_ROW_HEADER, 3,
-						   BTGreaterEqualStrategyNumber, InvalidOid,
-						   InvalidOid, InvalidOid, PointerGetDatum(from));
+	/* A row comparison's header has no function (as the executor makes it). */
+	memset(&keys[2], 0, sizeof(ScanKeyData));
+	keys[2].sk_flags = SK_ROW_HEADER;
+	keys[2].sk_attno = 3;
+	keys[2].sk_strategy = BTGreaterEqualStrategyNumber;
+	keys[2].sk_argument = PointerGetDatum(from);
 	ScanKeyInit(&keys[3], 3, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE,
 				TimestampTzGetDatum(now));
 #if PG_VERSION_NUM >= 180000

@@ -153,6 +153,24 @@ cq_job_columns(TupleDesc tupdesc, CqJobColumns *col)
 }
 
 /*
+ * Note a claimed job in the ledger, with how long it waited since it
+ * became ready: its run_at, or its enqueue if later.
+ */
+static void
+cq_note_claimed(CqLedgerCall *call, int32 queue_id, bool start,
+				TimestampTz now, TimestampTz run_at, TimestampTz enqueued_at)
+{
+	CqMove		move;
+
+	cq_move_init(&move, queue_id, CQ_IS_PENDING,
+				 start ? CQ_IS_RUNNING : CQ_IS_CLAIMED, 1);
+	move.counter = CQ_CLAIMED;
+	move.latency = CQ_LATENCY_WAIT;
+	move.latency_us = now - Max(run_at, enqueued_at);
+	cq_ledger_note(call, &move);
+}
+
+/*
  * The claim of a plain queue (all its pending jobs at priority 0, not
  * fair, on one server) through the table's and the ready index's access
  * methods, as the executor would run the statement "the first max_jobs
@@ -184,8 +202,8 @@ cq_claim_plain(CqQueue *queue, int32 max_jobs, TimestampTz now,
 			   CqLedgerCall *call, uint64 *nclaimed, bool *all_picked,
 			   TimestampTz *last_run_at, int64 *last_job_id)
 {
-	Oid			nsp = get_namespace_oid("claimq", false);
-	Oid			job_oid = get_relname_relid("job", nsp);
+	Oid			job_oid = cq_job_relid();
+	Oid			nsp = get_rel_namespace(job_oid);
 	Oid			ready_oid = get_relname_relid("job_ready_idx", nsp);
 	Oid			seq_oid = get_relname_relid("token_seq", nsp);
 	Oid			state_type;
@@ -390,7 +408,6 @@ cq_claim_plain(CqQueue *queue, int32 max_jobs, TimestampTz now,
 		TimestampTz run_at;
 		Datum		ret[lengthof(cq_claim_returns)];
 		bool		retnull[lengthof(cq_claim_returns)];
-		CqMove		move;
 #if PG_VERSION_NUM >= 160000
 		TU_UpdateIndexes update_indexes;
 #else
@@ -446,13 +463,8 @@ cq_claim_plain(CqQueue *queue, int32 max_jobs, TimestampTz now,
 			retnull[i] = nulls[attnum - 1];
 		}
 		tuplestore_putvalues(result, desc, ret, retnull);
-		cq_move_init(&move, queue->queue_id, CQ_IS_PENDING,
-					 start ? CQ_IS_RUNNING : CQ_IS_CLAIMED, 1);
-		move.counter = CQ_CLAIMED;
-		move.latency = CQ_LATENCY_WAIT;
-		move.latency_us = now - Max(run_at,
-									DatumGetTimestampTz(values[col.enqueued_at - 1]));
-		cq_ledger_note(call, &move);
+		cq_note_claimed(call, queue->queue_id, start, now, run_at,
+						DatumGetTimestampTz(values[col.enqueued_at - 1]));
 		*last_run_at = run_at;
 		*last_job_id = DatumGetInt64(values[col.job_id - 1]);
 		claimed++;
@@ -528,7 +540,7 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	bool		isnull;
 	CqLedgerCall call = {0};
 	CqFlowTicket ticket;
-	bool		all_picked;
+	bool		all_picked = false;
 	TimestampTz last_run_at = 0;
 	int64		last_job_id = 0;
 
@@ -601,19 +613,7 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 		cq_claim_plain(queue, max_jobs, now, lease, worker, worker_null,
 					   start, &floor, result, desc, &call, &claimed,
 					   &all_picked, &last_run_at, &last_job_id))
-	{
-		cq_ledger_close(&call);
-		if (claimed == 0)
-		{
-			cq_flow_spend(queue, &ticket, 0);
-			return 0;
-		}
-		cq_tokens_durable();
-		if (!IsolationUsesXactSnapshot() && all_picked)
-			cq_floor_raise(&floor, last_run_at, last_job_id);
-		cq_flow_spend(queue, &ticket, (int32) claimed);
-		return claimed;
-	}
+		goto done;
 
 	values[0] = Int32GetDatum(queue->queue_id);
 	values[1] = Int32GetDatum(max_jobs);
@@ -632,20 +632,32 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	{
 		Datum		rowvalues[11];
 		bool		rownulls[11];
-		CqMove		move;
 
 		heap_deform_tuple(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
 						  rowvalues, rownulls);
 		tuplestore_putvalues(result, desc, rowvalues, rownulls);
-		cq_move_init(&move, queue->queue_id, CQ_IS_PENDING,
-					 start ? CQ_IS_RUNNING : CQ_IS_CLAIMED, 1);
-		move.counter = CQ_CLAIMED;
-		/* Waiting since it became ready: run_at, or its enqueue if later. */
-		move.latency = CQ_LATENCY_WAIT;
-		move.latency_us = now - Max(DatumGetTimestampTz(rowvalues[8]),
-									DatumGetTimestampTz(rowvalues[5]));
-		cq_ledger_note(&call, &move);
+		cq_note_claimed(&call, queue->queue_id, start, now,
+						DatumGetTimestampTz(rowvalues[8]),
+						DatumGetTimestampTz(rowvalues[5]));
 	}
+
+	/*
+	 * Every picked row was claimed, and the last one is of the lowest
+	 * priority with pending jobs.  (A picked row goes unclaimed when
+	 * transactions that committed after the snapshot claimed and released it;
+	 * see floor.c.)
+	 */
+	if (claimed > 0 && !queue->fair &&
+		DatumGetInt64(cq_spi_value(claimed - 1, 11, &isnull)) == (int64) claimed &&
+		DatumGetInt32(cq_spi_value(claimed - 1, 5, &isnull)) ==
+		DatumGetInt32(cq_spi_value(claimed - 1, 10, &isnull)))
+	{
+		all_picked = true;
+		last_run_at = DatumGetTimestampTz(cq_spi_value(claimed - 1, 9, &isnull));
+		last_job_id = DatumGetInt64(cq_spi_value(claimed - 1, 1, &isnull));
+	}
+
+done:
 	cq_ledger_close(&call);
 	if (claimed == 0)
 	{
@@ -655,19 +667,12 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 	cq_tokens_durable();
 
 	/*
-	 * The last job claimed is the new floor if it is of the lowest priority
-	 * with pending jobs, every picked row was claimed, and the snapshot was
-	 * taken after the floor was read.  (A picked row goes unclaimed when
-	 * transactions that committed after the snapshot claimed and released it;
-	 * see floor.c.)
+	 * The last job claimed is the new floor if every row the claim picked
+	 * ahead of it was claimed, and the snapshot was taken after the floor was
+	 * read.
 	 */
-	if (!queue->fair && !IsolationUsesXactSnapshot() &&
-		DatumGetInt64(cq_spi_value(claimed - 1, 11, &isnull)) == (int64) claimed &&
-		DatumGetInt32(cq_spi_value(claimed - 1, 5, &isnull)) ==
-		DatumGetInt32(cq_spi_value(claimed - 1, 10, &isnull)))
-		cq_floor_raise(&floor,
-					   DatumGetTimestampTz(cq_spi_value(claimed - 1, 9, &isnull)),
-					   DatumGetInt64(cq_spi_value(claimed - 1, 1, &isnull)));
+	if (all_picked && !IsolationUsesXactSnapshot())
+		cq_floor_raise(&floor, last_run_at, last_job_id);
 	cq_flow_spend(queue, &ticket, (int32) claimed);
 	return claimed;
 }

@@ -15,6 +15,14 @@
  * tenants that claims there found backlogged): a tenant that had nothing
  * ready earns no credit, and one seen for the first time starts there.
  *
+ * In the C edition with the preload, shared memory keeps these times for
+ * a queue whose jobs are all at priority 0 (src/fair.c) and its claims
+ * neither read nor write these tables' times (they are read when shared
+ * memory loads a queue's tenants, after a start for one).  What follows
+ * is the share kept in the tables: the portable edition's, a server's
+ * without the preload, and a queue's with priorities or whose tenants do
+ * not fit in shared memory.
+ *
  * Claims never wait for each other here, and never skip a tenant because
  * another claim is serving it.  A claim reads the virtual times as its
  * snapshot shows them, without locking, and charges what it handed out:
@@ -92,6 +100,41 @@ CREATE TABLE claimq.fair_charge (
 );
 
 CREATE INDEX fair_charge_key_idx ON claimq.fair_charge (queue_id, priority, group_key);
+
+/*
+ * With the preload, the C edition keeps the shares in shared memory
+ * (src/fair.c) and these tables hold them as the last claims without it
+ * left them.  fair_changed(), the statement trigger of
+ * claimq.group_weight, has the claims read the tenants' weights again
+ * once the transaction commits; fair_handed() is what shared memory holds
+ * of each tenant's jobs handed out, which metrics() adds to the tables'.
+ */
+CREATE FUNCTION claimq.fair_changed()
+RETURNS trigger
+LANGUAGE c
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_fair_changed';
+
+COMMENT ON FUNCTION claimq.fair_changed() IS
+'private: the trigger of claimq.group_weight that has fair queues'' claims read their tenants'' weights again';
+
+-- @c
+CREATE TRIGGER group_weight_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON claimq.group_weight
+	FOR EACH STATEMENT EXECUTE FUNCTION claimq.fair_changed();
+
+ALTER TABLE claimq.group_weight ENABLE ALWAYS TRIGGER group_weight_changed;
+-- @end
+
+CREATE FUNCTION claimq.fair_handed(OUT queue_id integer, OUT priority integer,
+								   OUT group_key text, OUT handed bigint)
+RETURNS SETOF record
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_fair_handed';
+
+COMMENT ON FUNCTION claimq.fair_handed() IS
+'private: the jobs handed to each tenant of this database''s fair queues that shared memory holds';
 
 -- @extension
 SELECT pg_catalog.pg_extension_config_dump('claimq.group_weight', '');

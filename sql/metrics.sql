@@ -255,12 +255,15 @@ BEGIN
 	END IF;
 -- @end
 	-- Fair queues (fair-share.sql): each tenant's jobs handed out since it
-	-- last had none live (its share's row and its charges), and its weight;
+	-- last had none live (its share's row and its charges, and what shared
+	-- memory holds in the C edition with the preload), and its weight;
 	-- the tenant of jobs without a group key has the label keyless="1".
 	-- None without a share (a distributed install's node has none, and
 	-- its queue table is no table of its own).
 	IF EXISTS (SELECT FROM claimq.fair_share) THEN
-		fair := (SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+		fair := (WITH kept AS MATERIALIZED (
+					SELECT h.queue_id, h.group_key, h.handed FROM claimq.fair_handed() h)
+				 SELECT COALESCE(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
 									'labels', pg_catalog.format('queue="%s",%s', q.name,
 										CASE WHEN t.group_key IS NULL THEN 'keyless="1"'
 											 ELSE pg_catalog.format('group_key="%s"',
@@ -273,7 +276,11 @@ BEGIN
 								pg_catalog.sum(s.handed) OPERATOR(pg_catalog.+) COALESCE((
 									SELECT pg_catalog.sum(d.jobs) FROM claimq.fair_charge d
 									 WHERE d.queue_id OPERATOR(pg_catalog.=) s.queue_id
-									   AND d.group_key IS NOT DISTINCT FROM s.group_key), 0) AS handed,
+									   AND d.group_key IS NOT DISTINCT FROM s.group_key), 0)
+								OPERATOR(pg_catalog.+) COALESCE((
+									SELECT pg_catalog.sum(m.handed) FROM kept m
+									 WHERE m.queue_id OPERATOR(pg_catalog.=) s.queue_id
+									   AND m.group_key IS NOT DISTINCT FROM s.group_key), 0) AS handed,
 								COALESCE((SELECT w.weight FROM claimq.group_weight w
 										   WHERE w.queue_id OPERATOR(pg_catalog.=) s.queue_id
 											 AND w.group_key IS NOT DISTINCT FROM s.group_key), 1) AS weight

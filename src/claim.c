@@ -18,6 +18,11 @@
  * starting a plan for a statement on every call was a fifth of the
  * instructions of a claim-and-complete transaction of one job.
  *
+ * A fair queue's claim, with its jobs all at priority 0 and its tenants'
+ * shares in shared memory (fair.c), takes the same path (cq_claim_fair):
+ * rounds of tenants picked there, each tenant's first jobs read from the
+ * group due index, then, if the batch is not full, the queue's order.
+ *
  * Any other queue's claim is one statement.  A scheduled job (run_at in
  * the future) sits in the index behind the ready ones of its priority, so
  * rather than filter them out row by row the statement visits the distinct
@@ -29,8 +34,10 @@
  * index entries until VACUUM, and a forward probe would step over all of
  * them on every call (the pick itself starts there anyway).  The picked
  * rows are updated through their ctid, which the row lock keeps current,
- * rather than looked up again by id.  A fair queue's statement shares the
- * batch between its tenants (sql/fair-share.sql).
+ * rather than looked up again by id.  A fair queue's statement (the
+ * portable edition's, a server's without the preload, or one whose
+ * tenants are not in shared memory) shares the batch between its tenants
+ * with their shares in tables (sql/fair-share.sql).
  *
  * Every claimed job gets a token of its own (token.c), which later calls
  * about the job must present (see settle.c); a caller that mixes up two
@@ -98,6 +105,8 @@ typedef struct CqJobColumns
 	AttrNumber	worker;
 	AttrNumber	claimed_at;
 	AttrNumber	started_at;
+	AttrNumber	held;
+	AttrNumber	group_key;
 } CqJobColumns;
 
 #define CQ_JOB_COLUMN(col, offset) (*(AttrNumber *) ((char *) (col) + (offset)))
@@ -132,7 +141,7 @@ cq_job_columns(TupleDesc tupdesc, CqJobColumns *col)
 		CQ_COLUMN(attempts), CQ_COLUMN(priority), CQ_COLUMN(enqueued_at),
 		CQ_COLUMN(expires_at), CQ_COLUMN(headers), CQ_COLUMN(run_at),
 		CQ_COLUMN(state), CQ_COLUMN(worker), CQ_COLUMN(claimed_at),
-		CQ_COLUMN(started_at)
+		CQ_COLUMN(started_at), CQ_COLUMN(held), CQ_COLUMN(group_key)
 #undef CQ_COLUMN
 	};
 
@@ -171,73 +180,93 @@ cq_note_claimed(CqLedgerCall *call, int32 queue_id, bool start,
 }
 
 /*
- * The claim of a plain queue (all its pending jobs at priority 0, not
- * fair, on one server) through the table's and the ready index's access
- * methods, as the executor would run the statement "the first max_jobs
- * ready jobs of the queue from its floor, FOR UPDATE SKIP LOCKED, claimed"
- * but without building and starting a plan for it on every call (a fifth
- * of the instructions of a claim-and-complete transaction of one job).
+ * A claim through the table's and the indexes' access methods, as the
+ * executor would run a statement "these ready jobs, FOR UPDATE SKIP
+ * LOCKED, claimed", but without building and starting a plan for it on
+ * every call (a fifth of the instructions of a claim-and-complete
+ * transaction of one job): the run's state, from cq_claim_open to
+ * cq_claim_close.
  *
- * One range of the ready index from the floor, in the statement's own
- * snapshot; each row locked as LockRows locks it (skipping a row another
- * transaction holds; under READ COMMITTED the lock follows the row's
- * updates to its last version); once the batch is locked, each row
- * updated as ModifyTable updates it: a new version checked against the
- * table's constraints and the state's domain, with the index entries it
- * needs.  A row whose lock followed its updates to a version newer than
- * the snapshot stays locked and is not claimed, which is what the
- * statement does with it too (its UPDATE does not see that version);
- * under REPEATABLE READ or SERIALIZABLE such a row fails to serialize, as
- * it does there.  Predicate locks are the access methods' own.
- *
- * Returns false, having done nothing, when the table has what a statement
- * would honour and this path does not: a trigger on UPDATE other than the
- * census's guard (which does nothing for claimq's own writes), or row
- * level security.  The caller then runs the statement.
+ * In the statement's own snapshot, each row an index scan returns is
+ * locked as LockRows locks it (skipping a row another transaction holds;
+ * under READ COMMITTED the lock follows the row's updates to its last
+ * version); once a batch is locked, each row is updated as ModifyTable
+ * updates it: a new version checked against the table's constraints and
+ * the state's domain, with the index entries it needs.  A row whose lock
+ * followed its updates to a version newer than the snapshot stays locked
+ * and is not claimed, which is what the statement does with it too (its
+ * UPDATE does not see that version); under REPEATABLE READ or
+ * SERIALIZABLE such a row fails to serialize, as it does there.  Predicate
+ * locks are the access methods' own.
  */
-static bool
-cq_claim_plain(CqQueue *queue, int32 max_jobs, TimestampTz now,
-			   Interval *lease, Datum worker, bool worker_null, bool start,
-			   const CqFloor *floor, Tuplestorestate *result, TupleDesc desc,
-			   CqLedgerCall *call, uint64 *nclaimed, bool *all_picked,
-			   TimestampTz *last_run_at, int64 *last_job_id)
+typedef struct CqClaimRun
 {
-	Oid			job_oid = cq_job_relid();
-	Oid			nsp = get_rel_namespace(job_oid);
-	Oid			ready_oid = get_relname_relid("job_ready_idx", nsp);
-	Oid			seq_oid = get_relname_relid("token_seq", nsp);
-	Oid			state_type;
+	CqQueue    *queue;
+	TimestampTz now;
+	bool		start;
+	Datum		worker;
+	bool		worker_null;
+	TimestampTz expires_at;
+	int64		token_epoch;
+	Oid			seq_oid;
 	Relation	rel;
-	Relation	idx;
 	TupleDesc	tupdesc;
+	int			natts;
+	CqJobColumns col;
+	Datum		state_value;
+	Snapshot	snapshot;
+	CommandId	cid;
 	EState	   *estate;
 	ResultRelInfo *rri;
-	IndexScanDesc scan;
-	ScanKeyData keys[4];
-	ScanKeyData from[2];
 	TupleTableSlot *scanslot;
 	TupleTableSlot *lockslot;
 	TupleTableSlot *newslot;
-	Snapshot	snapshot;
-	CommandId	cid;
-	int			natts;
-	CqJobColumns col;
-	Bitmapset  *updated = NULL;
-	RangeTblEntry *rte;
 	Datum	   *values;
 	bool	   *nulls;
 	bool	   *replace;
-	Datum		state_value;
-	void	   *domain_extra = NULL;
-	TimestampTz expires_at = cq_time_plus(now, lease);
-	int64		token_epoch = cq_token_epoch();
-	uint64		claimed = 0;
-	HeapTuple  *picked;
-	int			npicked = 0;
+	HeapTuple  *picked;			/* locked, to be claimed */
+	int			npicked;
 	int			npicked_max;
+	bool		all_picked;		/* every row seen was locked */
+	Tuplestorestate *result;
+	TupleDesc	desc;
+	CqLedgerCall *call;
+	uint64		claimed;
+	TimestampTz last_run_at;
+	int64		last_job_id;
+} CqClaimRun;
 
-	if (!OidIsValid(job_oid) || !OidIsValid(ready_oid) || !OidIsValid(seq_oid))
-		elog(ERROR, "claimq's job table, ready index or token sequence is missing");
+/* Which rows an index scan's visible versions give a claim. */
+typedef enum CqClaimFilter
+{
+	CQ_CLAIM_ANY,				/* the ready index's: all of them */
+	CQ_CLAIM_KEYLESS,			/* the ready index's without a group key */
+	CQ_CLAIM_FREE				/* the group due index's not held back, up to
+								 * the first not due yet */
+} CqClaimFilter;
+
+/*
+ * Begin a claim run.  Returns false, having done nothing, when the table
+ * has what a statement would honour and this path does not: a trigger on
+ * UPDATE other than the census's guard (which does nothing for claimq's
+ * own writes), or row level security.  The caller then runs the statement.
+ */
+static bool
+cq_claim_open(CqClaimRun *run, CqQueue *queue, TimestampTz now,
+			  Interval *lease, Datum worker, bool worker_null, bool start,
+			  Tuplestorestate *result, TupleDesc desc, CqLedgerCall *call)
+{
+	Oid			job_oid = cq_job_relid();
+	Oid			state_type;
+	Relation	rel;
+	Bitmapset  *updated = NULL;
+	RangeTblEntry *rte;
+	void	   *domain_extra = NULL;
+
+	memset(run, 0, sizeof(CqClaimRun));
+	run->seq_oid = get_relname_relid("token_seq", get_rel_namespace(job_oid));
+	if (!OidIsValid(job_oid) || !OidIsValid(run->seq_oid))
+		elog(ERROR, "claimq's job table or token sequence is missing");
 
 	rel = table_open(job_oid, RowExclusiveLock);
 	if (rel->rd_rel->relrowsecurity)
@@ -259,19 +288,31 @@ cq_claim_plain(CqQueue *queue, int32 max_jobs, TimestampTz now,
 		}
 	CheckCmdReplicaIdentity(rel, CMD_UPDATE);
 
+	run->queue = queue;
+	run->now = now;
+	run->start = start;
+	run->worker = worker;
+	run->worker_null = worker_null;
+	run->expires_at = cq_time_plus(now, lease);
+	run->token_epoch = cq_token_epoch();
+	run->rel = rel;
+	run->result = result;
+	run->desc = desc;
+	run->call = call;
+	run->all_picked = true;
+
 	/* A statement's start: see what came before, in a snapshot of its own. */
 	CommandCounterIncrement();
-	snapshot = RegisterSnapshot(GetTransactionSnapshot());
-	PushActiveSnapshot(snapshot);
-	cid = GetCurrentCommandId(true);
+	run->snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	PushActiveSnapshot(run->snapshot);
+	run->cid = GetCurrentCommandId(true);
 
-	idx = index_open(ready_oid, AccessShareLock);
-	tupdesc = RelationGetDescr(rel);
-	natts = tupdesc->natts;
-	cq_job_columns(tupdesc, &col);
-	state_type = TupleDescAttr(tupdesc, col.state - 1)->atttypid;
-	state_value = CStringGetTextDatum(start ? "running" : "claimed");
-	domain_check(state_value, false, state_type, &domain_extra,
+	run->tupdesc = RelationGetDescr(rel);
+	run->natts = run->tupdesc->natts;
+	cq_job_columns(run->tupdesc, &run->col);
+	state_type = TupleDescAttr(run->tupdesc, run->col.state - 1)->atttypid;
+	run->state_value = CStringGetTextDatum(start ? "running" : "claimed");
+	domain_check(run->state_value, false, state_type, &domain_extra,
 				 CurrentMemoryContext);
 
 	/*
@@ -281,14 +322,14 @@ cq_claim_plain(CqQueue *queue, int32 max_jobs, TimestampTz now,
 	 */
 	for (size_t i = 0; i < lengthof(cq_claim_sets); i++)
 		updated = bms_add_member(updated,
-								 CQ_JOB_COLUMN(&col, cq_claim_sets[i]) -
+								 CQ_JOB_COLUMN(&run->col, cq_claim_sets[i]) -
 								 FirstLowInvalidHeapAttributeNumber);
 	rte = makeNode(RangeTblEntry);
 	rte->rtekind = RTE_RELATION;
 	rte->relid = job_oid;
 	rte->relkind = RELKIND_RELATION;
 	rte->rellockmode = RowExclusiveLock;
-	estate = CreateExecutorState();
+	run->estate = CreateExecutorState();
 #if PG_VERSION_NUM >= 160000
 	{
 		RTEPermissionInfo *perminfo = makeNode(RTEPermissionInfo);
@@ -297,33 +338,69 @@ cq_claim_plain(CqQueue *queue, int32 max_jobs, TimestampTz now,
 		perminfo->requiredPerms = ACL_UPDATE;
 		perminfo->updatedCols = updated;
 		rte->perminfoindex = 1;
-		ExecInitRangeTable(estate, list_make1(rte), list_make1(perminfo),
+		ExecInitRangeTable(run->estate, list_make1(rte), list_make1(perminfo),
 						   bms_make_singleton(1));
 	}
 #else
 	rte->requiredPerms = ACL_UPDATE;
 	rte->updatedCols = updated;
-	ExecInitRangeTable(estate, list_make1(rte));
+	ExecInitRangeTable(run->estate, list_make1(rte));
 #endif
-	rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(rri, rel, 1, NULL, 0);
-	ExecOpenIndices(rri, false);
+	run->rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(run->rri, rel, 1, NULL, 0);
+	ExecOpenIndices(run->rri, false);
 
-	scanslot = table_slot_create(rel, NULL);
-	lockslot = table_slot_create(rel, NULL);
-	newslot = MakeSingleTupleTableSlot(tupdesc, &TTSOpsHeapTuple);
-	values = palloc(natts * sizeof(Datum));
-	nulls = palloc(natts * sizeof(bool));
-	replace = palloc0(natts * sizeof(bool));
+	run->scanslot = table_slot_create(rel, NULL);
+	run->lockslot = table_slot_create(rel, NULL);
+	run->newslot = MakeSingleTupleTableSlot(run->tupdesc, &TTSOpsHeapTuple);
+	run->values = palloc(run->natts * sizeof(Datum));
+	run->nulls = palloc(run->natts * sizeof(bool));
+	run->replace = palloc0(run->natts * sizeof(bool));
+	run->npicked_max = 16;
+	run->picked = palloc(run->npicked_max * sizeof(HeapTuple));
+	return true;
+}
 
-	/*
-	 * The ready index's entries of the queue at priority 0 from the floor,
-	 * (run_at, job_id) >= (floor's), to the last due now: the row comparison
-	 * starts the scan at the floor itself, where a bound on run_at alone
-	 * would step over every job of the floor's run_at claimed before it.
-	 */
+/* An index of claimq.job by name, opened for a scan in the run's snapshot. */
+static IndexScanDesc
+cq_claim_index(CqClaimRun *run, const char *name, int nkeys)
+{
+	Oid			oid = get_relname_relid(name, RelationGetNamespace(run->rel));
+	Relation	idx;
+
+	if (!OidIsValid(oid))
+		elog(ERROR, "claimq's index %s is missing", name);
+	idx = index_open(oid, AccessShareLock);
+#if PG_VERSION_NUM >= 180000
+	return index_beginscan(run->rel, idx, run->snapshot, NULL, nkeys, 0);
+#else
+	return index_beginscan(run->rel, idx, run->snapshot, nkeys, 0);
+#endif
+}
+
+static void
+cq_claim_index_end(IndexScanDesc scan)
+{
+	Relation	idx = scan->indexRelation;
+
+	index_endscan(scan);
+	index_close(idx, AccessShareLock);
+}
+
+/*
+ * Start a scan of the ready index at the queue's entries at priority 0 from
+ * the floor, (run_at, job_id) >= (floor's), to the last due now: the row
+ * comparison starts the scan at the floor itself, where a bound on run_at
+ * alone would step over every job of the floor's run_at claimed before it.
+ */
+static void
+cq_claim_ready_range(CqClaimRun *run, IndexScanDesc scan, const CqFloor *floor)
+{
+	ScanKeyData keys[4];
+	ScanKeyData *from = palloc(2 * sizeof(ScanKeyData));
+
 	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT4EQ,
-				Int32GetDatum(queue->queue_id));
+				Int32GetDatum(run->queue->queue_id));
 	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(0));
 	ScanKeyEntryInitialize(&from[0], SK_ROW_MEMBER, 3,
 						   BTGreaterEqualStrategyNumber, InvalidOid,
@@ -339,32 +416,54 @@ cq_claim_plain(CqQueue *queue, int32 max_jobs, TimestampTz now,
 	keys[2].sk_strategy = BTGreaterEqualStrategyNumber;
 	keys[2].sk_argument = PointerGetDatum(from);
 	ScanKeyInit(&keys[3], 3, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE,
-				TimestampTzGetDatum(now));
-#if PG_VERSION_NUM >= 180000
-	scan = index_beginscan(rel, idx, snapshot, NULL, 4, 0);
-#else
-	scan = index_beginscan(rel, idx, snapshot, 4, 0);
-#endif
+				TimestampTzGetDatum(run->now));
 	index_rescan(scan, keys, 4, NULL, 0);
+}
 
-	/*
-	 * First lock the batch, as the statement's LockRows does before its
-	 * UPDATE runs, so that the rows are held for as short a time as a
-	 * statement holds them before they are claimed: a claim preempted half
-	 * way does not leave the rest of its range to the claims behind it.
-	 */
-	*all_picked = true;
-	picked = palloc(Min(max_jobs, 1024) * sizeof(HeapTuple));
-	npicked_max = Min(max_jobs, 1024);
-	while (npicked < max_jobs &&
-		   index_getnext_slot(scan, ForwardScanDirection, scanslot))
+/*
+ * Lock up to want rows of the scan whose visible versions pass the filter,
+ * adding them to the run's batch; *found tells whether any passed.
+ * Returns how many it locked.
+ */
+static int
+cq_claim_lock(CqClaimRun *run, IndexScanDesc scan, int want,
+			  CqClaimFilter filter, bool *found)
+{
+	int			locked = 0;
+
+	*found = false;
+	while (locked < want &&
+		   index_getnext_slot(scan, ForwardScanDirection, run->scanslot))
 	{
 		TM_FailureData tmfd;
 		TM_Result	res;
+		bool		isnull;
 
 		CHECK_FOR_INTERRUPTS();
-		res = table_tuple_lock(rel, &scanslot->tts_tid, snapshot, lockslot,
-							   cid, LockTupleExclusive, LockWaitSkip,
+		if (filter == CQ_CLAIM_KEYLESS)
+		{
+			slot_getattr(run->scanslot, run->col.group_key, &isnull);
+			if (!isnull)
+				continue;
+		}
+		else if (filter == CQ_CLAIM_FREE)
+		{
+			/*
+			 * The due bound is checked here rather than by the scan, which
+			 * would check it on every entry of the page it reads.
+			 */
+			if (DatumGetTimestampTz(slot_getattr(run->scanslot,
+												 run->col.run_at,
+												 &isnull)) > run->now)
+				break;
+			if (DatumGetBool(slot_getattr(run->scanslot, run->col.held,
+										  &isnull)))
+				continue;
+		}
+		*found = true;
+		res = table_tuple_lock(run->rel, &run->scanslot->tts_tid,
+							   run->snapshot, run->lockslot, run->cid,
+							   LockTupleExclusive, LockWaitSkip,
 							   IsolationUsesXactSnapshot() ? 0 :
 							   TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
 							   &tmfd);
@@ -389,99 +488,291 @@ cq_claim_plain(CqQueue *queue, int32 max_jobs, TimestampTz now,
 		if (tmfd.traversed)
 		{
 			/* Locked, but its version is newer than the snapshot. */
-			*all_picked = false;
+			run->all_picked = false;
 			continue;
 		}
-		if (npicked == npicked_max)
+		if (run->npicked == run->npicked_max)
 		{
-			npicked_max *= 2;
-			picked = repalloc(picked, npicked_max * sizeof(HeapTuple));
+			run->npicked_max *= 2;
+			run->picked = repalloc(run->picked,
+								   run->npicked_max * sizeof(HeapTuple));
 		}
-		picked[npicked++] = ExecCopySlotHeapTuple(lockslot);
+		run->picked[run->npicked++] = ExecCopySlotHeapTuple(run->lockslot);
+		locked++;
 	}
+	return locked;
+}
 
-	/* Then claim them. */
-	for (int i = 0; i < npicked; i++)
+/* The claim's order: run_at, then id. */
+static int
+cq_claim_order(const void *a, const void *b, void *arg)
+{
+	CqClaimRun *run = arg;
+	HeapTuple	ta = *(const HeapTuple *) a;
+	HeapTuple	tb = *(const HeapTuple *) b;
+	bool		isnull;
+	TimestampTz ra = DatumGetTimestampTz(heap_getattr(ta, run->col.run_at,
+													  run->tupdesc, &isnull));
+	TimestampTz rb = DatumGetTimestampTz(heap_getattr(tb, run->col.run_at,
+													  run->tupdesc, &isnull));
+	int64		ia;
+	int64		ib;
+
+	if (ra != rb)
+		return ra < rb ? -1 : 1;
+	ia = DatumGetInt64(heap_getattr(ta, run->col.job_id, run->tupdesc, &isnull));
+	ib = DatumGetInt64(heap_getattr(tb, run->col.job_id, run->tupdesc, &isnull));
+	return (ia > ib) - (ia < ib);
+}
+
+/*
+ * Claim the rows locked so far, in the claim's order (sort: they were
+ * locked in another), and empty the batch.
+ */
+static void
+cq_claim_write(CqClaimRun *run, bool sort)
+{
+	CqJobColumns *col = &run->col;
+
+	if (sort && run->npicked > 1)
+		qsort_arg(run->picked, run->npicked, sizeof(HeapTuple),
+				  cq_claim_order, run);
+	for (int i = 0; i < run->npicked; i++)
 	{
-		HeapTuple	oldtup = picked[i];
+		HeapTuple	oldtup = run->picked[i];
 		HeapTuple	newtup;
 		TimestampTz run_at;
 		Datum		ret[lengthof(cq_claim_returns)];
 		bool		retnull[lengthof(cq_claim_returns)];
+		Datum	   *values = run->values;
+		bool	   *nulls = run->nulls;
+		bool	   *replace = run->replace;
 #if PG_VERSION_NUM >= 160000
 		TU_UpdateIndexes update_indexes;
 #else
 		bool		update_indexes;
 #endif
 
-		heap_deform_tuple(oldtup, tupdesc, values, nulls);
-		run_at = DatumGetTimestampTz(values[col.run_at - 1]);
-		memset(replace, 0, natts * sizeof(bool));
-		values[col.state - 1] = state_value;
-		replace[col.state - 1] = true;
-		if (start)
+		heap_deform_tuple(oldtup, run->tupdesc, values, nulls);
+		run_at = DatumGetTimestampTz(values[col->run_at - 1]);
+		memset(replace, 0, run->natts * sizeof(bool));
+		values[col->state - 1] = run->state_value;
+		replace[col->state - 1] = true;
+		if (run->start)
 		{
-			values[col.attempts - 1] =
-				Int32GetDatum(DatumGetInt32(values[col.attempts - 1]) + 1);
-			replace[col.attempts - 1] = true;
+			values[col->attempts - 1] =
+				Int32GetDatum(DatumGetInt32(values[col->attempts - 1]) + 1);
+			replace[col->attempts - 1] = true;
 		}
-		values[col.token - 1] = Int64GetDatum(token_epoch +
-											  nextval_internal(seq_oid, true));
-		nulls[col.token - 1] = false;
-		replace[col.token - 1] = true;
-		values[col.worker - 1] = worker;
-		nulls[col.worker - 1] = worker_null;
-		replace[col.worker - 1] = true;
-		values[col.claimed_at - 1] = TimestampTzGetDatum(now);
-		nulls[col.claimed_at - 1] = false;
-		replace[col.claimed_at - 1] = true;
-		values[col.expires_at - 1] = TimestampTzGetDatum(expires_at);
-		nulls[col.expires_at - 1] = false;
-		replace[col.expires_at - 1] = true;
-		values[col.started_at - 1] = TimestampTzGetDatum(now);
-		nulls[col.started_at - 1] = !start;
-		replace[col.started_at - 1] = true;
-		newtup = heap_modify_tuple(oldtup, tupdesc, values, nulls, replace);
-		ExecStoreHeapTuple(newtup, newslot, true);
-		ExecConstraints(rri, newslot, estate);
-		simple_table_tuple_update(rel, &oldtup->t_self, newslot, snapshot,
-								  &update_indexes);
+		values[col->token - 1] =
+			Int64GetDatum(run->token_epoch + nextval_internal(run->seq_oid, true));
+		nulls[col->token - 1] = false;
+		replace[col->token - 1] = true;
+		values[col->worker - 1] = run->worker;
+		nulls[col->worker - 1] = run->worker_null;
+		replace[col->worker - 1] = true;
+		values[col->claimed_at - 1] = TimestampTzGetDatum(run->now);
+		nulls[col->claimed_at - 1] = false;
+		replace[col->claimed_at - 1] = true;
+		values[col->expires_at - 1] = TimestampTzGetDatum(run->expires_at);
+		nulls[col->expires_at - 1] = false;
+		replace[col->expires_at - 1] = true;
+		values[col->started_at - 1] = TimestampTzGetDatum(run->now);
+		nulls[col->started_at - 1] = !run->start;
+		replace[col->started_at - 1] = true;
+		newtup = heap_modify_tuple(oldtup, run->tupdesc, values, nulls, replace);
+		ExecStoreHeapTuple(newtup, run->newslot, true);
+		ExecConstraints(run->rri, run->newslot, run->estate);
+		simple_table_tuple_update(run->rel, &oldtup->t_self, run->newslot,
+								  run->snapshot, &update_indexes);
 #if PG_VERSION_NUM >= 160000
 		if (update_indexes != TU_None)
-			ExecInsertIndexTuples(rri, newslot, estate, true, false, NULL, NIL,
+			ExecInsertIndexTuples(run->rri, run->newslot, run->estate, true,
+								  false, NULL, NIL,
 								  update_indexes == TU_Summarizing);
 #else
 		if (update_indexes)
-			ExecInsertIndexTuples(rri, newslot, estate, true, false, NULL, NIL);
+			ExecInsertIndexTuples(run->rri, run->newslot, run->estate, true,
+								  false, NULL, NIL);
 #endif
 
-		for (size_t i = 0; i < lengthof(cq_claim_returns); i++)
+		for (size_t k = 0; k < lengthof(cq_claim_returns); k++)
 		{
-			AttrNumber	attnum = CQ_JOB_COLUMN(&col, cq_claim_returns[i]);
+			AttrNumber	attnum = CQ_JOB_COLUMN(col, cq_claim_returns[k]);
 
-			ret[i] = values[attnum - 1];
-			retnull[i] = nulls[attnum - 1];
+			ret[k] = values[attnum - 1];
+			retnull[k] = nulls[attnum - 1];
 		}
-		tuplestore_putvalues(result, desc, ret, retnull);
-		cq_note_claimed(call, queue->queue_id, start, now, run_at,
-						DatumGetTimestampTz(values[col.enqueued_at - 1]));
-		*last_run_at = run_at;
-		*last_job_id = DatumGetInt64(values[col.job_id - 1]);
-		claimed++;
-		ResetPerTupleExprContext(estate);
+		tuplestore_putvalues(run->result, run->desc, ret, retnull);
+		cq_note_claimed(run->call, run->queue->queue_id, run->start, run->now,
+						run_at, DatumGetTimestampTz(values[col->enqueued_at - 1]));
+		run->last_run_at = run_at;
+		run->last_job_id = DatumGetInt64(values[col->job_id - 1]);
+		run->claimed++;
+		ResetPerTupleExprContext(run->estate);
 	}
-	index_endscan(scan);
-	ExecDropSingleTupleTableSlot(scanslot);
-	ExecDropSingleTupleTableSlot(lockslot);
-	ExecDropSingleTupleTableSlot(newslot);
-	ExecCloseIndices(rri);
-	FreeExecutorState(estate);
-	index_close(idx, AccessShareLock);
-	table_close(rel, NoLock);
+	run->npicked = 0;
+}
+
+static void
+cq_claim_close(CqClaimRun *run)
+{
+	ExecDropSingleTupleTableSlot(run->scanslot);
+	ExecDropSingleTupleTableSlot(run->lockslot);
+	ExecDropSingleTupleTableSlot(run->newslot);
+	ExecCloseIndices(run->rri);
+	FreeExecutorState(run->estate);
+	table_close(run->rel, NoLock);
 	PopActiveSnapshot();
-	UnregisterSnapshot(snapshot);
+	UnregisterSnapshot(run->snapshot);
 	CommandCounterIncrement();
-	*nclaimed = claimed;
+}
+
+/*
+ * The claim of a plain queue (all its pending jobs at priority 0, not
+ * fair, on one server): one range of the ready index from the floor.  The
+ * batch is locked first, as the statement's LockRows does before its
+ * UPDATE runs, so that the rows are held for as short a time as a
+ * statement holds them before they are claimed: a claim preempted half
+ * way does not leave the rest of its range to the claims behind it.
+ * Returns false, having done nothing, where cq_claim_open does.
+ */
+static bool
+cq_claim_plain(CqQueue *queue, int32 max_jobs, TimestampTz now,
+			   Interval *lease, Datum worker, bool worker_null, bool start,
+			   const CqFloor *floor, Tuplestorestate *result, TupleDesc desc,
+			   CqLedgerCall *call, uint64 *nclaimed, bool *all_picked,
+			   TimestampTz *last_run_at, int64 *last_job_id)
+{
+	CqClaimRun	run;
+	IndexScanDesc scan;
+	bool		found;
+
+	if (!cq_claim_open(&run, queue, now, lease, worker, worker_null, start,
+					   result, desc, call))
+		return false;
+	scan = cq_claim_index(&run, "job_ready_idx", 4);
+	cq_claim_ready_range(&run, scan, floor);
+	cq_claim_lock(&run, scan, max_jobs, CQ_CLAIM_ANY, &found);
+	cq_claim_write(&run, false);
+	cq_claim_index_end(scan);
+	cq_claim_close(&run);
+	*nclaimed = run.claimed;
+	*all_picked = run.all_picked;
+	*last_run_at = run.last_run_at;
+	*last_job_id = run.last_job_id;
+	return true;
+}
+
+#define CQ_FAIR_CHUNK	100		/* tenants a pick shares at most */
+#define CQ_FAIR_ROUNDS	16		/* picks before the fill */
+
+/*
+ * The claim of a fair queue whose jobs are all at priority 0, on one
+ * server, with its tenants in shared memory (fair.c): start-time fair
+ * queuing as claimq.claim_fair does it, without its statements.  Each
+ * round picks the tenants of least start and their quotas (moving their
+ * times on), locks each tenant's first jobs in the usual order from the
+ * group due index (or, for the jobs without a group key, the ready index
+ * from the floor), settles what each gave, and claims the batch.  A
+ * tenant short of its quota is passed over by the later rounds; after
+ * them, what is left of max_jobs is filled in the queue's order and
+ * charged to the jobs' tenants (fairness never makes a claim return fewer
+ * jobs).  Returns false, having done nothing, when the set is not usable
+ * (cq_fair_open) or where cq_claim_open does.
+ */
+static bool
+cq_claim_fair(CqQueue *queue, int32 max_jobs, TimestampTz now,
+			  Interval *lease, Datum worker, bool worker_null, bool start,
+			  const CqFloor *floor, Tuplestorestate *result, TupleDesc desc,
+			  CqLedgerCall *call, uint64 *nclaimed)
+{
+	CqClaimRun	run;
+	IndexScanDesc due;
+	IndexScanDesc ready;
+	Oid			key_collation;
+	uint64		claim;
+	int			remaining = max_jobs;
+	CqFairPick *picks;
+	bool		found;
+
+	if (!cq_fair_open(queue->queue_id, 0) ||
+		!cq_claim_open(&run, queue, now, lease, worker, worker_null, start,
+					   result, desc, call))
+		return false;
+	due = cq_claim_index(&run, "job_group_due_idx", 2);
+	ready = cq_claim_index(&run, "job_ready_idx", 4);
+	key_collation = due->indexRelation->rd_indcollation[1];
+	claim = cq_fair_claim_begin();
+	picks = palloc(Min(max_jobs, CQ_FAIR_CHUNK) * sizeof(CqFairPick));
+
+	for (int round = 0; remaining > 0 && round < CQ_FAIR_ROUNDS; round++)
+	{
+		int			npicks;
+		int			got = 0;
+		bool		whole;
+
+		npicks = cq_fair_pick(queue->queue_id, 0, claim,
+							  Min(remaining, CQ_FAIR_CHUNK), picks, &whole);
+		if (npicks == 0)
+			break;
+		for (int i = 0; i < npicks; i++)
+		{
+			CqFairPick *pick = &picks[i];
+
+			pick->taken = 0;
+			pick->found = false;
+			if (pick->quota == 0)
+				continue;
+			if (pick->key == NULL)
+			{
+				cq_claim_ready_range(&run, ready, floor);
+				pick->taken = cq_claim_lock(&run, ready, pick->quota,
+											CQ_CLAIM_KEYLESS, &pick->found);
+			}
+			else
+			{
+				ScanKeyData keys[2];
+
+				ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT4EQ,
+							Int32GetDatum(queue->queue_id));
+				ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber,
+									   InvalidOid, key_collation, F_TEXTEQ,
+									   PointerGetDatum(pick->key));
+				index_rescan(due, keys, 2, NULL, 0);
+				pick->taken = cq_claim_lock(&run, due, pick->quota,
+											CQ_CLAIM_FREE, &pick->found);
+			}
+			got += pick->taken;
+		}
+		cq_fair_settle(queue->queue_id, 0, claim, picks, npicks, round == 0,
+					   whole);
+		cq_claim_write(&run, true);
+		remaining -= got;
+	}
+
+	/* The rest in the queue's order, each job charged to its tenant. */
+	if (remaining > 0)
+	{
+		int			from = run.npicked;
+
+		cq_claim_ready_range(&run, ready, floor);
+		cq_claim_lock(&run, ready, remaining, CQ_CLAIM_ANY, &found);
+		for (int i = from; i < run.npicked; i++)
+		{
+			bool		isnull;
+			Datum		key = heap_getattr(run.picked[i], run.col.group_key,
+										   run.tupdesc, &isnull);
+
+			cq_fair_charge(queue->queue_id, 0,
+						   isnull ? NULL : DatumGetTextPP(key));
+		}
+		cq_claim_write(&run, true);
+	}
+	cq_claim_index_end(due);
+	cq_claim_index_end(ready);
+	cq_claim_close(&run);
+	*nclaimed = run.claimed;
 	return true;
 }
 
@@ -613,6 +904,10 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 		cq_claim_plain(queue, max_jobs, now, lease, worker, worker_null,
 					   start, &floor, result, desc, &call, &claimed,
 					   &all_picked, &last_run_at, &last_job_id))
+		goto done;
+	if (queue->fair && !queue->prioritized && !cq_distributed() &&
+		cq_claim_fair(queue, max_jobs, now, lease, worker, worker_null,
+					  start, &floor, result, desc, &call, &claimed))
 		goto done;
 
 	values[0] = Int32GetDatum(queue->queue_id);

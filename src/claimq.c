@@ -138,6 +138,15 @@ _PG_init(void)
 							0,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("claimq.fair_tenants",
+							"Tenants of fair queues, over all databases, whose shares are kept in shared memory (0: none).",
+							"When it is full, the claims of a fair queue that needs more use the statements and the shares kept in tables.",
+							&cq_fair_tenants,
+							4096, 0, 1000000,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
+
 	MarkGUCPrefixReserved("claimq");
 
 	prev_shmem_request_hook = shmem_request_hook;
@@ -157,14 +166,15 @@ cq_shmem_request(void)
 													  cq_counters_shmem_size()),
 											 add_size(cq_wakeup_shmem_size(),
 													  cq_floor_shmem_size())),
-									add_size(cq_buckets_shmem_size(),
-											 cq_census_shmem_size())));
+									add_size(add_size(cq_buckets_shmem_size(),
+													  cq_census_shmem_size()),
+											 cq_fair_shmem_size())));
 
 	/*
 	 * The reclaimer's and counters' lock, the census's lock and gate, the
-	 * queue-wide limits' lock and gate.
+	 * queue-wide limits' lock and gate, the fair shares' lock.
 	 */
-	RequestNamedLWLockTranche("claimq", 5);
+	RequestNamedLWLockTranche("claimq", 6);
 }
 
 static void
@@ -183,6 +193,7 @@ cq_shmem_startup(void)
 	cq_wakeup_shmem_init();
 	cq_floor_shmem_init();
 	cq_buckets_shmem_init(&locks[3].lock, &locks[4].lock);
+	cq_fair_shmem_init(&locks[5].lock);
 	LWLockRelease(AddinShmemInitLock);
 	cq_shmem_ready = true;
 }

@@ -33,6 +33,8 @@
  *					counters, census, floors, wake-ups, flow; the one pair
  *					of transaction callbacks
  *		floor.c		claim floors in shared memory
+ *		fair.c		fair queues' shares in shared memory: their tenants'
+ *					virtual times, picked and charged by claim.c
  *		token.c		fencing tokens, never handed out twice
  *		counters.c	shared per-queue counters and latency histograms
  *		census.c	jobs per queue and state, counted as they commit
@@ -47,17 +49,19 @@
  * one way everywhere: cq_shmem_ready.
  *
  * Shared memory's rules, kept by every file that has a table in it
- * (census.c, buckets.c, counters.c, floor.c, wakeup.c, reclaimer.c): no lock
- * is held across a commit, a statement or anything else that can wait on
- * another session (NOTIFY's commit lock, a synchronous standby, a row
- * lock); every table is sized by a setting, and a full table makes the
- * work slower, never wrong, and never makes it wait for another session.
+ * (census.c, buckets.c, counters.c, floor.c, fair.c, wakeup.c,
+ * reclaimer.c): no lock is held across a commit, a statement or anything
+ * else that can wait on another session (NOTIFY's commit lock, a
+ * synchronous standby, a row lock); every table is sized by a setting,
+ * and a full table makes the work slower, never wrong, and never makes it
+ * wait for another session.
  *
  * Every SQL statement lives next to the transition it performs and runs
  * through SPI with a kept plan; rows are claimed and fenced in the same
- * statement, never read first and written later from C.  The one pass
- * that is not a statement, a plain queue's claim (claim.c), locks each row
- * before it reads it for the update, as a statement's FOR UPDATE does.
+ * statement, never read first and written later from C.  The passes
+ * that are not statements, a plain or fair queue's claim (claim.c), lock
+ * each row before they read it for the update, as a statement's FOR
+ * UPDATE does.
  *
  *-------------------------------------------------------------------------
  */
@@ -131,6 +135,7 @@ extern int	cq_census_entries;
 extern int	cq_flow_slots;
 extern int	cq_counter_entries;
 extern int	cq_floor_slots;
+extern int	cq_fair_tenants;
 extern bool cq_shmem_ready;
 
 /* A job's states, in the order of claimq.census()'s columns. */
@@ -300,6 +305,47 @@ extern void cq_floor_lower(Oid dboid, Oid relid, int32 queue_id,
 						   TimestampTz run_at);
 extern void cq_floor_drop_database(Oid dboid);
 extern Oid	cq_job_relid(void);
+
+/* Fair queues' shares in shared memory (fair.c) */
+#define CQ_FAIR_KEY_MAX		200 /* bytes of a group key */
+
+typedef struct CqFairPick
+{
+	text	   *key;			/* the tenant's group key, NULL: none */
+	double		start;
+	double		weight;
+	int			quota;			/* jobs it is to give */
+	int			taken;			/* jobs it gave */
+	bool		found;			/* it had a ready job */
+} CqFairPick;
+
+typedef struct CqFairHanded
+{
+	int32		queue_id;
+	int32		priority;
+	int32		len;			/* -1: the jobs without a group key */
+	char		key[CQ_FAIR_KEY_MAX];
+	int64		handed;
+} CqFairHanded;
+
+extern Size cq_fair_shmem_size(void);
+extern void cq_fair_shmem_init(LWLock *lock);
+extern bool cq_fair_usable(void);
+extern void cq_fair_join(int32 queue_id, int32 priority, Datum keys,
+						 bool keys_null);
+extern void cq_fair_note_changed(void);
+extern void cq_fair_sweep(const int32 *fair_ids, int nfair);
+extern bool cq_fair_open(int32 queue_id, int32 priority);
+extern uint64 cq_fair_claim_begin(void);
+extern int	cq_fair_pick(int32 queue_id, int32 priority, uint64 claim,
+						 int chunk, CqFairPick *picks, bool *whole);
+extern void cq_fair_settle(int32 queue_id, int32 priority, uint64 claim,
+						   CqFairPick *picks, int npicks, bool may_raise,
+						   bool whole);
+extern void cq_fair_charge(int32 queue_id, int32 priority, text *group_key);
+extern void cq_fair_xact_event(XactEvent event);
+extern void cq_fair_subxact_event(SubXactEvent event);
+extern int	cq_fair_handed(CqFairHanded **out);
 
 /* Firing schedules (schedule.c): fire_schedules through SPI */
 extern uint64 cq_fire_schedules(int32 max_jobs);

@@ -673,7 +673,9 @@ PG_FUNCTION_INFO_V1(claimq_queue_changed);
 /*
  * claimq.queue_changed(): the trigger of claimq.queue (after INSERT,
  * DELETE, TRUNCATE, and an UPDATE that sets a setting) that tells every
- * backend to read its queues' settings again.
+ * backend to read its queues' settings again; and of claimq.group_weight.
+ * Either makes the fair queues' claims load their tenants again once the
+ * transaction commits (fair.c).
  */
 Datum
 claimq_queue_changed(PG_FUNCTION_ARGS)
@@ -683,8 +685,9 @@ claimq_queue_changed(PG_FUNCTION_ARGS)
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("claimq.queue_changed() is a trigger of claimq.queue")));
+				 errmsg("claimq.queue_changed() is a trigger of claimq.queue and claimq.group_weight")));
 	CacheInvalidateRelcache(trigdata->tg_relation);
+	cq_fair_note_changed();
 	return PointerGetDatum(NULL);
 }
 

@@ -63,7 +63,7 @@ PG_FUNCTION_INFO_V1(claimq_enqueue_many);
 
 /* Limits of the contract. */
 #define CQ_MAX_JOB_ATTEMPTS	1000
-#define CQ_MAX_GROUP_KEY	200 /* bytes */
+#define CQ_MAX_GROUP_KEY	CQ_FAIR_KEY_MAX /* bytes */
 
 /*
  * The arguments every enqueue shares.
@@ -402,6 +402,7 @@ cq_enqueue_fair(CqEnqueueArgs *args, Datum keys, bool keys_null)
 	values[2] = keys;
 	nulls[2] = keys_null ? 'n' : ' ';
 	cq_execute(plan, values, nulls, SPI_OK_SELECT);
+	cq_fair_join(args->queue.queue_id, args->priority, keys, keys_null);
 }
 
 /* cq_enqueue_fair for one tenant: key, or the jobs without one. */

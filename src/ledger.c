@@ -484,6 +484,7 @@ cq_ledger_xact_callback(XactEvent event, void *arg)
 			cq_buckets_xact_event(event);
 			cq_census_xact_event(event);
 			cq_queues_xact_event(event);
+			cq_fair_xact_event(event);
 			cq_xact_relid = InvalidOid;
 			cq_route_end();
 			break;
@@ -509,6 +510,7 @@ cq_ledger_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		cq_route_end();
 	}
 	cq_census_subxact_event(event);
+	cq_fair_subxact_event(event);
 	if (event == SUBXACT_EVENT_ABORT_SUB)
 		cq_lower_floors(false);
 }

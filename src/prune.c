@@ -126,15 +126,44 @@ cq_prune_finished(int32 max_jobs)
 
 	/*
 	 * The shares of fair queues' tenants that have no live job left
-	 * (fair-share.sql): rows, not jobs, so not counted.
+	 * (fair-share.sql): rows, not jobs, so not counted.  Shared memory
+	 * (fair.c) reads the tenants again if it forgot any, or if a prepared
+	 * transaction may have enqueued new ones (whose commit adds them to no
+	 * set), and frees the sets of queues no longer fair.
 	 */
 	if (!cq_distributed())
 	{
 		static SPIPlanPtr fair_plan = NULL;
+		static SPIPlanPtr fair_ids_plan = NULL;
 
-		cq_plan(&fair_plan, "SELECT claimq.fair_forget($1)", 1, argtypes);
+		cq_plan(&fair_plan,
+				"SELECT claimq.fair_forget($1) > 0"
+				"    OR EXISTS (SELECT FROM pg_catalog.pg_prepared_xacts)",
+				1, argtypes);
 		values[0] = Int32GetDatum(max_jobs);
 		cq_execute(fair_plan, values, NULL, SPI_OK_SELECT);
+		if (DatumGetBool(cq_spi_value(0, 1, &isnull)))
+			cq_fair_note_changed();
+		if (cq_fair_usable())
+		{
+			Datum		ids;
+			Datum	   *elems = NULL;
+			int			nelems = 0;
+			int32	   *fair_ids;
+
+			cq_plan(&fair_ids_plan,
+					"SELECT pg_catalog.array_agg(q.queue_id) FROM claimq.queue q"
+					" WHERE q.fair", 0, NULL);
+			cq_execute(fair_ids_plan, NULL, NULL, SPI_OK_SELECT);
+			ids = cq_spi_value(0, 1, &isnull);
+			if (!isnull)
+				deconstruct_array(DatumGetArrayTypeP(ids), INT4OID, sizeof(int32),
+								  true, TYPALIGN_INT, &elems, NULL, &nelems);
+			fair_ids = palloc(Max(nelems, 1) * sizeof(int32));
+			for (int i = 0; i < nelems; i++)
+				fair_ids[i] = DatumGetInt32(elems[i]);
+			cq_fair_sweep(fair_ids, nelems);
+		}
 	}
 	return n;
 }

@@ -11,7 +11,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(39);
+SELECT plan(42);
 
 -- n jobs of tenant t (NULL: no group key) at priority p.
 CREATE FUNCTION pg_temp.fill(q text, t text, n integer, p integer DEFAULT 0)
@@ -159,6 +159,31 @@ SELECT is(pg_temp.take('fg', 1, 10), 10::bigint,
 SELECT results_eq($$SELECT tenant, count(*) FROM pg_temp.handed GROUP BY 1 ORDER BY 1$$,
 	$$VALUES ('-', 8::bigint), ('a', 1::bigint), ('b', 1::bigint)$$,
 	'a capped tenant gets its cap; the jobs without a group key the rest');
+
+-- A claim rolled back (here to a savepoint) charges its tenants nothing:
+-- the next claim serves the same tenant.
+TRUNCATE pg_temp.handed;
+SELECT claimq.create_queue('fb', fair => true) \gset
+SELECT pg_temp.fill('fb', 'a', 5) + pg_temp.fill('fb', 'b', 5) AS filled \gset
+SAVEPOINT before_claim;
+SELECT pg_temp.take('fb', 1, 1) \gset
+ROLLBACK TO SAVEPOINT before_claim;
+SELECT pg_temp.take('fb', 2, 1) + pg_temp.take('fb', 3, 1) AS took \gset
+SELECT results_eq($$SELECT tenant FROM pg_temp.handed ORDER BY claim$$,
+	$$VALUES ('a'), ('b')$$,
+	'a claim rolled back charges its tenant nothing: the next claims serve a, then b');
+-- With the preload, the C edition keeps the shares in shared memory.
+SELECT CASE WHEN claimq.edition() = 'c' THEN is(
+	(SELECT count(*) FROM claimq.fair_share s JOIN claimq.queue q USING (queue_id)
+	  WHERE q.name = 'fb' AND s.vt IS NOT NULL), 0::bigint,
+	'the claims of a fair queue write no share''s row (shared memory keeps them)')
+	ELSE skip('C edition only: shares in shared memory') END;
+SELECT CASE WHEN claimq.edition() = 'c' THEN results_eq(
+	$$SELECT h.group_key, h.handed FROM claimq.fair_handed() h
+		JOIN claimq.queue q USING (queue_id) WHERE q.name = 'fb' ORDER BY 1$$,
+	$$VALUES ('a'::text, 1::bigint), ('b', 1)$$,
+	'and shared memory holds what each tenant was handed, the rolled back claim not counted')
+	ELSE skip('C edition only: shares in shared memory') END;
 
 -- Waiting jobs (after) are not ready, but their tenant is kept.
 SELECT claimq.create_queue('fa', fair => true) \gset

@@ -48,10 +48,11 @@ $node->safe_psql(
 });
 
 # A charge on a fair queue's tenant: a claim serves it while another,
-# open, holds its row.
+# open, holds its row.  (Shares are rows for a queue with priorities:
+# without them, the C edition keeps its shares in shared memory.)
 $node->safe_psql('src', q{
-	SELECT claimq.enqueue('fairq', '{"t": 3}', group_key => 'big');
-	SELECT claimq.enqueue('fairq', '{"t": 4}', group_key => 'big');});
+	SELECT claimq.enqueue('fairq', '{"t": 3}', group_key => 'big', priority => 1);
+	SELECT claimq.enqueue('fairq', '{"t": 4}', group_key => 'big', priority => 1);});
 my $holder = $node->background_psql('src', on_error_stop => 1);
 $holder->query_safe('BEGIN');
 $holder->query_safe(q{SELECT count(*) FROM claimq.claim('fairq')});

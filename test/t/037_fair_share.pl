@@ -10,7 +10,9 @@
 # w(B)), M = 10 and C = 4.  Then a claim held open in a transaction while
 # the clients run again: they wait for nothing, get every job they ask
 # for, and the share of their claims stays within the bound (C = 5, the
-# held claim counted).
+# held claim counted).  Last, with fewer entries of shared memory than
+# tenants (the C edition keeps the shares there), after a restart: the
+# claims take the statements and the shares kept in tables.
 use strict;
 use warnings;
 
@@ -176,6 +178,27 @@ is( $node->safe_psql('postgres', q{
 		  FROM (SELECT j.group_key, count(*) AS n FROM claimq.job j JOIN claimq.queue q USING (queue_id)
 				 WHERE q.name = 'g' AND j.state <> 'pending' GROUP BY 1) s}),
 	'metrics() counts every job each tenant was handed, charges included');
+
+# Fewer entries of shared memory than tenants (claimq.fair_tenants),
+# after a restart: the queue of 100 tenants does not fit, and its claims
+# take the statements and the tables' shares, slower but as fair.
+$node->append_conf('postgresql.conf', 'claimq.fair_tenants = 8');
+$node->restart;
+$node->safe_psql('postgres', 'TRUNCATE handed');
+($ok, $out) = claimers('f', 50);
+ok($ok, 'with room for 8 tenants, four claimers ran 50 claims each of the queue of 100')
+  or diag($out);
+is( $node->safe_psql('postgres', q{
+		SELECT count(*) FROM claimq.fair_handed() h JOIN claimq.queue q USING (queue_id)
+		 WHERE q.name = 'f'}),
+	'0', 'shared memory holds none of its tenants');
+$worst = worst('f', 4);
+cmp_ok($worst, '<=', 1,
+	"every pair of the 100 tenants is within the bound (worst: $worst of it)");
+is( $node->safe_psql('postgres', q{
+		SELECT count(DISTINCT claim), count(DISTINCT claim) FILTER (WHERE n = asked)
+		  FROM (SELECT claim, count(*) AS n, min(asked) AS asked FROM handed GROUP BY claim) s}),
+	'200|200', 'and every claim returned as many jobs as it asked for');
 
 $node->stop;
 done_testing();

@@ -464,7 +464,8 @@ REVOKE ALL ON FUNCTION claimq.check_fair(boolean),
 	claimq.charge_fair(integer, integer, double precision, text[], double precision[], integer[], text[]),
 	claimq.claim_fair(integer, integer, timestamptz, interval, text, boolean, bigint),
 	claimq.set_group_weight(text, text, real),
-	claimq.fair_changed(), claimq.fair_handed() FROM PUBLIC;
+	claimq.fair_changed(), claimq.fair_handed(),
+	claimq.fair_joined(integer, integer, text[]) FROM PUBLIC;
 REVOKE ALL ON claimq.group_weight, claimq.fair_share, claimq.fair_level,
 	claimq.fair_charge FROM PUBLIC;
 

@@ -168,10 +168,26 @@ COMMENT ON FUNCTION claimq.check_fair(boolean) IS
 'private: refuse a fair queue on a distributed install (0A000)';
 
 /*
+ * fair_joined(queue_id, priority, group_keys): the C edition with the
+ * preload adds these tenants to the queue's set in shared memory
+ * (src/fair.c); elsewhere it does nothing.
+ */
+CREATE FUNCTION claimq.fair_joined(queue_id integer, priority integer,
+								   group_keys text[])
+RETURNS void
+LANGUAGE c
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'claimq_fair_joined';
+
+COMMENT ON FUNCTION claimq.fair_joined(integer,integer,text[]) IS
+'private: add a fair queue''s tenants to the shares kept in shared memory';
+
+/*
  * fair_join(queue_id, priority, group_keys): the enqueue of jobs of these
  * tenants at this priority into a fair queue.  Each tenant's row exists
  * and is held FOR KEY SHARE until the caller's transaction ends (which
- * neither claims nor other enqueues wait for).
+ * neither claims nor other enqueues wait for), and is in the shares kept
+ * in shared memory (fair_joined).
  */
 CREATE FUNCTION claimq.fair_join(queue_id integer, priority integer,
 	group_keys text[])
@@ -228,6 +244,8 @@ BEGIN
 		/* A row another transaction added meanwhile is locked next time. */
 		EXIT WHEN held OPERATOR(pg_catalog.+) added OPERATOR(pg_catalog.=) wanted;
 	END LOOP;
+	PERFORM claimq.fair_joined(fair_join.queue_id, fair_join.priority,
+							   fair_join.group_keys);
 END
 $$;
 

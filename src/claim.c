@@ -179,6 +179,15 @@ cq_note_claimed(CqLedgerCall *call, int32 queue_id, bool start,
 	cq_ledger_note(call, &move);
 }
 
+/* A claimed job's row of claim()'s result, until the claim's end. */
+typedef struct CqClaimOut
+{
+	TimestampTz run_at;
+	int64		job_id;
+	Datum		values[lengthof(cq_claim_returns)];
+	bool		nulls[lengthof(cq_claim_returns)];
+} CqClaimOut;
+
 /*
  * A claim through the table's and the indexes' access methods, as the
  * executor would run a statement "these ready jobs, FOR UPDATE SKIP
@@ -228,6 +237,10 @@ typedef struct CqClaimRun
 	int			npicked;
 	int			npicked_max;
 	bool		all_picked;		/* every row seen was locked */
+	bool		defer;			/* rows claimed go to out[], not result */
+	CqClaimOut *out;
+	int			nout;
+	int			nout_max;
 	Tuplestorestate *result;
 	TupleDesc	desc;
 	CqLedgerCall *call;
@@ -440,6 +453,10 @@ cq_claim_lock(CqClaimRun *run, IndexScanDesc scan, int want,
 		bool		isnull;
 
 		CHECK_FOR_INTERRUPTS();
+		if (filter != CQ_CLAIM_ANY &&
+			DatumGetInt32(slot_getattr(run->scanslot, run->col.priority,
+									   &isnull)) != 0)
+			continue;			/* a queue's share is at priority 0 */
 		if (filter == CQ_CLAIM_KEYLESS)
 		{
 			slot_getattr(run->scanslot, run->col.group_key, &isnull);
@@ -503,40 +520,15 @@ cq_claim_lock(CqClaimRun *run, IndexScanDesc scan, int want,
 	return locked;
 }
 
-/* The claim's order: run_at, then id. */
-static int
-cq_claim_order(const void *a, const void *b, void *arg)
-{
-	CqClaimRun *run = arg;
-	HeapTuple	ta = *(const HeapTuple *) a;
-	HeapTuple	tb = *(const HeapTuple *) b;
-	bool		isnull;
-	TimestampTz ra = DatumGetTimestampTz(heap_getattr(ta, run->col.run_at,
-													  run->tupdesc, &isnull));
-	TimestampTz rb = DatumGetTimestampTz(heap_getattr(tb, run->col.run_at,
-													  run->tupdesc, &isnull));
-	int64		ia;
-	int64		ib;
-
-	if (ra != rb)
-		return ra < rb ? -1 : 1;
-	ia = DatumGetInt64(heap_getattr(ta, run->col.job_id, run->tupdesc, &isnull));
-	ib = DatumGetInt64(heap_getattr(tb, run->col.job_id, run->tupdesc, &isnull));
-	return (ia > ib) - (ia < ib);
-}
-
 /*
- * Claim the rows locked so far, in the claim's order (sort: they were
- * locked in another), and empty the batch.
+ * Claim the rows locked so far, in the order they were locked, and empty
+ * the batch.
  */
 static void
-cq_claim_write(CqClaimRun *run, bool sort)
+cq_claim_write(CqClaimRun *run)
 {
 	CqJobColumns *col = &run->col;
 
-	if (sort && run->npicked > 1)
-		qsort_arg(run->picked, run->npicked, sizeof(HeapTuple),
-				  cq_claim_order, run);
 	for (int i = 0; i < run->npicked; i++)
 	{
 		HeapTuple	oldtup = run->picked[i];
@@ -603,7 +595,26 @@ cq_claim_write(CqClaimRun *run, bool sort)
 			ret[k] = values[attnum - 1];
 			retnull[k] = nulls[attnum - 1];
 		}
-		tuplestore_putvalues(run->result, run->desc, ret, retnull);
+		if (run->defer)
+		{
+			/* Its values point into oldtup, which stays until the end. */
+			CqClaimOut *out;
+
+			if (run->nout == run->nout_max)
+			{
+				run->nout_max = Max(16, run->nout_max * 2);
+				run->out = run->out == NULL ?
+					palloc(run->nout_max * sizeof(CqClaimOut)) :
+					repalloc(run->out, run->nout_max * sizeof(CqClaimOut));
+			}
+			out = &run->out[run->nout++];
+			out->run_at = run_at;
+			out->job_id = DatumGetInt64(values[col->job_id - 1]);
+			memcpy(out->values, ret, sizeof(ret));
+			memcpy(out->nulls, retnull, sizeof(retnull));
+		}
+		else
+			tuplestore_putvalues(run->result, run->desc, ret, retnull);
 		cq_note_claimed(run->call, run->queue->queue_id, run->start, run->now,
 						run_at, DatumGetTimestampTz(values[col->enqueued_at - 1]));
 		run->last_run_at = run_at;
@@ -614,9 +625,27 @@ cq_claim_write(CqClaimRun *run, bool sort)
 	run->npicked = 0;
 }
 
+static int
+cq_claim_out_order(const void *a, const void *b)
+{
+	const CqClaimOut *oa = a;
+	const CqClaimOut *ob = b;
+
+	if (oa->run_at != ob->run_at)
+		return oa->run_at < ob->run_at ? -1 : 1;
+	return (oa->job_id > ob->job_id) - (oa->job_id < ob->job_id);
+}
+
 static void
 cq_claim_close(CqClaimRun *run)
 {
+	/* Rows claimed in rounds go out in the claim's order. */
+	if (run->nout > 1)
+		qsort(run->out, run->nout, sizeof(CqClaimOut), cq_claim_out_order);
+	for (int i = 0; i < run->nout; i++)
+		tuplestore_putvalues(run->result, run->desc, run->out[i].values,
+							 run->out[i].nulls);
+
 	ExecDropSingleTupleTableSlot(run->scanslot);
 	ExecDropSingleTupleTableSlot(run->lockslot);
 	ExecDropSingleTupleTableSlot(run->newslot);
@@ -654,7 +683,7 @@ cq_claim_plain(CqQueue *queue, int32 max_jobs, TimestampTz now,
 	scan = cq_claim_index(&run, "job_ready_idx", 4);
 	cq_claim_ready_range(&run, scan, floor);
 	cq_claim_lock(&run, scan, max_jobs, CQ_CLAIM_ANY, &found);
-	cq_claim_write(&run, false);
+	cq_claim_write(&run);
 	cq_claim_index_end(scan);
 	cq_claim_close(&run);
 	*nclaimed = run.claimed;
@@ -664,8 +693,7 @@ cq_claim_plain(CqQueue *queue, int32 max_jobs, TimestampTz now,
 	return true;
 }
 
-#define CQ_FAIR_CHUNK	100		/* tenants a pick shares at most */
-#define CQ_FAIR_ROUNDS	16		/* picks before the fill */
+#define CQ_FAIR_CHUNK	100		/* jobs a pick shares at most */
 
 /*
  * The claim of a fair queue whose jobs are all at priority 0, on one
@@ -675,11 +703,17 @@ cq_claim_plain(CqQueue *queue, int32 max_jobs, TimestampTz now,
  * times on), locks each tenant's first jobs in the usual order from the
  * group due index (or, for the jobs without a group key, the ready index
  * from the floor), settles what each gave, and claims the batch.  A
- * tenant short of its quota is passed over by the later rounds; after
- * them, what is left of max_jobs is filled in the queue's order and
- * charged to the jobs' tenants (fairness never makes a claim return fewer
- * jobs).  Returns false, having done nothing, when the set is not usable
- * (cq_fair_open) or where cq_claim_open does.
+ * tenant short of its quota is passed over by the later rounds, which go
+ * on until the batch is full or every tenant was passed over: a round
+ * either claims a job or passes over every tenant it picked.  What is
+ * left of max_jobs then (jobs of tenants the set does not know, or that
+ * came meanwhile) is filled in the queue's order and charged to the jobs'
+ * tenants, so that fairness never makes a claim return fewer jobs.  The
+ * batch is returned in the claim's order (run_at, id).  Returns false,
+ * having done nothing, when the set is not usable (cq_fair_open), is gone
+ * by the first pick (spilled or swept meanwhile), or where cq_claim_open
+ * does.  (Gone after the first round, what is left is filled uncharged:
+ * the next load starts the shares from the tables anyway.)
  */
 static bool
 cq_claim_fair(CqQueue *queue, int32 max_jobs, TimestampTz now,
@@ -700,21 +734,30 @@ cq_claim_fair(CqQueue *queue, int32 max_jobs, TimestampTz now,
 		!cq_claim_open(&run, queue, now, lease, worker, worker_null, start,
 					   result, desc, call))
 		return false;
+	run.defer = true;
 	due = cq_claim_index(&run, "job_group_due_idx", 2);
 	ready = cq_claim_index(&run, "job_ready_idx", 4);
 	key_collation = due->indexRelation->rd_indcollation[1];
 	claim = cq_fair_claim_begin();
 	picks = palloc(Min(max_jobs, CQ_FAIR_CHUNK) * sizeof(CqFairPick));
 
-	for (int round = 0; remaining > 0 && round < CQ_FAIR_ROUNDS; round++)
+	for (int round = 0; remaining > 0; round++)
 	{
 		int			npicks;
 		int			got = 0;
 		bool		whole;
 
+		CHECK_FOR_INTERRUPTS();
 		npicks = cq_fair_pick(queue->queue_id, 0, claim,
 							  Min(remaining, CQ_FAIR_CHUNK), picks, &whole);
-		if (npicks == 0)
+		if (npicks < 0 && round == 0)
+		{
+			cq_claim_index_end(due);
+			cq_claim_index_end(ready);
+			cq_claim_close(&run);
+			return false;
+		}
+		if (npicks <= 0)
 			break;
 		for (int i = 0; i < npicks; i++)
 		{
@@ -747,27 +790,47 @@ cq_claim_fair(CqQueue *queue, int32 max_jobs, TimestampTz now,
 		}
 		cq_fair_settle(queue->queue_id, 0, claim, picks, npicks, round == 0,
 					   whole);
-		cq_claim_write(&run, true);
+		cq_claim_write(&run);
 		remaining -= got;
 	}
 
-	/* The rest in the queue's order, each job charged to its tenant. */
+	/* The rest in the queue's order, charged to the jobs' tenants. */
 	if (remaining > 0)
 	{
 		int			from = run.npicked;
+		text	  **keys;
+		int		   *counts;
+		int			nkeys = 0;
 
 		cq_claim_ready_range(&run, ready, floor);
 		cq_claim_lock(&run, ready, remaining, CQ_CLAIM_ANY, &found);
+		keys = palloc(Max(run.npicked - from, 1) * sizeof(text *));
+		counts = palloc(Max(run.npicked - from, 1) * sizeof(int));
 		for (int i = from; i < run.npicked; i++)
 		{
 			bool		isnull;
 			Datum		key = heap_getattr(run.picked[i], run.col.group_key,
 										   run.tupdesc, &isnull);
+			text	   *k = isnull ? NULL : DatumGetTextPP(key);
+			int			j;
 
-			cq_fair_charge(queue->queue_id, 0,
-						   isnull ? NULL : DatumGetTextPP(key));
+			for (j = 0; j < nkeys; j++)
+				if ((k == NULL && keys[j] == NULL) ||
+					(k != NULL && keys[j] != NULL &&
+					 VARSIZE_ANY_EXHDR(k) == VARSIZE_ANY_EXHDR(keys[j]) &&
+					 memcmp(VARDATA_ANY(k), VARDATA_ANY(keys[j]),
+							VARSIZE_ANY_EXHDR(k)) == 0))
+					break;
+			if (j == nkeys)
+			{
+				keys[nkeys] = k;
+				counts[nkeys++] = 0;
+			}
+			counts[j]++;
 		}
-		cq_claim_write(&run, true);
+		if (nkeys > 0)
+			cq_fair_charge(queue->queue_id, 0, keys, counts, nkeys);
+		cq_claim_write(&run);
 	}
 	cq_claim_index_end(due);
 	cq_claim_index_end(ready);

@@ -331,10 +331,9 @@ typedef struct CqFairHanded
 extern Size cq_fair_shmem_size(void);
 extern void cq_fair_shmem_init(LWLock *lock);
 extern bool cq_fair_usable(void);
-extern void cq_fair_join(int32 queue_id, int32 priority, Datum keys,
-						 bool keys_null);
 extern void cq_fair_note_changed(void);
 extern void cq_fair_sweep(const int32 *fair_ids, int nfair);
+extern void cq_fair_free_dropped(void);
 extern bool cq_fair_open(int32 queue_id, int32 priority);
 extern uint64 cq_fair_claim_begin(void);
 extern int	cq_fair_pick(int32 queue_id, int32 priority, uint64 claim,
@@ -342,7 +341,8 @@ extern int	cq_fair_pick(int32 queue_id, int32 priority, uint64 claim,
 extern void cq_fair_settle(int32 queue_id, int32 priority, uint64 claim,
 						   CqFairPick *picks, int npicks, bool may_raise,
 						   bool whole);
-extern void cq_fair_charge(int32 queue_id, int32 priority, text *group_key);
+extern void cq_fair_charge(int32 queue_id, int32 priority, text **keys,
+						   int *counts, int n);
 extern void cq_fair_xact_event(XactEvent event);
 extern void cq_fair_subxact_event(SubXactEvent event);
 extern int	cq_fair_handed(CqFairHanded **out);

@@ -673,9 +673,8 @@ PG_FUNCTION_INFO_V1(claimq_queue_changed);
 /*
  * claimq.queue_changed(): the trigger of claimq.queue (after INSERT,
  * DELETE, TRUNCATE, and an UPDATE that sets a setting) that tells every
- * backend to read its queues' settings again; and of claimq.group_weight.
- * Either makes the fair queues' claims load their tenants again once the
- * transaction commits (fair.c).
+ * backend to read its queues' settings again, and the fair queues' claims
+ * their tenants (fair.c) once the transaction commits.
  */
 Datum
 claimq_queue_changed(PG_FUNCTION_ARGS)
@@ -685,7 +684,7 @@ claimq_queue_changed(PG_FUNCTION_ARGS)
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("claimq.queue_changed() is a trigger of claimq.queue and claimq.group_weight")));
+				 errmsg("claimq.queue_changed() is a trigger of claimq.queue")));
 	CacheInvalidateRelcache(trigdata->tg_relation);
 	cq_fair_note_changed();
 	return PointerGetDatum(NULL);

@@ -402,7 +402,6 @@ cq_enqueue_fair(CqEnqueueArgs *args, Datum keys, bool keys_null)
 	values[2] = keys;
 	nulls[2] = keys_null ? 'n' : ' ';
 	cq_execute(plan, values, nulls, SPI_OK_SELECT);
-	cq_fair_join(args->queue.queue_id, args->priority, keys, keys_null);
 }
 
 /* cq_enqueue_fair for one tenant: key, or the jobs without one. */

@@ -17,18 +17,23 @@
  * statements of claimq.claim_fair.  With it, shared memory keeps them
  * (claimq.fair_tenants entries over all databases):
  *
- * A set per database, installation (the OID of claimq.job), queue and
- * priority, holding every tenant with live jobs there: its key, weight,
- * virtual time and the jobs handed to it.  The set is loaded from the
- * tables (a tenant's row and unfolded charges, its weight, the level) by
- * the first claim that needs it, and loaded again, keeping the times it
- * has, when the tenants or weights may have changed: at the commit of a
- * write of claimq.queue or claimq.group_weight (their statement trigger
- * claimq.queue_changed), and of a pass of fair_forget that removed rows.
- * A load removes the tenants that it did not find and that nobody added
- * meanwhile (confirmed).  An enqueue adds its tenants at once (its own
- * transaction's claims must see them) and confirms them at its commit, so
- * that a load whose snapshot missed its rows cannot drop them for good.
+ * A set per database, installation (the OID of claimq.job) and queue (at
+ * priority 0, the one priority shared memory serves), holding every
+ * tenant with live jobs there: its key, weight, virtual time and the jobs
+ * handed to it.  The set is loaded from the tables (a tenant's row and
+ * unfolded charges, its weight, the level), in a snapshot taken then
+ * whatever the isolation level, by the first claim that needs it, and
+ * loaded again, keeping the times it has, when the tenants or weights may
+ * have changed: at the commit of a write of claimq.queue (trigger
+ * queue_changed) or claimq.group_weight (trigger group_weight_changed),
+ * and after a reclaimer's pass that forgot tenants or saw prepared
+ * transactions in the database (now or at its pass before).  A load
+ * removes the tenants that it did not find, that nobody added since it
+ * began (confirmed), and whose adding transaction is not still open (or
+ * prepared).  fair_join, by which every way to a pending job makes sure of
+ * its tenant's row, adds the tenant at once (its own transaction's claims
+ * must see it) and confirms it at its commit, so that a load whose
+ * snapshot missed the row cannot drop it for good.
  *
  * A claim moves its tenants' times on in shared memory as it picks them,
  * before it takes their jobs (so that claims at once spread over the
@@ -46,11 +51,15 @@
  * Full: a set that cannot add a tenant (no free entry) gives its entries
  * back and is spilled; its queue's claims use the statements, and the
  * first claim a second later tries to load it again.  The sets of queues
- * that are gone or no longer fair are freed by the reclaimer's pass
- * (cq_fair_sweep).
+ * that are gone, no longer fair or have priorities are freed by the
+ * reclaimer's pass (cq_fair_sweep), those of dropped databases by the
+ * launcher (cq_fair_free_dropped).
  *
  * One LWLock guards the tables; it is held for memory work only (a pass
- * over one set's tenants at most), never across a statement or a commit.
+ * over one set's tenants at most, and a load's look at whether a joining
+ * transaction is still open), never across a statement or a commit, and
+ * nothing under it allocates memory or can fail: what a charge needs in
+ * backend memory is made before the lock is taken.
  *
  *-------------------------------------------------------------------------
  */
@@ -60,14 +69,18 @@
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
 #include "executor/spi.h"
 #include "lib/ilist.h"
 #include "miscadmin.h"
+#include "port/atomics.h"
 #include "storage/lwlock.h"
+#include "storage/procarray.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "claimq.h"
@@ -87,7 +100,9 @@ typedef struct CqFairSet
 	CqFairSetKey key;
 	bool		ready;			/* loaded, and not spilled since */
 	bool		stale;			/* to be loaded again */
-	bool		loading;		/* a load is under way (since loading_at) */
+	bool		loading;		/* load load_gen is under way (since
+								 * loading_at) */
+	uint64		load_gen;
 	TimestampTz loading_at;
 	TimestampTz spilled_at;		/* 0, or when it last found no room */
 	double		level;			/* the priority's virtual time */
@@ -106,10 +121,13 @@ typedef struct CqFairTenant
 {
 	CqFairTenantKey key;
 	dlist_node	node;			/* in its set's list */
+	uint64		incarnation;	/* unique to this entry */
 	double		vt;				/* the start of its next job */
 	double		weight;
 	int64		handed;			/* jobs handed to it since it was added */
-	uint64		passed;			/* the claim that found nothing here */
+	uint64		passed;			/* the claim that found it short */
+	TransactionId joined_xid;	/* the transaction that added it, until it
+								 * commits */
 	bool		confirmed;		/* found or added since its set's last load */
 } CqFairTenant;
 
@@ -118,6 +136,7 @@ typedef struct CqFairShared
 	LWLock	   *lock;
 	int			ntenants;
 	int			nsets;
+	pg_atomic_uint64 next_id;	/* claims and tenants' incarnations */
 } CqFairShared;
 
 int			cq_fair_tenants = 4096;
@@ -126,20 +145,25 @@ static CqFairShared *cq_fair = NULL;
 static HTAB *cq_fair_sets = NULL;
 static HTAB *cq_fair_tenant_table = NULL;
 
-/* What this backend's transaction did, in TopTransactionContext. */
+/*
+ * What this backend's transaction did, in TopTransactionContext: notes
+ * appended before the lock is taken (a zero amount and incarnation 0,
+ * which no tenant has, until filled in under it).  Each list's notes are
+ * in order of nesting level, the deepest last.
+ */
 typedef struct CqFairNote
 {
 	CqFairTenantKey key;
+	uint64		incarnation;	/* the tenant's, when charged or added */
 	double		amount;			/* charged: jobs / weight */
 	int64		jobs;
 	int			level;			/* transaction nesting level */
 } CqFairNote;
 
-static List *cq_fair_charges = NIL; /* CqFairNote *, charged */
-static List *cq_fair_joined = NIL;	/* CqFairNote *, tenants added */
+static List *cq_fair_charges = NIL;
+static List *cq_fair_joined = NIL;
 static Oid	cq_fair_changed = InvalidOid;	/* claimq.job, if tenants or
 											 * weights may have changed */
-static uint64 cq_fair_claims = 0;	/* this backend's fair claims so far */
 
 static int
 cq_fair_sets_max(void)
@@ -177,6 +201,7 @@ cq_fair_shmem_init(LWLock *lock)
 		cq_fair->lock = lock;
 		cq_fair->ntenants = 0;
 		cq_fair->nsets = 0;
+		pg_atomic_init_u64(&cq_fair->next_id, 1);
 	}
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(CqFairSetKey);
@@ -209,11 +234,11 @@ cq_fair_set_key(CqFairSetKey *key, int32 queue_id, int32 priority)
 }
 
 /*
- * A tenant's key from its group key (NULL: the jobs without one).  False
- * if the key is too long to be kept (only a row written behind claimq's
- * back can hold one).
+ * A tenant's key from its group key (NULL: the jobs without one), of at
+ * most CQ_FAIR_KEY_MAX bytes (a longer one, which only a row written
+ * behind claimq's back can hold, is an error).
  */
-static bool
+static void
 cq_fair_tenant_key(CqFairTenantKey *key, const CqFairSetKey *set,
 				   text *group_key)
 {
@@ -222,13 +247,25 @@ cq_fair_tenant_key(CqFairTenantKey *key, const CqFairSetKey *set,
 	if (group_key == NULL)
 	{
 		key->len = -1;
-		return true;
+		return;
 	}
 	if (VARSIZE_ANY_EXHDR(group_key) > CQ_FAIR_KEY_MAX)
-		return false;
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a fair queue's group key must be at most %d bytes long",
+						CQ_FAIR_KEY_MAX)));
 	key->len = VARSIZE_ANY_EXHDR(group_key);
 	memcpy(key->key, VARDATA_ANY(group_key), key->len);
-	return true;
+}
+
+/* Remove a tenant from its set (under the exclusive lock). */
+static void
+cq_fair_remove(CqFairSet *set, CqFairTenant *t)
+{
+	dlist_delete(&t->node);
+	hash_search(cq_fair_tenant_table, &t->key, HASH_REMOVE, NULL);
+	cq_fair->ntenants--;
+	set->ntenants--;
 }
 
 /* Free a set's tenants (under the exclusive lock). */
@@ -238,14 +275,7 @@ cq_fair_free_tenants(CqFairSet *set)
 	dlist_mutable_iter iter;
 
 	dlist_foreach_modify(iter, &set->tenants)
-	{
-		CqFairTenant *t = dlist_container(CqFairTenant, node, iter.cur);
-
-		dlist_delete(&t->node);
-		hash_search(cq_fair_tenant_table, &t->key, HASH_REMOVE, NULL);
-		cq_fair->ntenants--;
-	}
-	set->ntenants = 0;
+		cq_fair_remove(set, dlist_container(CqFairTenant, node, iter.cur));
 }
 
 /* Spill a set that has no room (under the exclusive lock). */
@@ -257,13 +287,20 @@ cq_fair_spill(CqFairSet *set)
 	set->spilled_at = GetCurrentTimestamp();
 }
 
+/* Whether a set is spilled with no load under way: nothing to add to. */
+static bool
+cq_fair_spilled(const CqFairSet *set)
+{
+	return !set->ready && set->spilled_at != 0 && !set->loading;
+}
+
 /*
  * Find or add a tenant of a set (under the exclusive lock).  NULL if the
  * table is full, which spills the set.
  */
 static CqFairTenant *
 cq_fair_enter(CqFairSet *set, const CqFairTenantKey *key, double weight,
-			  double vt, bool *added)
+			  bool *added)
 {
 	CqFairTenant *t;
 	bool		found;
@@ -272,23 +309,20 @@ cq_fair_enter(CqFairSet *set, const CqFairTenantKey *key, double weight,
 	t = hash_search(cq_fair_tenant_table, key, HASH_FIND, NULL);
 	if (t != NULL)
 		return t;
-	if (cq_fair->ntenants >= cq_fair_tenants)
+	if (cq_fair->ntenants >= cq_fair_tenants ||
+		(t = hash_search(cq_fair_tenant_table, key, HASH_ENTER_NULL,
+						 &found)) == NULL)
 	{
 		cq_fair_spill(set);
 		return NULL;
 	}
-	t = hash_search(cq_fair_tenant_table, key, HASH_ENTER_NULL, &found);
-	if (t == NULL)
-	{
-		cq_fair_spill(set);
-		return NULL;
-	}
-	Assert(!found);
 	cq_fair->ntenants++;
-	t->vt = vt;
+	t->incarnation = pg_atomic_fetch_add_u64(&cq_fair->next_id, 1);
+	t->vt = -INFINITY;			/* at the level */
 	t->weight = weight;
 	t->handed = 0;
 	t->passed = 0;
+	t->joined_xid = InvalidTransactionId;
 	t->confirmed = true;
 	dlist_push_tail(&set->tenants, &t->node);
 	set->ntenants++;
@@ -306,15 +340,14 @@ cq_fair_set(const CqFairSetKey *key)
 	set = hash_search(cq_fair_sets, key, HASH_FIND, NULL);
 	if (set != NULL)
 		return set;
-	if (cq_fair->nsets >= cq_fair_sets_max())
-		return NULL;
-	set = hash_search(cq_fair_sets, key, HASH_ENTER_NULL, &found);
-	if (set == NULL)
+	if (cq_fair->nsets >= cq_fair_sets_max() ||
+		(set = hash_search(cq_fair_sets, key, HASH_ENTER_NULL, &found)) == NULL)
 		return NULL;
 	cq_fair->nsets++;
 	set->ready = false;
 	set->stale = true;
 	set->loading = false;
+	set->load_gen = 0;
 	set->loading_at = 0;
 	set->spilled_at = 0;
 	set->level = 0;
@@ -323,31 +356,63 @@ cq_fair_set(const CqFairSetKey *key)
 	return set;
 }
 
+/* Free a set and its tenants (under the exclusive lock). */
 static void
-cq_fair_note(List **list, const CqFairTenantKey *key, double amount,
-			 int64 jobs)
+cq_fair_free_set(CqFairSet *set)
 {
-	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
-	CqFairNote *note = palloc(sizeof(CqFairNote));
-
-	note->key = *key;
-	note->amount = amount;
-	note->jobs = jobs;
-	note->level = GetCurrentTransactionNestLevel();
-	*list = lappend(*list, note);
-	MemoryContextSwitchTo(old);
+	cq_fair_free_tenants(set);
+	hash_search(cq_fair_sets, &set->key, HASH_REMOVE, NULL);
+	cq_fair->nsets--;
 }
 
 /*
- * An enqueue of jobs of these tenants (keys: text[], or 0 for the jobs
- * without a group key) at this priority into a fair queue, after
- * fair_join made sure of their rows: each is in the queue's set from now,
- * and confirmed when the transaction commits.  A new tenant's weight is
- * read here, once.
+ * n empty notes at the end of a list, for filling in under the lock: no
+ * memory is allocated there, and whatever was charged has its note.
  */
-void
-cq_fair_join(int32 queue_id, int32 priority, Datum keys, bool keys_null)
+static CqFairNote **
+cq_fair_notes(List **list, int n)
 {
+	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+	CqFairNote **notes = palloc(Max(n, 1) * sizeof(CqFairNote *));
+	int			level = GetCurrentTransactionNestLevel();
+
+	for (int i = 0; i < n; i++)
+	{
+		notes[i] = palloc0(sizeof(CqFairNote));
+		notes[i]->level = level;
+		*list = lappend(*list, notes[i]);
+	}
+	MemoryContextSwitchTo(old);
+	return notes;
+}
+
+/* Charge a tenant (under the exclusive lock), noting it in note. */
+static void
+cq_fair_charge_one(CqFairTenant *t, double amount, int64 jobs,
+				   CqFairNote *note)
+{
+	t->vt += amount;
+	t->handed += jobs;
+	note->key = t->key;
+	note->incarnation = t->incarnation;
+	note->amount += amount;
+	note->jobs += jobs;
+}
+
+PG_FUNCTION_INFO_V1(claimq_fair_joined);
+
+/*
+ * fair_joined(queue_id, priority, group_keys) returns void: fair_join made
+ * sure of these tenants' rows at this priority of a fair queue (a NULL
+ * element: the jobs without a group key).  Each is in the queue's set from
+ * now, and confirmed when the transaction commits.  A new tenant's weight
+ * is read here, once.  Only priority 0 has sets.
+ */
+Datum
+claimq_fair_joined(PG_FUNCTION_ARGS)
+{
+	int32		queue_id = PG_GETARG_INT32(0);
+	int32		priority = PG_GETARG_INT32(1);
 	CqFairSetKey setkey;
 	Datum	   *elems;
 	bool	   *elemnulls;
@@ -357,31 +422,26 @@ cq_fair_join(int32 queue_id, int32 priority, Datum keys, bool keys_null)
 	bool	   *missing;
 	int			nmissing = 0;
 	CqFairSet  *set;
+	CqFairNote **notes;
+	int			nnotes = 0;
 
-	if (!cq_fair_usable())
-		return;
+	if (!cq_fair_usable() || priority != 0 || PG_ARGISNULL(2))
+		PG_RETURN_VOID();
 	cq_fair_set_key(&setkey, queue_id, priority);
-	if (keys_null)
-	{
-		n = 1;
-		elems = palloc0(sizeof(Datum));
-		elemnulls = palloc(sizeof(bool));
-		elemnulls[0] = true;
-	}
-	else
-		deconstruct_array(DatumGetArrayTypeP(keys), TEXTOID, -1, false,
-						  TYPALIGN_INT, &elems, &elemnulls, &n);
-	tkeys = palloc(n * sizeof(CqFairTenantKey));
-	weights = palloc(n * sizeof(double));
-	missing = palloc0(n * sizeof(bool));
+	deconstruct_array(PG_GETARG_ARRAYTYPE_P(2), TEXTOID, -1, false,
+					  TYPALIGN_INT, &elems, &elemnulls, &n);
+	tkeys = palloc(Max(n, 1) * sizeof(CqFairTenantKey));
+	weights = palloc(Max(n, 1) * sizeof(double));
+	missing = palloc0(Max(n, 1) * sizeof(bool));
 	for (int i = 0; i < n; i++)
-		if (!cq_fair_tenant_key(&tkeys[i], &setkey,
-								elemnulls[i] ? NULL : DatumGetTextPP(elems[i])))
-			elog(ERROR, "group key too long for a fair queue");
+		cq_fair_tenant_key(&tkeys[i], &setkey,
+						   elemnulls[i] ? NULL : DatumGetTextPP(elems[i]));
 
-	/* Which are new to the set (a set not loaded yet takes them too). */
+	/* Which are new to the set. */
 	LWLockAcquire(cq_fair->lock, LW_SHARED);
 	set = hash_search(cq_fair_sets, &setkey, HASH_FIND, NULL);
+	if (set != NULL && cq_fair_spilled(set))
+		n = 0;					/* a load will read the rows */
 	for (int i = 0; i < n; i++)
 	{
 		if (set != NULL &&
@@ -391,8 +451,11 @@ cq_fair_join(int32 queue_id, int32 priority, Datum keys, bool keys_null)
 		nmissing++;
 	}
 	LWLockRelease(cq_fair->lock);
+	if (nmissing == 0)
+		PG_RETURN_VOID();
 
 	/* Their weights, read before the lock is taken again. */
+	SPI_connect();
 	for (int i = 0; i < n; i++)
 	{
 		static SPIPlanPtr plan = NULL;
@@ -415,24 +478,30 @@ cq_fair_join(int32 queue_id, int32 priority, Datum keys, bool keys_null)
 		if (SPI_processed > 0)
 			weights[i] = DatumGetFloat8(cq_spi_value(0, 1, &isnull));
 	}
+	SPI_finish();
 
+	notes = cq_fair_notes(&cq_fair_joined, nmissing);
 	LWLockAcquire(cq_fair->lock, LW_EXCLUSIVE);
 	set = cq_fair_set(&setkey);
-	for (int i = 0; set != NULL && i < n; i++)
+	for (int i = 0; set != NULL && !cq_fair_spilled(set) && i < n; i++)
 	{
 		bool		added;
 		CqFairTenant *t;
 
-		if (set->spilled_at != 0 && !set->ready)
-			break;				/* spilled: a load will read the rows */
-		t = cq_fair_enter(set, &tkeys[i], weights[i], -INFINITY, &added);
+		if (!missing[i])
+			continue;
+		t = cq_fair_enter(set, &tkeys[i], weights[i], &added);
 		if (t == NULL)
 			break;
 		t->confirmed = true;
+		if (added)
+			t->joined_xid = GetTopTransactionIdIfAny();
+		notes[nnotes]->key = t->key;
+		notes[nnotes]->incarnation = t->incarnation;
+		nnotes++;
 	}
 	LWLockRelease(cq_fair->lock);
-	for (int i = 0; i < n; i++)
-		cq_fair_note(&cq_fair_joined, &tkeys[i], 0, 0);
+	PG_RETURN_VOID();
 }
 
 /*
@@ -464,7 +533,7 @@ cq_fair_mark_stale(Oid relid)
 
 /*
  * Free the sets of this database that belong to an earlier installation,
- * or to queues not in fair_ids (the queues that are fair now): the
+ * or to queues not in fair_ids (the fair queues without priorities): the
  * reclaimer's pass.
  */
 void
@@ -488,23 +557,84 @@ cq_fair_sweep(const int32 *fair_ids, int nfair)
 		if (set->key.relid == relid)
 			for (int i = 0; i < nfair && !keep; i++)
 				keep = fair_ids[i] == set->key.queue_id;
-		if (keep)
-			continue;
-		cq_fair_free_tenants(set);
-		hash_search(cq_fair_sets, &set->key, HASH_REMOVE, NULL);
-		cq_fair->nsets--;
+		if (!keep)
+			cq_fair_free_set(set);
 	}
 	LWLockRelease(cq_fair->lock);
 }
 
 /*
- * Load a set from the tables, keeping the times of the tenants it has;
- * then it holds the tenants found and those added since the load began.
- * Runs under READ COMMITTED only, with SPI connected: its statements'
- * snapshots are taken after the load began.
+ * Free the sets of databases that no longer exist: the launcher's pass,
+ * inside a transaction (it reads pg_database), without the lock.
+ */
+void
+cq_fair_free_dropped(void)
+{
+	HASH_SEQ_STATUS status;
+	CqFairSet  *set;
+	Oid		   *dboids;
+	int			ndbs = 0;
+	int			ndropped;
+	int			room = cq_fair_sets_max();
+
+	if (!cq_fair_usable())
+		return;
+	dboids = palloc(sizeof(Oid) * room);
+	LWLockAcquire(cq_fair->lock, LW_SHARED);
+	hash_seq_init(&status, cq_fair_sets);
+	while ((set = hash_seq_search(&status)) != NULL)
+		cq_note_database(dboids, &ndbs, room, set->key.dboid);
+	LWLockRelease(cq_fair->lock);
+
+	ndropped = cq_dropped_databases(dboids, ndbs);
+	if (ndropped > 0)
+	{
+		LWLockAcquire(cq_fair->lock, LW_EXCLUSIVE);
+		hash_seq_init(&status, cq_fair_sets);
+		while ((set = hash_seq_search(&status)) != NULL)
+			for (int i = 0; i < ndropped; i++)
+				if (dboids[i] == set->key.dboid)
+				{
+					cq_fair_free_set(set);
+					break;
+				}
+		LWLockRelease(cq_fair->lock);
+	}
+	pfree(dboids);
+}
+
+/* A load's view of one row of claimq.fair_share. */
+typedef struct CqFairRow
+{
+	CqFairTenantKey key;
+	bool		has_vt;
+	double		vt;
+	double		weight;
+} CqFairRow;
+
+/* A statement of the load, in a snapshot of its own. */
+static void
+cq_fair_load_execute(SPIPlanPtr plan, Datum *values)
+{
+	int			rc;
+
+	rc = SPI_execute_snapshot(plan, values, NULL, GetLatestSnapshot(),
+							  InvalidSnapshot, true, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_snapshot returned %s",
+			 SPI_result_code_string(rc));
+}
+
+/*
+ * Load a set from the tables (load gen), keeping the times of the tenants
+ * it has; then it holds the tenants found, those added or confirmed since
+ * the load began, and those whose adding transaction is still open.  With
+ * SPI connected; its statements' snapshot is taken after the load began.
+ * Another load begun since (this one took too long) or the set's removal
+ * makes it do nothing.
  */
 static void
-cq_fair_load(const CqFairSetKey *setkey)
+cq_fair_load(const CqFairSetKey *setkey, uint64 gen)
 {
 	static SPIPlanPtr plan = NULL;
 	static SPIPlanPtr level_plan = NULL;
@@ -513,16 +643,17 @@ cq_fair_load(const CqFairSetKey *setkey)
 	bool		isnull;
 	double		level = 0;
 	CqFairSet  *set;
-	uint64		nrows;
-	SPITupleTable *rows;
+	int			nrows;
+	CqFairRow  *rows;
 	bool		spilled = false;
+	dlist_mutable_iter iter;
 
 	values[0] = Int32GetDatum(setkey->queue_id);
 	values[1] = Int32GetDatum(setkey->priority);
 	cq_plan(&level_plan,
 			"SELECT pg_catalog.max(l.v) FROM claimq.fair_level l"
 			" WHERE l.queue_id = $1 AND l.priority = $2", 2, argtypes);
-	cq_execute(level_plan, values, NULL, SPI_OK_SELECT);
+	cq_fair_load_execute(level_plan, values);
 	if (SPI_processed > 0)
 	{
 		Datum		v = cq_spi_value(0, 1, &isnull);
@@ -543,68 +674,64 @@ cq_fair_load(const CqFairSetKey *setkey)
 			"  FROM claimq.fair_share s"
 			" WHERE s.queue_id = $1 AND s.priority = $2",
 			2, argtypes);
-	cq_execute(plan, values, NULL, SPI_OK_SELECT);
-	nrows = SPI_processed;
-	rows = SPI_tuptable;
+	cq_fair_load_execute(plan, values);
+	nrows = (int) SPI_processed;
+	rows = palloc(Max(nrows, 1) * sizeof(CqFairRow));
+	for (int row = 0; row < nrows; row++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[row];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		Datum		key = SPI_getbinval(tuple, desc, 1, &isnull);
+		Datum		vt;
+
+		cq_fair_tenant_key(&rows[row].key, setkey,
+						   isnull ? NULL : DatumGetTextPP(key));
+		vt = SPI_getbinval(tuple, desc, 2, &isnull);
+		rows[row].has_vt = !isnull;
+		rows[row].vt = isnull ? 0 : DatumGetFloat8(vt);
+		rows[row].weight = DatumGetFloat8(SPI_getbinval(tuple, desc, 3,
+														&isnull));
+	}
 
 	LWLockAcquire(cq_fair->lock, LW_EXCLUSIVE);
-	set = cq_fair_set(setkey);
-	if (set == NULL || !set->loading)
+	set = hash_search(cq_fair_sets, setkey, HASH_FIND, NULL);
+	if (set == NULL || !set->loading || set->load_gen != gen)
 	{
-		/* Swept meanwhile: the next claim tries again. */
 		LWLockRelease(cq_fair->lock);
 		return;
 	}
 	set->loading = false;
 	if (!set->ready)
 		set->level = Max(set->level, level);
-	for (uint64 row = 0; row < nrows && !spilled; row++)
+	for (int row = 0; row < nrows; row++)
 	{
-		CqFairTenantKey tkey;
-		Datum		key;
-		bool		keynull;
-		Datum		vt;
-		bool		vtnull;
-		double		weight;
 		CqFairTenant *t;
 		bool		added;
 
-		key = SPI_getbinval(rows->vals[row], rows->tupdesc, 1, &keynull);
-		vt = SPI_getbinval(rows->vals[row], rows->tupdesc, 2, &vtnull);
-		weight = DatumGetFloat8(SPI_getbinval(rows->vals[row], rows->tupdesc,
-											  3, &isnull));
-		if (!cq_fair_tenant_key(&tkey, setkey,
-								keynull ? NULL : DatumGetTextPP(key)))
-		{
-			cq_fair_spill(set);
-			spilled = true;
-			break;
-		}
-		t = cq_fair_enter(set, &tkey, weight,
-						  vtnull ? -INFINITY : DatumGetFloat8(vt), &added);
+		t = cq_fair_enter(set, &rows[row].key, rows[row].weight, &added);
 		if (t == NULL)
 		{
 			spilled = true;
 			break;
 		}
-		t->weight = weight;
+		if (added && rows[row].has_vt)
+			t->vt = rows[row].vt;
+		t->weight = rows[row].weight;
 		t->confirmed = true;
 	}
 	if (!spilled)
 	{
-		dlist_mutable_iter iter;
-
-		/* What neither the tables nor an enqueue since hold is gone. */
+		/* What neither the tables nor an open transaction hold is gone. */
 		dlist_foreach_modify(iter, &set->tenants)
 		{
 			CqFairTenant *t = dlist_container(CqFairTenant, node, iter.cur);
 
 			if (t->confirmed)
 				continue;
-			dlist_delete(&t->node);
-			hash_search(cq_fair_tenant_table, &t->key, HASH_REMOVE, NULL);
-			cq_fair->ntenants--;
-			set->ntenants--;
+			if (TransactionIdIsValid(t->joined_xid) &&
+				TransactionIdIsInProgress(t->joined_xid))
+				continue;
+			cq_fair_remove(set, t);
 		}
 		set->ready = true;
 		set->spilled_at = 0;
@@ -615,9 +742,8 @@ cq_fair_load(const CqFairSetKey *setkey)
 /*
  * Whether a fair queue's claim at this priority can use shared memory:
  * its set is loaded (or this call loads it).  False sends the claim to
- * the statements: no preload, a set spilled, being loaded by another
- * claim, or stale under REPEATABLE READ (whose snapshot may be older than
- * the changes).
+ * the statements: no preload, no room for a set, a set spilled or being
+ * loaded for the first time by another claim.  With SPI connected.
  */
 bool
 cq_fair_open(int32 queue_id, int32 priority)
@@ -625,10 +751,10 @@ cq_fair_open(int32 queue_id, int32 priority)
 	CqFairSetKey setkey;
 	CqFairSet  *set;
 	TimestampTz now = GetCurrentTimestamp();
-	bool		load = false;
+	uint64		gen = 0;
 	bool		ready;
 
-	if (!cq_fair_usable())
+	if (!cq_fair_usable() || priority != 0)
 		return false;
 	cq_fair_set_key(&setkey, queue_id, priority);
 
@@ -647,7 +773,7 @@ cq_fair_open(int32 queue_id, int32 priority)
 		LWLockRelease(cq_fair->lock);
 		return false;
 	}
-	if ((set->stale || !set->ready) && !IsolationUsesXactSnapshot() &&
+	if ((set->stale || !set->ready) &&
 		(!set->loading ||
 		 TimestampDifferenceExceeds(set->loading_at, now, CQ_FAIR_RETRY_MS)) &&
 		(set->ready || set->spilled_at == 0 ||
@@ -655,26 +781,28 @@ cq_fair_open(int32 queue_id, int32 priority)
 	{
 		dlist_iter	iter;
 
-		load = true;
 		set->stale = false;
 		set->loading = true;
 		set->loading_at = now;
+		gen = ++set->load_gen;
 		dlist_foreach(iter, &set->tenants)
 			dlist_container(CqFairTenant, node, iter.cur)->confirmed = false;
 	}
 	LWLockRelease(cq_fair->lock);
 
-	if (load)
+	if (gen != 0)
 	{
 		PG_TRY();
 		{
-			cq_fair_load(&setkey);
+			cq_fair_load(&setkey, gen);
 		}
 		PG_CATCH();
 		{
+			if (LWLockHeldByMe(cq_fair->lock))
+				LWLockRelease(cq_fair->lock);
 			LWLockAcquire(cq_fair->lock, LW_EXCLUSIVE);
 			set = hash_search(cq_fair_sets, &setkey, HASH_FIND, NULL);
-			if (set != NULL)
+			if (set != NULL && set->loading && set->load_gen == gen)
 			{
 				set->loading = false;
 				set->stale = true;
@@ -692,24 +820,25 @@ cq_fair_open(int32 queue_id, int32 priority)
 	return ready;
 }
 
-/* A new claim: tenants it finds empty are passed over by its later picks. */
+/* A new claim: tenants it finds short are passed over by its later picks. */
 uint64
 cq_fair_claim_begin(void)
 {
-	return ((uint64) MyProcPid << 32) | (uint32) ++cq_fair_claims;
+	return pg_atomic_fetch_add_u64(&cq_fair->next_id, 1);
 }
 
 /*
  * Pick the tenants of the set with the least starts (passing over those
- * this claim found empty) and share chunk jobs between them: the smallest
+ * this claim found short) and share chunk jobs between them: the smallest
  * tags, tenant i's k-th run of jobs tagged start_i + k x run / weight_i.
  * A run is a quarter of the chunk (at least one job), so that a large
- * claim probes a few tenants rather than one per job: what it may cost
- * the share, two runs between two tenants, is within the contract's bound
- * for a claim of that size ((chunk + 1) / weight, with one claim open).
- * Each tenant's time moves on by its quota at once.  Fills picks[] in
- * order of start; returns how many, and whether they are all the tenants
- * it did not pass over (whole).  0 if the set is not ready any more.
+ * claim probes a few tenants rather than one per job: what runs add to
+ * the gap between two tenants' shares, two runs, is at most half of the
+ * claim (the bound allows the claim plus one).  Of equal starts, the
+ * tenant that joined the set first comes first.  Each tenant's time
+ * moves on by its quota at once.  Fills picks[] in order of start;
+ * returns how many, and whether they are all the tenants it did not pass
+ * over (whole); -1 if the set is not ready any more.
  */
 int
 cq_fair_pick(int32 queue_id, int32 priority, uint64 claim, int chunk,
@@ -724,23 +853,25 @@ cq_fair_pick(int32 queue_id, int32 priority, uint64 claim, int chunk,
 	int			seen = 0;
 	int			run = Max(1, chunk / 4);
 	int			nsel = (chunk + run - 1) / run;
+	CqFairNote **notes;
 
 	*whole = false;
 	cq_fair_set_key(&setkey, queue_id, priority);
 	best = palloc(nsel * sizeof(CqFairTenant *));
 	next = palloc(nsel * sizeof(double));
+	for (int i = 0; i < nsel; i++)
+		picks[i].key = palloc(VARHDRSZ + CQ_FAIR_KEY_MAX);
+	notes = cq_fair_notes(&cq_fair_charges, nsel);
+
 	LWLockAcquire(cq_fair->lock, LW_EXCLUSIVE);
 	set = hash_search(cq_fair_sets, &setkey, HASH_FIND, NULL);
 	if (set == NULL || !set->ready)
 	{
 		LWLockRelease(cq_fair->lock);
-		return 0;
+		return -1;
 	}
 
-	/*
-	 * The nsel least starts, kept sorted (insertion: nsel <= 100); of equal
-	 * starts, the tenant that joined the set first.
-	 */
+	/* The nsel least starts, kept sorted (insertion: nsel <= 100). */
 	dlist_foreach(iter, &set->tenants)
 	{
 		CqFairTenant *t = dlist_container(CqFairTenant, node, iter.cur);
@@ -760,7 +891,6 @@ cq_fair_pick(int32 queue_id, int32 priority, uint64 claim, int chunk,
 		}
 		best[at] = t;
 	}
-
 	*whole = seen == nbest;
 
 	/* Quotas: the smallest tags, by merging the tenants' sequences. */
@@ -769,8 +899,13 @@ cq_fair_pick(int32 queue_id, int32 priority, uint64 claim, int chunk,
 		picks[i].start = Max(best[i]->vt, set->level);
 		picks[i].weight = best[i]->weight;
 		picks[i].quota = 0;
-		picks[i].key = best[i]->key.len < 0 ? NULL :
-			cstring_to_text_with_len(best[i]->key.key, best[i]->key.len);
+		if (best[i]->key.len < 0)
+			picks[i].key = NULL;
+		else
+		{
+			SET_VARSIZE(picks[i].key, VARHDRSZ + best[i]->key.len);
+			memcpy(VARDATA(picks[i].key), best[i]->key.key, best[i]->key.len);
+		}
 		next[i] = picks[i].start;
 	}
 	for (int k = 0; k < chunk && nbest > 0; k += run)
@@ -785,17 +920,11 @@ cq_fair_pick(int32 queue_id, int32 priority, uint64 claim, int chunk,
 	}
 	for (int i = 0; i < nbest; i++)
 	{
-		CqFairTenant *t = best[i];
-		double		amount = picks[i].quota / t->weight;
-
-		t->vt = picks[i].start + amount;
-		t->handed += picks[i].quota;
-		if (picks[i].quota > 0)
-			cq_fair_note(&cq_fair_charges, &t->key, amount, picks[i].quota);
+		best[i]->vt = picks[i].start;
+		cq_fair_charge_one(best[i], picks[i].quota / best[i]->weight,
+						   picks[i].quota, notes[i]);
 	}
 	LWLockRelease(cq_fair->lock);
-	pfree(best);
-	pfree(next);
 	return nbest;
 }
 
@@ -804,11 +933,11 @@ cq_fair_pick(int32 queue_id, int32 priority, uint64 claim, int chunk,
  * whether it had a ready job at all.  Gives back the rest of each quota;
  * a tenant that gave less than its quota is passed over by this claim's
  * later picks, and one with nothing ready starts no earlier than the
- * level (it earns no credit).  The level moves to the least start of the
- * tenants that had jobs (every tenant before it in order had none), or,
- * if the pick was whole (it saw every tenant), to the least of where those
- * are now; if may_raise (a claim's first pick: later ones pass over
- * tenants that were only short of jobs).
+ * level (it earns no credit).  If may_raise (a claim's first pick: later
+ * ones pass over tenants that were only short of jobs), the level moves
+ * to the least start of the tenants that had jobs (every tenant before it
+ * had none), or, if the pick was whole, to the least of where those and
+ * the tenants that got no quota stand now.
  */
 void
 cq_fair_settle(int32 queue_id, int32 priority, uint64 claim,
@@ -818,36 +947,34 @@ cq_fair_settle(int32 queue_id, int32 priority, uint64 claim,
 	CqFairSet  *set;
 	double		top = -INFINITY;
 	double		after = INFINITY;
+	CqFairTenantKey *tkeys = palloc(Max(npicks, 1) * sizeof(CqFairTenantKey));
+	CqFairNote **notes = cq_fair_notes(&cq_fair_charges, npicks);
 
 	cq_fair_set_key(&setkey, queue_id, priority);
+	for (int i = 0; i < npicks; i++)
+		cq_fair_tenant_key(&tkeys[i], &setkey, picks[i].key);
 	LWLockAcquire(cq_fair->lock, LW_EXCLUSIVE);
 	set = hash_search(cq_fair_sets, &setkey, HASH_FIND, NULL);
 	for (int i = 0; i < npicks; i++)
 	{
-		CqFairTenantKey tkey;
 		CqFairTenant *t;
 		int			unused = picks[i].quota - picks[i].taken;
 
 		if (picks[i].found && top == -INFINITY)
 			top = picks[i].start;
-		if (picks[i].found)
+		if (picks[i].found || picks[i].quota == 0)
 			after = Min(after, picks[i].start + picks[i].taken / picks[i].weight);
 		if (set == NULL || !set->ready)
 			continue;
-		cq_fair_tenant_key(&tkey, &setkey, picks[i].key);
-		t = hash_search(cq_fair_tenant_table, &tkey, HASH_FIND, NULL);
+		t = hash_search(cq_fair_tenant_table, &tkeys[i], HASH_FIND, NULL);
 		if (t == NULL)
 			continue;
 		if (unused > 0)
 		{
-			double		amount = unused / picks[i].weight;
-
-			t->vt -= amount;
-			t->handed -= unused;
-			cq_fair_note(&cq_fair_charges, &tkey, -amount, -unused);
+			cq_fair_charge_one(t, -unused / picks[i].weight, -unused, notes[i]);
 			t->passed = claim;
 		}
-		if (!picks[i].found)
+		if (!picks[i].found && picks[i].quota > 0)
 			t->vt = Max(t->vt, set->level);
 	}
 	if (whole && after != INFINITY)
@@ -858,52 +985,51 @@ cq_fair_settle(int32 queue_id, int32 priority, uint64 claim,
 }
 
 /*
- * A job handed out outside the share (a claim's fill in the queue's
- * order, once its tenants had no more to give): charged to its tenant.
+ * Jobs handed out outside the share (a claim's fill in the queue's order,
+ * once its tenants had no more to give): counts[i] jobs charged to tenant
+ * keys[i] (NULL: the jobs without a group key).
  */
 void
-cq_fair_charge(int32 queue_id, int32 priority, text *group_key)
+cq_fair_charge(int32 queue_id, int32 priority, text **keys, int *counts,
+			   int n)
 {
 	CqFairSetKey setkey;
-	CqFairTenantKey tkey;
+	CqFairTenantKey *tkeys = palloc(Max(n, 1) * sizeof(CqFairTenantKey));
 	CqFairSet  *set;
-	CqFairTenant *t;
-	bool		added;
+	CqFairNote **notes = cq_fair_notes(&cq_fair_charges, n);
 
 	cq_fair_set_key(&setkey, queue_id, priority);
-	if (!cq_fair_tenant_key(&tkey, &setkey, group_key))
-		return;
+	for (int i = 0; i < n; i++)
+		cq_fair_tenant_key(&tkeys[i], &setkey, keys[i]);
 	LWLockAcquire(cq_fair->lock, LW_EXCLUSIVE);
 	set = hash_search(cq_fair_sets, &setkey, HASH_FIND, NULL);
-	if (set != NULL && set->ready)
+	for (int i = 0; set != NULL && set->ready && i < n; i++)
 	{
-		/*
-		 * A tenant it has not seen (written behind claimq's back): loaded
-		 * next.
-		 */
-		t = cq_fair_enter(set, &tkey, 1, -INFINITY, &added);
+		CqFairTenant *t;
+		bool		added;
+
+		/* A tenant it has not seen (written behind claimq's back): read next. */
+		t = cq_fair_enter(set, &tkeys[i], 1, &added);
+		if (t == NULL)
+			break;
 		if (added)
 			set->stale = true;
-		if (t != NULL)
-		{
-			double		amount = 1.0 / t->weight;
-
-			t->vt = Max(t->vt, set->level) + amount;
-			t->handed++;
-			cq_fair_note(&cq_fair_charges, &tkey, amount, 1);
-		}
+		t->vt = Max(t->vt, set->level);
+		cq_fair_charge_one(t, counts[i] / t->weight, counts[i], notes[i]);
 	}
 	LWLockRelease(cq_fair->lock);
 }
 
-/* Take back charges (under the exclusive lock). */
+/* Take back a charge (under the exclusive lock). */
 static void
 cq_fair_undo(CqFairNote *note)
 {
 	CqFairTenant *t;
 
+	if (note->jobs == 0)
+		return;
 	t = hash_search(cq_fair_tenant_table, &note->key, HASH_FIND, NULL);
-	if (t == NULL)
+	if (t == NULL || t->incarnation != note->incarnation)
 		return;
 	t->vt -= note->amount;
 	t->handed -= note->jobs;
@@ -911,7 +1037,8 @@ cq_fair_undo(CqFairNote *note)
 
 /*
  * The end of a transaction: its tenants confirmed at commit, its charges
- * taken back at abort.
+ * taken back at abort.  A prepared transaction's are forgotten (its
+ * tenants stay while it is open; see cq_fair_load).
  */
 void
 cq_fair_xact_event(XactEvent event)
@@ -937,10 +1064,12 @@ cq_fair_xact_event(XactEvent event)
 					CqFairTenant *t;
 					bool		added;
 
+					if (note->incarnation == 0)
+						continue;
 					set = hash_search(cq_fair_sets, &note->key.set,
 									  HASH_FIND, NULL);
-					if (set == NULL || (set->spilled_at != 0 && !set->ready))
-						continue;
+					if (set == NULL || cq_fair_spilled(set))
+						continue;	/* a load will read the row */
 					t = hash_search(cq_fair_tenant_table, &note->key,
 									HASH_FIND, NULL);
 					if (t == NULL)
@@ -949,12 +1078,14 @@ cq_fair_xact_event(XactEvent event)
 						 * A load missed it and dropped it: back, and its
 						 * weight read at the next load.
 						 */
-						t = cq_fair_enter(set, &note->key, 1, -INFINITY,
-										  &added);
+						t = cq_fair_enter(set, &note->key, 1, &added);
 						set->stale = true;
 					}
 					if (t != NULL)
+					{
 						t->confirmed = true;
+						t->joined_xid = InvalidTransactionId;
+					}
 				}
 				LWLockRelease(cq_fair->lock);
 			}
@@ -979,50 +1110,43 @@ cq_fair_xact_event(XactEvent event)
 	cq_fair_changed = InvalidOid;
 }
 
-/* The end of a subtransaction: its notes go to the parent, or are undone. */
+/*
+ * The end of a subtransaction: its notes, the last of each list, go to
+ * the parent, or are undone.
+ */
 void
 cq_fair_subxact_event(SubXactEvent event)
 {
 	int			level = GetCurrentTransactionNestLevel();
-	List	   *lists[2] = {cq_fair_charges, cq_fair_joined};
+	List	  **lists[2] = {&cq_fair_charges, &cq_fair_joined};
 
 	if (event != SUBXACT_EVENT_COMMIT_SUB && event != SUBXACT_EVENT_ABORT_SUB)
 		return;
 	for (int l = 0; l < 2; l++)
 	{
-		List	   *kept = NIL;
-		ListCell   *lc;
-		bool		locked = false;
-		MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+		List	   *list = *lists[l];
+		int			first = list_length(list);
 
-		foreach(lc, lists[l])
+		while (first > 0 &&
+			   ((CqFairNote *) list_nth(list, first - 1))->level >= level)
+			first--;
+		if (first == list_length(list))
+			continue;
+		if (event == SUBXACT_EVENT_COMMIT_SUB)
 		{
-			CqFairNote *note = lfirst(lc);
-
-			if (note->level >= level)
-			{
-				if (event == SUBXACT_EVENT_ABORT_SUB)
-				{
-					if (l == 0 && cq_fair_usable())
-					{
-						if (!locked)
-							LWLockAcquire(cq_fair->lock, LW_EXCLUSIVE);
-						locked = true;
-						cq_fair_undo(note);
-					}
-					continue;
-				}
-				note->level = level - 1;
-			}
-			kept = lappend(kept, note);
+			for (int i = first; i < list_length(list); i++)
+				((CqFairNote *) list_nth(list, i))->level = level - 1;
+			continue;
 		}
-		if (locked)
+		if (l == 0 && cq_fair_usable())
+		{
+			LWLockAcquire(cq_fair->lock, LW_EXCLUSIVE);
+			for (int i = first; i < list_length(list); i++)
+				cq_fair_undo(list_nth(list, i));
 			LWLockRelease(cq_fair->lock);
-		MemoryContextSwitchTo(old);
-		lists[l] = kept;
+		}
+		*lists[l] = list_truncate(list, first);
 	}
-	cq_fair_charges = lists[0];
-	cq_fair_joined = lists[1];
 }
 
 /*
@@ -1041,9 +1165,9 @@ cq_fair_handed(CqFairHanded **out)
 	*out = NULL;
 	if (!cq_fair_usable())
 		return 0;
+	*out = palloc(Max(cq_fair_tenants, 1) * sizeof(CqFairHanded));
+	max = cq_fair_tenants;
 	LWLockAcquire(cq_fair->lock, LW_SHARED);
-	max = cq_fair->ntenants;
-	*out = palloc(Max(max, 1) * sizeof(CqFairHanded));
 	hash_seq_init(&status, cq_fair_tenant_table);
 	while ((t = hash_seq_search(&status)) != NULL)
 	{

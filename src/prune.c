@@ -127,23 +127,31 @@ cq_prune_finished(int32 max_jobs)
 	/*
 	 * The shares of fair queues' tenants that have no live job left
 	 * (fair-share.sql): rows, not jobs, so not counted.  Shared memory
-	 * (fair.c) reads the tenants again if it forgot any, or if a prepared
-	 * transaction may have enqueued new ones (whose commit adds them to no
-	 * set), and frees the sets of queues no longer fair.
+	 * (fair.c) reads the tenants again if it forgot any, or while (and once
+	 * after) the database has prepared transactions, whose weights and queue
+	 * changes no commit of this backend announces; it frees the sets of
+	 * queues no longer fair or with priorities.
 	 */
 	if (!cq_distributed())
 	{
 		static SPIPlanPtr fair_plan = NULL;
 		static SPIPlanPtr fair_ids_plan = NULL;
 
+		static bool prepared_before = false;
+		bool		prepared;
+
 		cq_plan(&fair_plan,
-				"SELECT claimq.fair_forget($1) > 0"
-				"    OR EXISTS (SELECT FROM pg_catalog.pg_prepared_xacts)",
+				"SELECT claimq.fair_forget($1) > 0,"
+				"       EXISTS (SELECT FROM pg_catalog.pg_prepared_xacts p"
+				"                WHERE p.database = pg_catalog.current_database())",
 				1, argtypes);
 		values[0] = Int32GetDatum(max_jobs);
 		cq_execute(fair_plan, values, NULL, SPI_OK_SELECT);
-		if (DatumGetBool(cq_spi_value(0, 1, &isnull)))
+		prepared = DatumGetBool(cq_spi_value(0, 2, &isnull));
+		if (DatumGetBool(cq_spi_value(0, 1, &isnull)) || prepared ||
+			prepared_before)
 			cq_fair_note_changed();
+		prepared_before = prepared;
 		if (cq_fair_usable())
 		{
 			Datum		ids;
@@ -153,7 +161,7 @@ cq_prune_finished(int32 max_jobs)
 
 			cq_plan(&fair_ids_plan,
 					"SELECT pg_catalog.array_agg(q.queue_id) FROM claimq.queue q"
-					" WHERE q.fair", 0, NULL);
+					" WHERE q.fair AND NOT q.prioritized", 0, NULL);
 			cq_execute(fair_ids_plan, NULL, NULL, SPI_OK_SELECT);
 			ids = cq_spi_value(0, 1, &isnull);
 			if (!isnull)

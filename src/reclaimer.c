@@ -391,6 +391,7 @@ cq_launcher_sync(void)
 	cq_census_free_dropped();
 	cq_counters_free_dropped();
 	cq_buckets_free_dropped();
+	cq_fair_free_dropped();
 	CommitTransactionCommand();
 
 	/* Stop serving databases taken off the list. */

@@ -11,7 +11,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(42);
+SELECT plan(45);
 
 -- n jobs of tenant t (NULL: no group key) at priority p.
 CREATE FUNCTION pg_temp.fill(q text, t text, n integer, p integer DEFAULT 0)
@@ -159,6 +159,30 @@ SELECT is(pg_temp.take('fg', 1, 10), 10::bigint,
 SELECT results_eq($$SELECT tenant, count(*) FROM pg_temp.handed GROUP BY 1 ORDER BY 1$$,
 	$$VALUES ('-', 8::bigint), ('a', 1::bigint), ('b', 1::bigint)$$,
 	'a capped tenant gets its cap; the jobs without a group key the rest');
+
+-- Three tenants alike, claims of 4 one after another: a tenant that got
+-- no job in a claim holds the priority's time back (the others do not
+-- run away from it).
+TRUNCATE pg_temp.handed;
+SELECT claimq.create_queue('f3', fair => true) \gset
+SELECT pg_temp.fill('f3', 'a', 200) + pg_temp.fill('f3', 'b', 200)
+	+ pg_temp.fill('f3', 'c', 200) AS filled \gset
+SELECT sum(pg_temp.take('f3', k, 4)) FROM generate_series(1, 60) k \gset
+SELECT cmp_ok(pg_temp.worst('{a,b,c}', '{1,1,1}', 4), '<=', 1::float8,
+	'three tenants alike, claims of 4: every claim within the bound');
+
+-- A deep tenant whose jobs are oldest, and 150 tenants of one job each:
+-- a claim of 100 goes on picking tenants while they have jobs, and gives
+-- the deep one a run of 25, not what an early end would leave in the
+-- queue's order.  (Runs are the C edition's with the preload: elsewhere
+-- the deep tenant gets one job, as each of the others.)
+TRUNCATE pg_temp.handed;
+SELECT claimq.create_queue('fo', fair => true) \gset
+SELECT pg_temp.fill('fo', 'deep', 500) \gset
+SELECT count(*) FROM generate_series(1, 150) g, pg_temp.fill('fo', 'o' || g, 1) \gset
+SELECT is(pg_temp.take('fo', 1, 100), 100::bigint, 'a claim of 100 gets 100');
+SELECT cmp_ok((SELECT count(*) FROM pg_temp.handed WHERE tenant = 'deep'), '<=', 25::bigint,
+	'and the deep tenant at most a run of a quarter of it, the others one job each');
 
 -- A claim rolled back (here to a savepoint) charges its tenants nothing:
 -- the next claim serves the same tenant.

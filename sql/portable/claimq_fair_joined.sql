@@ -1,0 +1,3 @@
+BEGIN
+	/* The portable edition keeps no shares in shared memory. */
+END

@@ -1208,7 +1208,7 @@ BEGIN
 		SELECT d.* FROM (
 			SELECT s.name, s.queue_id, q.name AS queue_name, s.cron, s.time_zone,
 				   s.payload, s.headers, s.priority, s.missed, s.anchor, s.next_run_at,
-				   s.catch_up_to, q.notify, q.prioritized
+				   s.catch_up_to, q.notify, q.prioritized, q.fair
 			  FROM claimq.schedule s
 			  JOIN claimq.queue q ON q.queue_id OPERATOR(pg_catalog.=) s.queue_id
 			 WHERE s.enabled AND s.next_run_at OPERATOR(pg_catalog.<=) now_ts
@@ -1344,6 +1344,10 @@ BEGIN
 		IF r.priority OPERATOR(pg_catalog.<>) 0 AND NOT r.prioritized
 		   AND pg_catalog.cardinality(occurrences) OPERATOR(pg_catalog.>) 0 THEN
 			PERFORM claimq.mark_prioritized(r.queue_id);
+		END IF;
+		/* A fair queue's tenant of jobs without a group key (fair-share.sql). */
+		IF r.fair AND pg_catalog.cardinality(occurrences) OPERATOR(pg_catalog.>) 0 THEN
+			PERFORM claimq.fair_join(r.queue_id, r.priority, ARRAY[NULL::text]);
 		END IF;
 
 		/*

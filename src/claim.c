@@ -729,6 +729,8 @@ cq_claim_fair(CqQueue *queue, int32 max_jobs, TimestampTz now,
 	int			remaining = max_jobs;
 	CqFairPick *picks;
 	bool		found;
+	bool		may_raise = true;	/* no tenant with jobs met yet */
+	bool		fine = false;	/* tenants with nothing ready met */
 
 	if (!cq_fair_open(queue->queue_id, 0) ||
 		!cq_claim_open(&run, queue, now, lease, worker, worker_null, start,
@@ -749,7 +751,8 @@ cq_claim_fair(CqQueue *queue, int32 max_jobs, TimestampTz now,
 
 		CHECK_FOR_INTERRUPTS();
 		npicks = cq_fair_pick(queue->queue_id, 0, claim,
-							  Min(remaining, CQ_FAIR_CHUNK), picks, &whole);
+							  Min(remaining, CQ_FAIR_CHUNK), fine, picks,
+							  &whole);
 		if (npicks < 0 && round == 0)
 		{
 			cq_claim_index_end(due);
@@ -788,8 +791,14 @@ cq_claim_fair(CqQueue *queue, int32 max_jobs, TimestampTz now,
 			}
 			got += pick->taken;
 		}
-		cq_fair_settle(queue->queue_id, 0, claim, picks, npicks, round == 0,
+		cq_fair_settle(queue->queue_id, 0, claim, picks, npicks, may_raise,
 					   whole);
+		for (int i = 0; i < npicks; i++)
+			if (picks[i].quota > 0)
+			{
+				may_raise = may_raise && !picks[i].found;
+				fine = fine || !picks[i].found;
+			}
 		cq_claim_write(&run);
 		remaining -= got;
 	}

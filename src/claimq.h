@@ -312,6 +312,7 @@ extern Oid	cq_job_relid(void);
 typedef struct CqFairPick
 {
 	text	   *key;			/* the tenant's group key, NULL: none */
+	uint64		incarnation;	/* its entry's */
 	double		start;
 	double		weight;
 	int			quota;			/* jobs it is to give */
@@ -337,7 +338,8 @@ extern void cq_fair_free_dropped(void);
 extern bool cq_fair_open(int32 queue_id, int32 priority);
 extern uint64 cq_fair_claim_begin(void);
 extern int	cq_fair_pick(int32 queue_id, int32 priority, uint64 claim,
-						 int chunk, CqFairPick *picks, bool *whole);
+						 int chunk, bool fine, CqFairPick *picks,
+						 bool *whole);
 extern void cq_fair_settle(int32 queue_id, int32 priority, uint64 claim,
 						   CqFairPick *picks, int npicks, bool may_raise,
 						   bool whole);

@@ -234,28 +234,50 @@ cq_fair_set_key(CqFairSetKey *key, int32 queue_id, int32 priority)
 }
 
 /*
- * A tenant's key from its group key (NULL: the jobs without one), of at
- * most CQ_FAIR_KEY_MAX bytes (a longer one, which only a row written
- * behind claimq's back can hold, is an error).
+ * A tenant's key from its group key (NULL: the jobs without one).  False
+ * if it is longer than CQ_FAIR_KEY_MAX bytes, which only a row written
+ * behind claimq's back can be.
  */
-static void
-cq_fair_tenant_key(CqFairTenantKey *key, const CqFairSetKey *set,
-				   text *group_key)
+static bool
+cq_fair_tenant_key_ok(CqFairTenantKey *key, const CqFairSetKey *set,
+					  text *group_key)
 {
 	memset(key, 0, sizeof(CqFairTenantKey));
 	key->set = *set;
 	if (group_key == NULL)
 	{
 		key->len = -1;
-		return;
+		return true;
 	}
 	if (VARSIZE_ANY_EXHDR(group_key) > CQ_FAIR_KEY_MAX)
+		return false;
+	key->len = VARSIZE_ANY_EXHDR(group_key);
+	memcpy(key->key, VARDATA_ANY(group_key), key->len);
+	return true;
+}
+
+/* The same, a longer key an error. */
+static void
+cq_fair_tenant_key(CqFairTenantKey *key, const CqFairSetKey *set,
+				   text *group_key)
+{
+	if (!cq_fair_tenant_key_ok(key, set, group_key))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("a fair queue's group key must be at most %d bytes long",
 						CQ_FAIR_KEY_MAX)));
-	key->len = VARSIZE_ANY_EXHDR(group_key);
-	memcpy(key->key, VARDATA_ANY(group_key), key->len);
+}
+
+/* Tenants' keys in an order of their own, to find the same twice. */
+static int
+cq_fair_key_order(const void *a, const void *b)
+{
+	const CqFairTenantKey *ka = a;
+	const CqFairTenantKey *kb = b;
+
+	if (ka->len != kb->len)
+		return ka->len < kb->len ? -1 : 1;
+	return memcmp(ka->key, kb->key, Max(ka->len, 0));
 }
 
 /* Remove a tenant from its set (under the exclusive lock). */
@@ -372,16 +394,20 @@ cq_fair_free_set(CqFairSet *set)
 static CqFairNote **
 cq_fair_notes(List **list, int n)
 {
-	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
 	CqFairNote **notes = palloc(Max(n, 1) * sizeof(CqFairNote *));
 	int			level = GetCurrentTransactionNestLevel();
+	MemoryContext old;
 
+	/* The (sub)transaction's own memory: an abort of it frees them. */
 	for (int i = 0; i < n; i++)
 	{
-		notes[i] = palloc0(sizeof(CqFairNote));
+		notes[i] = MemoryContextAllocZero(CurTransactionContext,
+										  sizeof(CqFairNote));
 		notes[i]->level = level;
-		*list = lappend(*list, notes[i]);
 	}
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	for (int i = 0; i < n; i++)
+		*list = lappend(*list, notes[i]);
 	MemoryContextSwitchTo(old);
 	return notes;
 }
@@ -423,7 +449,6 @@ claimq_fair_joined(PG_FUNCTION_ARGS)
 	int			nmissing = 0;
 	CqFairSet  *set;
 	CqFairNote **notes;
-	int			nnotes = 0;
 
 	if (!cq_fair_usable() || priority != 0 || PG_ARGISNULL(2))
 		PG_RETURN_VOID();
@@ -431,74 +456,87 @@ claimq_fair_joined(PG_FUNCTION_ARGS)
 	deconstruct_array(PG_GETARG_ARRAYTYPE_P(2), TEXTOID, -1, false,
 					  TYPALIGN_INT, &elems, &elemnulls, &n);
 	tkeys = palloc(Max(n, 1) * sizeof(CqFairTenantKey));
-	weights = palloc(Max(n, 1) * sizeof(double));
-	missing = palloc0(Max(n, 1) * sizeof(bool));
 	for (int i = 0; i < n; i++)
 		cq_fair_tenant_key(&tkeys[i], &setkey,
 						   elemnulls[i] ? NULL : DatumGetTextPP(elems[i]));
 
+	/* Each tenant once (enqueue_many names one per job). */
+	if (n > 1)
+	{
+		int			kept = 1;
+
+		qsort(tkeys, n, sizeof(CqFairTenantKey), cq_fair_key_order);
+		for (int i = 1; i < n; i++)
+			if (cq_fair_key_order(&tkeys[i], &tkeys[kept - 1]) != 0)
+				tkeys[kept++] = tkeys[i];
+		n = kept;
+	}
+	weights = palloc(Max(n, 1) * sizeof(double));
+	missing = palloc0(Max(n, 1) * sizeof(bool));
+
 	/* Which are new to the set. */
 	LWLockAcquire(cq_fair->lock, LW_SHARED);
 	set = hash_search(cq_fair_sets, &setkey, HASH_FIND, NULL);
-	if (set != NULL && cq_fair_spilled(set))
-		n = 0;					/* a load will read the rows */
 	for (int i = 0; i < n; i++)
 	{
-		if (set != NULL &&
-			hash_search(cq_fair_tenant_table, &tkeys[i], HASH_FIND, NULL))
-			continue;
-		missing[i] = true;
-		nmissing++;
+		weights[i] = 1;
+		missing[i] = (set == NULL || !cq_fair_spilled(set)) &&
+			hash_search(cq_fair_tenant_table, &tkeys[i], HASH_FIND, NULL) == NULL;
+		nmissing += missing[i];
 	}
 	LWLockRelease(cq_fair->lock);
-	if (nmissing == 0)
-		PG_RETURN_VOID();
 
-	/* Their weights, read before the lock is taken again. */
-	SPI_connect();
-	for (int i = 0; i < n; i++)
+	/* The new ones' weights, read before the lock is taken again. */
+	if (nmissing > 0)
 	{
-		static SPIPlanPtr plan = NULL;
-		Oid			argtypes[2] = {INT4OID, TEXTOID};
-		Datum		values[2];
-		char		nulls[2] = "  ";
-		bool		isnull;
+		SPI_connect();
+		for (int i = 0; i < n; i++)
+		{
+			static SPIPlanPtr plan = NULL;
+			Oid			argtypes[2] = {INT4OID, TEXTOID};
+			Datum		values[2];
+			char		nulls[2] = "  ";
+			bool		isnull;
 
-		weights[i] = 1;
-		if (!missing[i])
-			continue;
-		cq_plan(&plan,
-				"SELECT w.weight::float8 FROM claimq.group_weight w"
-				" WHERE w.queue_id = $1 AND w.group_key IS NOT DISTINCT FROM $2",
-				2, argtypes);
-		values[0] = Int32GetDatum(queue_id);
-		values[1] = elems[i];
-		nulls[1] = elemnulls[i] ? 'n' : ' ';
-		cq_execute(plan, values, nulls, SPI_OK_SELECT);
-		if (SPI_processed > 0)
-			weights[i] = DatumGetFloat8(cq_spi_value(0, 1, &isnull));
+			if (!missing[i])
+				continue;
+			cq_plan(&plan,
+					"SELECT w.weight::float8 FROM claimq.group_weight w"
+					" WHERE w.queue_id = $1 AND w.group_key IS NOT DISTINCT FROM $2",
+					2, argtypes);
+			values[0] = Int32GetDatum(queue_id);
+			values[1] = tkeys[i].len < 0 ? (Datum) 0 :
+				PointerGetDatum(cstring_to_text_with_len(tkeys[i].key,
+														 tkeys[i].len));
+			nulls[1] = tkeys[i].len < 0 ? 'n' : ' ';
+			cq_execute(plan, values, nulls, SPI_OK_SELECT);
+			if (SPI_processed > 0)
+				weights[i] = DatumGetFloat8(cq_spi_value(0, 1, &isnull));
+		}
+		SPI_finish();
 	}
-	SPI_finish();
 
-	notes = cq_fair_notes(&cq_fair_joined, nmissing);
+	/*
+	 * Every tenant in the set, held while this transaction is open (a load
+	 * that does not see its row yet keeps it), and confirmed at its commit.
+	 */
+	notes = cq_fair_notes(&cq_fair_joined, n);
 	LWLockAcquire(cq_fair->lock, LW_EXCLUSIVE);
 	set = cq_fair_set(&setkey);
-	for (int i = 0; set != NULL && !cq_fair_spilled(set) && i < n; i++)
+	for (int i = 0; set != NULL && i < n; i++)
 	{
 		bool		added;
 		CqFairTenant *t;
 
-		if (!missing[i])
-			continue;
+		notes[i]->key = tkeys[i];
+		notes[i]->incarnation = 1;	/* a tenant to confirm */
+		if (cq_fair_spilled(set))
+			continue;			/* a load will read the row */
 		t = cq_fair_enter(set, &tkeys[i], weights[i], &added);
 		if (t == NULL)
-			break;
+			continue;
 		t->confirmed = true;
-		if (added)
-			t->joined_xid = GetTopTransactionIdIfAny();
-		notes[nnotes]->key = t->key;
-		notes[nnotes]->incarnation = t->incarnation;
-		nnotes++;
+		t->joined_xid = GetTopTransactionIdIfAny();
 	}
 	LWLockRelease(cq_fair->lock);
 	PG_RETURN_VOID();
@@ -646,6 +684,7 @@ cq_fair_load(const CqFairSetKey *setkey, uint64 gen)
 	int			nrows;
 	CqFairRow  *rows;
 	bool		spilled = false;
+	bool		too_long = false;
 	dlist_mutable_iter iter;
 
 	values[0] = Int32GetDatum(setkey->queue_id);
@@ -684,8 +723,9 @@ cq_fair_load(const CqFairSetKey *setkey, uint64 gen)
 		Datum		key = SPI_getbinval(tuple, desc, 1, &isnull);
 		Datum		vt;
 
-		cq_fair_tenant_key(&rows[row].key, setkey,
-						   isnull ? NULL : DatumGetTextPP(key));
+		if (!cq_fair_tenant_key_ok(&rows[row].key, setkey,
+								   isnull ? NULL : DatumGetTextPP(key)))
+			too_long = true;
 		vt = SPI_getbinval(tuple, desc, 2, &isnull);
 		rows[row].has_vt = !isnull;
 		rows[row].vt = isnull ? 0 : DatumGetFloat8(vt);
@@ -701,6 +741,13 @@ cq_fair_load(const CqFairSetKey *setkey, uint64 gen)
 		return;
 	}
 	set->loading = false;
+	if (too_long)
+	{
+		/* The statements serve a tenant whose key it cannot keep. */
+		cq_fair_spill(set);
+		LWLockRelease(cq_fair->lock);
+		return;
+	}
 	if (!set->ready)
 		set->level = Max(set->level, level);
 	for (int row = 0; row < nrows; row++)
@@ -790,28 +837,12 @@ cq_fair_open(int32 queue_id, int32 priority)
 	}
 	LWLockRelease(cq_fair->lock);
 
+	/*
+	 * A load that fails leaves the set loading: the claims go on with what it
+	 * holds, and one of them loads it again a moment later.
+	 */
 	if (gen != 0)
-	{
-		PG_TRY();
-		{
-			cq_fair_load(&setkey, gen);
-		}
-		PG_CATCH();
-		{
-			if (LWLockHeldByMe(cq_fair->lock))
-				LWLockRelease(cq_fair->lock);
-			LWLockAcquire(cq_fair->lock, LW_EXCLUSIVE);
-			set = hash_search(cq_fair_sets, &setkey, HASH_FIND, NULL);
-			if (set != NULL && set->loading && set->load_gen == gen)
-			{
-				set->loading = false;
-				set->stale = true;
-			}
-			LWLockRelease(cq_fair->lock);
-			PG_RE_THROW();
-		}
-		PG_END_TRY();
-	}
+		cq_fair_load(&setkey, gen);
 
 	LWLockAcquire(cq_fair->lock, LW_SHARED);
 	set = hash_search(cq_fair_sets, &setkey, HASH_FIND, NULL);
@@ -834,7 +865,9 @@ cq_fair_claim_begin(void)
  * A run is a quarter of the chunk (at least one job), so that a large
  * claim probes a few tenants rather than one per job: what runs add to
  * the gap between two tenants' shares, two runs, is at most half of the
- * claim (the bound allows the claim plus one).  Of equal starts, the
+ * claim (the bound allows the claim plus one).  Runs of one job (fine)
+ * once a claim has met tenants with nothing ready, so that it passes
+ * over many of them per pick.  Of equal starts, the
  * tenant that joined the set first comes first.  Each tenant's time
  * moves on by its quota at once.  Fills picks[] in order of start;
  * returns how many, and whether they are all the tenants it did not pass
@@ -842,7 +875,7 @@ cq_fair_claim_begin(void)
  */
 int
 cq_fair_pick(int32 queue_id, int32 priority, uint64 claim, int chunk,
-			 CqFairPick *picks, bool *whole)
+			 bool fine, CqFairPick *picks, bool *whole)
 {
 	CqFairSetKey setkey;
 	CqFairSet  *set;
@@ -851,7 +884,7 @@ cq_fair_pick(int32 queue_id, int32 priority, uint64 claim, int chunk,
 	dlist_iter	iter;
 	double	   *next;
 	int			seen = 0;
-	int			run = Max(1, chunk / 4);
+	int			run = fine ? 1 : Max(1, chunk / 4);
 	int			nsel = (chunk + run - 1) / run;
 	CqFairNote **notes;
 
@@ -898,6 +931,7 @@ cq_fair_pick(int32 queue_id, int32 priority, uint64 claim, int chunk,
 	{
 		picks[i].start = Max(best[i]->vt, set->level);
 		picks[i].weight = best[i]->weight;
+		picks[i].incarnation = best[i]->incarnation;
 		picks[i].quota = 0;
 		if (best[i]->key.len < 0)
 			picks[i].key = NULL;
@@ -933,11 +967,11 @@ cq_fair_pick(int32 queue_id, int32 priority, uint64 claim, int chunk,
  * whether it had a ready job at all.  Gives back the rest of each quota;
  * a tenant that gave less than its quota is passed over by this claim's
  * later picks, and one with nothing ready starts no earlier than the
- * level (it earns no credit).  If may_raise (a claim's first pick: later
- * ones pass over tenants that were only short of jobs), the level moves
- * to the least start of the tenants that had jobs (every tenant before it
- * had none), or, if the pick was whole, to the least of where those and
- * the tenants that got no quota stand now.
+ * level (it earns no credit).  If may_raise (no earlier pick of the
+ * claim met a tenant with jobs: every tenant it passed over had none),
+ * the level moves to the least start of the tenants that had jobs (every
+ * tenant before it had none), or, if the pick was whole, to the least of
+ * where those and the tenants that got no quota stand now.
  */
 void
 cq_fair_settle(int32 queue_id, int32 priority, uint64 claim,
@@ -967,7 +1001,7 @@ cq_fair_settle(int32 queue_id, int32 priority, uint64 claim,
 		if (set == NULL || !set->ready)
 			continue;
 		t = hash_search(cq_fair_tenant_table, &tkeys[i], HASH_FIND, NULL);
-		if (t == NULL)
+		if (t == NULL || t->incarnation != picks[i].incarnation)
 			continue;
 		if (unused > 0)
 		{

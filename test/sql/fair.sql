@@ -11,7 +11,7 @@ SET client_min_messages = warning;
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS claimq;
-SELECT plan(45);
+SELECT plan(47);
 
 -- n jobs of tenant t (NULL: no group key) at priority p.
 CREATE FUNCTION pg_temp.fill(q text, t text, n integer, p integer DEFAULT 0)
@@ -183,6 +183,31 @@ SELECT count(*) FROM generate_series(1, 150) g, pg_temp.fill('fo', 'o' || g, 1) 
 SELECT is(pg_temp.take('fo', 1, 100), 100::bigint, 'a claim of 100 gets 100');
 SELECT cmp_ok((SELECT count(*) FROM pg_temp.handed WHERE tenant = 'deep'), '<=', 25::bigint,
 	'and the deep tenant at most a run of a quarter of it, the others one job each');
+
+-- A tenant with nothing ready (its one job claimed) does not hold the
+-- priority's time back either: when its jobs come, it shares from then
+-- on, not repaid for the claims that served a and b meanwhile.
+TRUNCATE pg_temp.handed;
+SELECT claimq.create_queue('fz', fair => true) \gset
+SELECT pg_temp.fill('fz', 'idle', 1) \gset
+SELECT pg_temp.take('fz', 0, 1) \gset
+SELECT pg_temp.fill('fz', 'a', 50) + pg_temp.fill('fz', 'b', 50) AS filled \gset
+SELECT sum(pg_temp.take('fz', k, 1)) FROM generate_series(1, 40) k \gset
+TRUNCATE pg_temp.handed;
+SELECT pg_temp.fill('fz', 'idle', 20) \gset
+SELECT sum(pg_temp.take('fz', k, 1)) FROM generate_series(1, 12) k \gset
+SELECT cmp_ok((SELECT count(*) FROM pg_temp.handed WHERE tenant = 'idle'), '<=', 5::bigint,
+	'a tenant back from having nothing ready gets its share of the next 12 claims of 1 (at most 5), not all');
+
+-- A schedule's jobs in a fair queue have their tenant (jobs without a
+-- group key).
+SELECT claimq.create_queue('fc', fair => true) \gset
+SELECT claimq.create_schedule('fc_every', 'fc', '* * * * *') \gset
+UPDATE claimq.schedule SET next_run_at = now() - interval '1 minute' WHERE name = 'fc_every';
+SELECT claimq.fire_schedules(10) >= 1 AS fired \gset
+SELECT is((SELECT count(*) FROM claimq.fair_share s JOIN claimq.queue q USING (queue_id)
+			WHERE q.name = 'fc' AND s.group_key IS NULL), 1::bigint,
+	'a fired schedule''s job has its tenant''s share');
 
 -- A claim rolled back (here to a savepoint) charges its tenants nothing:
 -- the next claim serves the same tenant.

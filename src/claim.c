@@ -265,9 +265,10 @@ typedef enum CqClaimFilter
  * own writes), or row level security.  The caller then runs the statement.
  */
 static bool
-cq_claim_open(CqClaimRun *run, CqQueue *queue, TimestampTz now,
-			  Interval *lease, Datum worker, bool worker_null, bool start,
-			  Tuplestorestate *result, TupleDesc desc, CqLedgerCall *call)
+cq_claim_open(CqClaimRun *run, CqQueue *queue, int32 max_jobs,
+			  TimestampTz now, Interval *lease, Datum worker, bool worker_null,
+			  bool start, Tuplestorestate *result, TupleDesc desc,
+			  CqLedgerCall *call)
 {
 	Oid			job_oid = cq_job_relid();
 	Oid			state_type;
@@ -369,7 +370,7 @@ cq_claim_open(CqClaimRun *run, CqQueue *queue, TimestampTz now,
 	run->values = palloc(run->natts * sizeof(Datum));
 	run->nulls = palloc(run->natts * sizeof(bool));
 	run->replace = palloc0(run->natts * sizeof(bool));
-	run->npicked_max = 16;
+	run->npicked_max = Min(max_jobs, 1024);
 	run->picked = palloc(run->npicked_max * sizeof(HeapTuple));
 	return true;
 }
@@ -677,8 +678,8 @@ cq_claim_plain(CqQueue *queue, int32 max_jobs, TimestampTz now,
 	IndexScanDesc scan;
 	bool		found;
 
-	if (!cq_claim_open(&run, queue, now, lease, worker, worker_null, start,
-					   result, desc, call))
+	if (!cq_claim_open(&run, queue, max_jobs, now, lease, worker,
+					   worker_null, start, result, desc, call))
 		return false;
 	scan = cq_claim_index(&run, "job_ready_idx", 4);
 	cq_claim_ready_range(&run, scan, floor);
@@ -733,8 +734,8 @@ cq_claim_fair(CqQueue *queue, int32 max_jobs, TimestampTz now,
 	bool		fine = false;	/* tenants with nothing ready met */
 
 	if (!cq_fair_open(queue->queue_id, 0) ||
-		!cq_claim_open(&run, queue, now, lease, worker, worker_null, start,
-					   result, desc, call))
+		!cq_claim_open(&run, queue, max_jobs, now, lease, worker,
+					   worker_null, start, result, desc, call))
 		return false;
 	run.defer = true;
 	due = cq_claim_index(&run, "job_group_due_idx", 2);
@@ -806,39 +807,22 @@ cq_claim_fair(CqQueue *queue, int32 max_jobs, TimestampTz now,
 	/* The rest in the queue's order, charged to the jobs' tenants. */
 	if (remaining > 0)
 	{
-		int			from = run.npicked;
 		text	  **keys;
-		int		   *counts;
-		int			nkeys = 0;
 
+		/* Every round ended with its batch claimed: this one starts empty. */
 		cq_claim_ready_range(&run, ready, floor);
 		cq_claim_lock(&run, ready, remaining, CQ_CLAIM_ANY, &found);
-		keys = palloc(Max(run.npicked - from, 1) * sizeof(text *));
-		counts = palloc(Max(run.npicked - from, 1) * sizeof(int));
-		for (int i = from; i < run.npicked; i++)
+		keys = palloc(Max(run.npicked, 1) * sizeof(text *));
+		for (int i = 0; i < run.npicked; i++)
 		{
 			bool		isnull;
 			Datum		key = heap_getattr(run.picked[i], run.col.group_key,
 										   run.tupdesc, &isnull);
-			text	   *k = isnull ? NULL : DatumGetTextPP(key);
-			int			j;
 
-			for (j = 0; j < nkeys; j++)
-				if ((k == NULL && keys[j] == NULL) ||
-					(k != NULL && keys[j] != NULL &&
-					 VARSIZE_ANY_EXHDR(k) == VARSIZE_ANY_EXHDR(keys[j]) &&
-					 memcmp(VARDATA_ANY(k), VARDATA_ANY(keys[j]),
-							VARSIZE_ANY_EXHDR(k)) == 0))
-					break;
-			if (j == nkeys)
-			{
-				keys[nkeys] = k;
-				counts[nkeys++] = 0;
-			}
-			counts[j]++;
+			keys[i] = isnull ? NULL : DatumGetTextPP(key);
 		}
-		if (nkeys > 0)
-			cq_fair_charge(queue->queue_id, 0, keys, counts, nkeys);
+		if (run.npicked > 0)
+			cq_fair_charge(queue->queue_id, 0, keys, run.npicked);
 		cq_claim_write(&run);
 	}
 	cq_claim_index_end(due);

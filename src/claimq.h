@@ -344,7 +344,7 @@ extern void cq_fair_settle(int32 queue_id, int32 priority, uint64 claim,
 						   CqFairPick *picks, int npicks, bool may_raise,
 						   bool whole);
 extern void cq_fair_charge(int32 queue_id, int32 priority, text **keys,
-						   int *counts, int n);
+						   int n);
 extern void cq_fair_xact_event(XactEvent event);
 extern void cq_fair_subxact_event(SubXactEvent event);
 extern int	cq_fair_handed(CqFairHanded **out);

@@ -280,6 +280,32 @@ cq_fair_key_order(const void *a, const void *b)
 	return memcmp(ka->key, kb->key, Max(ka->len, 0));
 }
 
+/*
+ * Sort n tenants' keys and keep each once, with how many times it came in
+ * counts (if not NULL).  Returns how many are kept.
+ */
+static int
+cq_fair_unique(CqFairTenantKey *keys, int n, int *counts)
+{
+	int			kept = 0;
+
+	if (n > 1)
+		qsort(keys, n, sizeof(CqFairTenantKey), cq_fair_key_order);
+	for (int i = 0; i < n; i++)
+	{
+		if (kept == 0 || cq_fair_key_order(&keys[i], &keys[kept - 1]) != 0)
+		{
+			keys[kept] = keys[i];
+			if (counts != NULL)
+				counts[kept] = 0;
+			kept++;
+		}
+		if (counts != NULL)
+			counts[kept - 1]++;
+	}
+	return kept;
+}
+
 /* Remove a tenant from its set (under the exclusive lock). */
 static void
 cq_fair_remove(CqFairSet *set, CqFairTenant *t)
@@ -461,16 +487,7 @@ claimq_fair_joined(PG_FUNCTION_ARGS)
 						   elemnulls[i] ? NULL : DatumGetTextPP(elems[i]));
 
 	/* Each tenant once (enqueue_many names one per job). */
-	if (n > 1)
-	{
-		int			kept = 1;
-
-		qsort(tkeys, n, sizeof(CqFairTenantKey), cq_fair_key_order);
-		for (int i = 1; i < n; i++)
-			if (cq_fair_key_order(&tkeys[i], &tkeys[kept - 1]) != 0)
-				tkeys[kept++] = tkeys[i];
-		n = kept;
-	}
+	n = cq_fair_unique(tkeys, n, NULL);
 	weights = palloc(Max(n, 1) * sizeof(double));
 	missing = palloc0(Max(n, 1) * sizeof(bool));
 
@@ -1020,21 +1037,23 @@ cq_fair_settle(int32 queue_id, int32 priority, uint64 claim,
 
 /*
  * Jobs handed out outside the share (a claim's fill in the queue's order,
- * once its tenants had no more to give): counts[i] jobs charged to tenant
- * keys[i] (NULL: the jobs without a group key).
+ * once its tenants had no more to give), one key per job (NULL: the jobs
+ * without a group key): each tenant charged for its jobs at once.
  */
 void
-cq_fair_charge(int32 queue_id, int32 priority, text **keys, int *counts,
-			   int n)
+cq_fair_charge(int32 queue_id, int32 priority, text **keys, int n)
 {
 	CqFairSetKey setkey;
 	CqFairTenantKey *tkeys = palloc(Max(n, 1) * sizeof(CqFairTenantKey));
+	int		   *counts = palloc(Max(n, 1) * sizeof(int));
 	CqFairSet  *set;
-	CqFairNote **notes = cq_fair_notes(&cq_fair_charges, n);
+	CqFairNote **notes;
 
 	cq_fair_set_key(&setkey, queue_id, priority);
 	for (int i = 0; i < n; i++)
 		cq_fair_tenant_key(&tkeys[i], &setkey, keys[i]);
+	n = cq_fair_unique(tkeys, n, counts);
+	notes = cq_fair_notes(&cq_fair_charges, n);
 	LWLockAcquire(cq_fair->lock, LW_EXCLUSIVE);
 	set = hash_search(cq_fair_sets, &setkey, HASH_FIND, NULL);
 	for (int i = 0; set != NULL && set->ready && i < n; i++)
@@ -1199,8 +1218,11 @@ cq_fair_handed(CqFairHanded **out)
 	*out = NULL;
 	if (!cq_fair_usable())
 		return 0;
-	*out = palloc(Max(cq_fair_tenants, 1) * sizeof(CqFairHanded));
-	max = cq_fair_tenants;
+	/* Room for the tenants there are now; any added meanwhile wait a scrape. */
+	LWLockAcquire(cq_fair->lock, LW_SHARED);
+	max = cq_fair->ntenants;
+	LWLockRelease(cq_fair->lock);
+	*out = palloc(Max(max, 1) * sizeof(CqFairHanded));
 	LWLockAcquire(cq_fair->lock, LW_SHARED);
 	hash_seq_init(&status, cq_fair_tenant_table);
 	while ((t = hash_seq_search(&status)) != NULL)

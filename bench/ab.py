@@ -23,6 +23,7 @@ import sys
 
 def main(rev_label, cur_label, d):
     runs = {}       # (profile, variant, method, clients, batch) -> build -> [ratio, ...]
+    sustained = []  # (profile, build, one sustained run)
     wal = {}
     for path in sorted(glob.glob(os.path.join(d, "*.json"))):
         m = re.match(r"^(rev|cur)-(\d+)-(\w+)\.json$", os.path.basename(path))
@@ -32,7 +33,9 @@ def main(rev_label, cur_label, d):
         with open(path) as f:
             data = json.load(f)
         methods = {}
-        for c in data["results"]["cells"]:
+        for r in data["results"].get("extras", {}).get("sustained_runs", []):
+            sustained.append((profile, build, r))
+        for c in data["results"].get("cells", []):
             methods[(c["variant"], c["method"], c["clients"], c["batch"])] = c
         for (variant, method, clients, batch), c in methods.items():
             if not method.startswith(("claimq-", "portable-")):
@@ -44,7 +47,11 @@ def main(rev_label, cur_label, d):
             runs.setdefault(key, {}).setdefault(build, []).append(float(c["jobs_per_s"]) / float(ref["jobs_per_s"]))
             if c.get("wal_per_job"):
                 wal.setdefault(key, {}).setdefault(build, []).append(float(c["wal_per_job"]))
+    if sustained:
+        print_sustained(sustained, rev_label, cur_label)
     if not runs:
+        if sustained:
+            return 0
         print("ab.py: no results in %s" % d)
         return 1
     print()
@@ -69,6 +76,35 @@ def main(rev_label, cur_label, d):
             "%.2f×" % ma if ma else "-", "%.2f×" % mb if mb else "-",
             "%.3f" % (mb / ma) if ma and mb else "-", wa, wb))
     return 0
+
+
+def print_sustained(sustained, rev_label, cur_label):
+    """Each build's sustained runs at the same offered rate, and their
+    means: what a build costs the server per job while it keeps up."""
+    print()
+    print("### A/B: sustained runs; %s against %s" % (cur_label, rev_label))
+    print()
+    print("| profile | build | offered/s | completed/s | most ready | ready at end | WAL B/job "
+          "| server CPU ms per 1,000 jobs | heap-only updates | MB at end |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    label = {"rev": rev_label, "cur": cur_label}
+    keys = sorted({(p, b) for p, b, _ in sustained})
+    for profile, build in keys:
+        rs = [r for p, b, r in sustained if (p, b) == (profile, build)]
+        for r in rs:
+            print("| %s | %s | %d | %.0f | %d | %d | %d | %.0f | %.0f%% | %.1f |" % (
+                profile, label[build], r["rate"], r["completed_per_s"], r["most_ready"],
+                r["ready_at_end"], r["wal_per_job"], r["cpu_ms_per_1000"],
+                100 * r.get("hot_share", 0.0), r["size_at_end"] / 1048576.0))
+        print("| %s | %s, mean | | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f%% | %.1f |" % (
+            profile, label[build],
+            statistics.mean(r["completed_per_s"] for r in rs),
+            statistics.mean(r["most_ready"] for r in rs),
+            statistics.mean(r["ready_at_end"] for r in rs),
+            statistics.mean(r["wal_per_job"] for r in rs),
+            statistics.mean(r["cpu_ms_per_1000"] for r in rs),
+            100 * statistics.mean(r.get("hot_share", 0.0) for r in rs),
+            statistics.mean(r["size_at_end"] for r in rs) / 1048576.0))
 
 
 if __name__ == "__main__":

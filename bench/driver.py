@@ -75,6 +75,15 @@ def parse_args(argv):
                    default=int(os.environ["BENCH_SUSTAIN_RATE"]) if os.environ.get("BENCH_SUSTAIN_RATE") else None,
                    help="jobs/s the producers offer in the sustained run "
                         "(env BENCH_SUSTAIN_RATE; default: half the measured consumer rate)")
+    p.add_argument("--sustain-methods", default="claimq",
+                   help="comma-separated methods of the sustained run: claimq, baseline (the "
+                        "hand-written queue), hot (the same on the write-less layout) "
+                        "(default claimq)")
+    p.add_argument("--sustain-load", type=float, default=0.5,
+                   help="without --sustain-rate, offer this share of what the slowest "
+                        "sustained method's consumers do alone (default 0.5)")
+    p.add_argument("--sustain-rounds", type=int, default=1,
+                   help="sustained runs of each method, the order turned each round (default 1)")
     p.add_argument("--json", metavar="FILE", help="also write every measurement to FILE")
     p.add_argument("--charts", metavar="DIR",
                    help="draw the results as PNG charts into DIR (python3-matplotlib)")
@@ -120,6 +129,14 @@ def parse_args(argv):
     if a.profile == "default":
         # What the server says, as a user who changed nothing gets it.
         a.sync = ["default"]
+    a.sustain_methods = a.sustain_methods.split(",")
+    for m in a.sustain_methods:
+        if m not in ("claimq", "baseline", "hot"):
+            p.error("unknown sustained method %r (have claimq, baseline, hot)" % m)
+    if not 0 < a.sustain_load <= 2:
+        p.error("--sustain-load takes a share between 0 and 2")
+    if a.sustain_rounds < 1:
+        p.error("--sustain-rounds takes a positive number")
     a.methods = a.methods.split(",") if a.methods else list(METHODS)
     for m in a.methods:
         if m not in METHODS:
@@ -378,11 +395,17 @@ def on_bench_job(method):
     return method.startswith("baseline") or method == "oracle"
 
 
+def lease_table():
+    """claimq.lease, in a build with the write-less layout (a lease row per
+    claim call); nothing in one without."""
+    return ["claimq.lease"] if q("SELECT to_regclass('claimq.lease') IS NOT NULL") else []
+
+
 def tables_of(method):
     if on_bench_job(method):
         return ["bench.job"]
     if edition(method):
-        return ["claimq.job", "claimq.queue"]
+        return ["claimq.job", "claimq.queue"] + lease_table()
     if method == "floor":
         return ["bench.floor"]
     if method == "hot":
@@ -404,7 +427,7 @@ def reset_and_load(method, pool, batch):
     if on_bench_job(method):
         DB.execute("TRUNCATE bench.job")
     elif edition(method):
-        DB.execute("TRUNCATE claimq.job")
+        DB.execute("TRUNCATE " + ", ".join(["claimq.job"] + lease_table()))
     elif method == "floor":
         DB.execute("TRUNCATE bench.floor")
     elif method == "hot":
@@ -1376,55 +1399,140 @@ def run_reclaim():
 # ---------------------------------------------------------------------------
 # Sustained: producers and consumers together for minutes.
 
+# The sustained run's methods: what produces, what consumes, and, for the
+# plain-SQL layouts, what reclaims (claimq's own reclaimer runs in the
+# server).  "baseline" is the hand-written queue on the baseline's table,
+# "hot" the same statements on the write-less layout's (bench.hjob, a
+# lease row per claim call in bench.hlease): the two layouts compared by
+# the same SQL, beside claimq on its own layout.
+SUSTAIN = {
+    "claimq": {"produce": "sustain_produce.sql", "consume": "sustain_consume.sql",
+               "reclaim": None, "tables": ["claimq.job"], "calibrate": "claimq-lease",
+               "seq": "claimq.job_id_seq", "job": "claimq.job"},
+    "baseline": {"produce": "sustain_produce_baseline.sql",
+                 "consume": "sustain_consume_baseline.sql",
+                 "reclaim": "sustain_reclaim_baseline.sql", "tables": ["bench.job"],
+                 "calibrate": "baseline-lease", "seq": "bench.job_id_seq", "job": "bench.job"},
+    "hot": {"produce": "sustain_produce_hot.sql", "consume": "sustain_consume_hot.sql",
+            "reclaim": "sustain_reclaim_hot.sql", "tables": ["bench.hjob", "bench.hlease"],
+            "calibrate": "hot", "seq": "bench.job_id_seq", "job": "bench.hjob"},
+}
+
+
 def run_sustained():
-    secs = ARGS.sustain_seconds
+    """Producers at a fixed rate and consumers together, autovacuum on, for
+    each method of --sustain-methods, --sustain-rounds times, the order of
+    the methods turned by one each round.  Every method of one invocation
+    is offered the same rate."""
     set_sync(PART_SYNC)
-    DB.execute("ALTER TABLE claimq.job SET (autovacuum_enabled = true)")
-    cons_clients, prod_clients, batch = 4, 2, 10
-    say()
-    # Consumer capacity, for the default offered load.
+    methods = ARGS.sustain_methods
+    cons_clients, batch = 4, 10
     rate = ARGS.sustain_rate
     if not rate:
-        cal = run_cell(PART_SYNC, "claimq-lease", cons_clients, batch, 150000)
-        rate = int(cal["jobs_per_s"] * 0.5)
-        log("consumers alone: %s jobs/s; offering %d jobs/s" % (fmt_rate(cal["jobs_per_s"]), rate))
-    DB.execute("TRUNCATE claimq.job")
-    DB.execute("SELECT bench.load_claimq('bench', 10000)")
-    DB.execute("VACUUM (ANALYZE) claimq.job")
-    say("== sustained: %d s, %d producer clients offering %d jobs/s (enqueue_many of %d), "
-        "%d consumer clients (claim %d with wait => '1 second', then complete, lease flow); "
+        # A share (--sustain-load) of what the slowest method's consumers
+        # do alone.
+        caps = {}
+        for m in methods:
+            cal = run_cell(PART_SYNC, SUSTAIN[m]["calibrate"], cons_clients, batch, 150000)
+            caps[m] = cal["jobs_per_s"]
+            log("%s consumers alone: %s jobs/s" % (m, fmt_rate(caps[m])))
+        rate = int(min(caps.values()) * ARGS.sustain_load)
+        log("offering %d jobs/s" % rate)
+    runs = []
+    for r in range(ARGS.sustain_rounds):
+        k = r % len(methods)
+        for m in methods[k:] + methods[:k]:
+            runs.append(sustained_once(m, rate, r + 1))
+    if runs:
+        say()
+        say("### Sustained runs, %d jobs/s offered" % rate)
+        say()
+        say("| method | round | completed/s | last minute | most ready | ready at end "
+            "| WAL B/job | server CPU ms per 1,000 jobs | heap-only updates | MB at end |")
+        say("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for x in runs:
+            say("| %s | %d | %s | %s | %s | %s | %d | %d | %.0f%% | %s |" % (
+                x["method"], x["round"], fmt_rate(x["completed_per_s"]),
+                fmt_rate(x["per_minute"][-1]["done"]) if x["per_minute"] else "-",
+                "{:,}".format(x["most_ready"]), "{:,}".format(x["ready_at_end"]),
+                x["wal_per_job"], x["cpu_ms_per_1000"], 100 * x["hot_share"],
+                mb(x["size_at_end"])))
+    RESULTS["extras"]["sustained_runs"] = runs
+    # The charts draw claimq's first run, as before there were several.
+    first = [x for x in runs if x["method"] == "claimq"] or runs
+    RESULTS["extras"]["sustained"] = first[0]
+
+
+def sustained_once(method, rate, round_no):
+    m = dict(SUSTAIN[method])
+    if method == "claimq":
+        m["tables"] = m["tables"] + lease_table()
+    secs = ARGS.sustain_seconds
+    prod_clients, cons_clients, batch = 2, 4, 10
+    for t in m["tables"]:
+        DB.execute("ALTER TABLE %s SET (autovacuum_enabled = true)" % t)
+    for t in m["tables"]:
+        DB.execute("TRUNCATE %s" % t)
+    if method == "claimq":
+        DB.execute("SELECT bench.load_claimq('bench', 10000)")
+        qid = q("SELECT queue_id FROM claimq.queue WHERE name = 'bench'")
+    else:
+        DB.execute("SELECT bench.load_jobs(10000, tab => %s)", (m["job"],))
+        qid = 1
+    for t in m["tables"]:
+        DB.execute("VACUUM (ANALYZE) %s" % t)
+    DB.execute("CHECKPOINT")
+    say()
+    say("== sustained (%s, round %d): %d s, %d producer clients offering %d jobs/s "
+        "(batches of %d), %d consumer clients (claim %d%s, then complete, lease flow)%s; "
         "autovacuum on, synchronous_commit = %s"
-        % (secs, prod_clients, rate, batch, cons_clients, batch, sync_label(PART_SYNC)))
-    qid = q("SELECT queue_id FROM claimq.queue WHERE name = 'bench'")
+        % (method, round_no, secs, prod_clients, rate, batch, cons_clients, batch,
+           " with wait => '1 second'" if method == "claimq"
+           else ", 10 ms pause when none is ready",
+           "" if method == "claimq" else "; a reclaimer once a second",
+           sync_label(PART_SYNC)))
+    size_sql = " + ".join("pg_total_relation_size('%s')" % t for t in m["tables"])
+    done_sql = ("(SELECT completed FROM claimq.counters WHERE queue = 'bench'"
+                " AND database = current_database())" if method == "claimq"
+                else "(SELECT last_value FROM %s) - (SELECT count(*) FROM %s)"
+                % (m["seq"], m["job"]))
 
     def sample():
-        r = rows("SELECT (SELECT completed FROM claimq.counters WHERE queue = 'bench' AND database = current_database()),"
-                 " (SELECT last_value FROM claimq.job_id_seq),"
-                 " (SELECT count(*) FROM claimq.job WHERE queue_id = %s AND state = 'pending'),"
-                 " pg_total_relation_size('claimq.job'), pg_relation_size('claimq.job'),"
+        r = rows("SELECT %s, (SELECT last_value FROM %s),"
+                 " (SELECT count(*) FROM %s WHERE queue_id = %%s AND state = 'pending'),"
+                 " %s, pg_relation_size('%s'),"
                  " pg_current_wal_lsn() - '0/0'::pg_lsn,"
-                 " (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'claimq.job'::regclass),"
-                 " (SELECT autovacuum_count FROM pg_stat_user_tables WHERE relid = 'claimq.job'::regclass)",
+                 " (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = '%s'::regclass),"
+                 " (SELECT autovacuum_count FROM pg_stat_user_tables WHERE relid = '%s'::regclass)"
+                 % (done_sql, m["seq"], m["job"], size_sql, m["job"], m["job"], m["job"]),
                  (qid,))[0]
         hist = dict(rows("SELECT bucket, samples FROM claimq.latency_histogram()"
-                         " WHERE queue = 'bench' AND kind = 'wait'"))
-        return [time.time()] + [int(x or 0) for x in r] + [hist]
+                         " WHERE queue = 'bench' AND kind = 'wait'")) if method == "claimq" else {}
+        upd = rows("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+                   " WHERE relid = '%s'::regclass" % m["job"])[0]
+        return [time.time()] + [int(x or 0) for x in r] + [hist] + [int(x or 0) for x in upd]
 
+    cpu0 = server_cpu()
     samples = [sample()]
-    cons = pgbench("sustain_consume.sql", cons_clients, secs, batch, progress=60)
-    prod = pgbench("sustain_produce.sql", prod_clients, secs, batch, rate=rate / batch)
+    cons = pgbench(m["consume"], cons_clients, secs, batch, progress=60)
+    prod = pgbench(m["produce"], prod_clients, secs, batch, rate=rate / batch)
+    recl = pgbench(m["reclaim"], 1, secs, rate=1) if m["reclaim"] else None
     end = time.time() + secs + 2
     while time.time() < end:
         time.sleep(1)
         samples.append(sample())
     rc = pgbench_result(cons)
     pgbench_result(prod)
+    if recl:
+        pgbench_result(recl)
     samples.append(sample())
+    cpu = server_cpu() - cpu0
     if ARGS.profile != "default":
-        DB.execute("ALTER TABLE claimq.job SET (autovacuum_enabled = false)")
+        for t in m["tables"]:
+            DB.execute("ALTER TABLE %s SET (autovacuum_enabled = false)" % t)
     prog = re.findall(r"progress: ([\d.]+) s, ([\d.]+) tps, lat ([\d.]+) ms", rc["output"])
     say()
-    say("| minute | enqueued/s | completed/s | ready at end | claimq.job MB (heap) at end | WAL MB | consumer txn ms | autovacuums |")
+    say("| minute | enqueued/s | completed/s | ready at end | job table MB (heap) at end | WAL MB | consumer txn ms | autovacuums |")
     say("|---:|---:|---:|---:|---:|---:|---:|---:|")
     t_start = samples[0][0]
     per_min = []
@@ -1464,9 +1572,44 @@ def run_sustained():
         per_sec.append({"t": round(b[0] - samples[0][0], 1), "completed": (b[1] - a[1]) / dt,
                         "enqueued": (b[2] - a[2]) / dt, "ready": b[3],
                         "size_mb": b[4] / 1048576.0, "wait_p99_ms": p99})
-    RESULTS["extras"]["sustained"] = {"rate": rate, "per_minute": per_min,
-                                      "per_second": per_sec,
-                                      "samples": [x[:9] for x in samples]}
+    first, last = samples[0], samples[-1]
+    completed = last[1] - first[1]
+    return {"method": method, "round": round_no, "rate": rate, "per_minute": per_min,
+            "per_second": per_sec, "samples": [x[:9] for x in samples],
+            "completed_per_s": completed / (last[0] - first[0]),
+            "most_ready": max(x[3] for x in samples), "ready_at_end": last[3],
+            "wal_per_job": int((last[6] - first[6]) / completed) if completed else 0,
+            "latency_ms": rc["latency_ms"], "size_at_end": last[4],
+            "cpu_s": cpu, "cpu_ms_per_1000": 1e6 * cpu / completed if completed else 0.0,
+            "hot_share": ((last[11] - first[11]) / float(last[10] - first[10])
+                          if last[10] > first[10] else 0.0)}
+
+
+def server_cpu():
+    """CPU seconds the server has used so far: the postmaster's, its
+    children's that have exited (cutime, cstime) and those alive.  Only the
+    server's work, not pgbench's; autovacuum and the WAL writer included."""
+    tick = os.sysconf("SC_CLK_TCK")
+    datadir = q("SHOW data_directory")
+    with open(os.path.join(datadir, "postmaster.pid")) as f:
+        pm = int(f.readline())
+
+    def stat(pid):
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()
+
+    st = stat(pm)
+    total = sum(int(x) for x in st[11:15])     # utime stime cutime cstime
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            st = stat(int(d))
+        except OSError:
+            continue
+        if int(st[1]) == pm:
+            total += int(st[11]) + int(st[12])
+    return total / float(tick)
 
 
 # ---------------------------------------------------------------------------
@@ -1511,7 +1654,7 @@ def header():
 
 def prepare_profile():
     if ARGS.profile == "default":
-        for t in ("bench.job", "bench.floor", "claimq.job"):
+        for t in ("bench.job", "bench.floor", "bench.hjob", "bench.hlease", "claimq.job"):
             DB.execute("ALTER TABLE %s RESET (autovacuum_enabled)" % t)
         if PORTABLE_DB:
             with on_database(PORTABLE_DB):

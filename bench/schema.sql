@@ -177,6 +177,7 @@ AS $$
 		WHEN method LIKE 'baseline%' OR method = 'oracle' THEN pg_total_relation_size('bench.job')
 		WHEN method LIKE 'claimq%' OR method LIKE 'portable%'
 			THEN pg_total_relation_size('claimq.job')
+				+ coalesce(pg_total_relation_size(to_regclass('claimq.lease')), 0)
 		WHEN method = 'floor' THEN pg_total_relation_size('bench.floor')
 		WHEN method = 'hot' THEN pg_total_relation_size('bench.hjob')
 			+ pg_total_relation_size('bench.hlease')

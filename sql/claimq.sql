@@ -296,69 +296,48 @@ ALTER SEQUENCE claimq.job_id_seq OWNED BY claimq.job.job_id;
 -- @include queue-changed.sql
 
 /*
- * The write-less layout: no index of claimq.job names a column that a
- * claim, a start or an extend changes (state, token, worker, attempts,
- * claimed_at, started_at, expires_at), so that each is a heap-only update:
- * the new version beside the old one on its page, no index entry written.
- * Live jobs are told from finished ones by finished_at, which done, dead
- * and cancelled jobs have and no other job has; a job's state is read
- * from its row.  Claimed and running jobs are found by expiry through
- * claimq.lease, a row per call that set an expiry.  Pages are filled to 40%
- * on insert, so that a claim finds room for its versions beside them.
- */
-ALTER TABLE claimq.job SET (fillfactor = 40);
-
-/*
- * The claim's order: a queue's live jobs that no group limit holds back,
- * by priority, then due time, then id; claimed, running and waiting jobs
- * are in it too, and the claim passes them by their row's state.
+ * The claim's order: a queue's pending jobs that no group limit holds
+ * back, by priority, then due time, then id.
  */
 CREATE INDEX job_ready_idx ON claimq.job
 	(queue_id, priority DESC, run_at, job_id)
-	WHERE finished_at IS NULL AND NOT held;
+	WHERE state OPERATOR(pg_catalog.=) 'pending' AND NOT held;
+
+/*
+ * Jobs in flight by lease, queue first, so that a claim of a queue with
+ * max_in_flight counts that queue's jobs in flight and no other's.  The
+ * reclaimer, which looks for expired leases of every queue, reads all of
+ * it, as many entries as jobs are claimed or running.
+ */
+CREATE INDEX job_lease_idx ON claimq.job (queue_id, expires_at)
+	WHERE expires_at IS NOT NULL;
 
 /* A live job's dedup key is unique in its queue. */
 
 CREATE UNIQUE INDEX job_dedup_idx ON claimq.job (queue_id, dedup_key)
-	WHERE dedup_key IS NOT NULL AND finished_at IS NULL;
+	WHERE dedup_key IS NOT NULL
+	  AND state OPERATOR(pg_catalog.=) ANY ('{waiting,pending,claimed,running}'::text[]);
 
 /*
- * Finished jobs by age, for the reclaimer's pruning; and held jobs, which
- * job_ready_idx leaves out (drop_queue).
+ * Finished jobs by age, for the reclaimer's pruning; and waiting and held
+ * jobs, which no other index led by queue_id holds (drop_queue).
  */
-CREATE INDEX job_finished_idx ON claimq.job (queue_id, finished_at)
-	WHERE finished_at IS NOT NULL OR held;
+CREATE INDEX job_finished_idx ON claimq.job (queue_id, state, finished_at)
+	WHERE state OPERATOR(pg_catalog.=) ANY ('{done,dead,cancelled,waiting}'::text[])
+	   OR held;
 
 /*
  * A group's live jobs, the free ones (in flight, or pending and not held)
  * first, in id order: the group's FIFO order and its slot count.  Only
- * jobs with a group key are in it; waiting ones too, passed by state.
+ * jobs with a group key are in it.
  */
 CREATE INDEX job_group_idx ON claimq.job (queue_id, group_key, held, job_id)
-	WHERE group_key IS NOT NULL AND finished_at IS NULL;
+	WHERE group_key IS NOT NULL
+	  AND state OPERATOR(pg_catalog.=) ANY ('{pending,claimed,running}'::text[]);
 
-/* A group's live jobs in the order of group_limit: due first. */
+/* A group's pending jobs in the order of group_limit: due first. */
 CREATE INDEX job_group_due_idx ON claimq.job (queue_id, group_key, run_at, job_id)
-	WHERE group_key IS NOT NULL AND finished_at IS NULL;
-
-/*
- * Leases.  Each row says: these jobs of this queue were given this expiry.
- * A job's own expires_at is the truth; a row only tells the reclaimer when
- * to look.  Every call that sets an expiry (claim, start, extend) adds a
- * row with that expiry, so that each claimed or running job has a row due
- * at its expiry.  The reclaimer deletes a due row once none of its jobs is
- * still held with an expiry passed; rows of jobs settled meanwhile just go
- * then.
- */
-CREATE TABLE claimq.lease (
-	queue_id		integer NOT NULL,
-	expires_at		timestamptz NOT NULL,
-	job_ids			bigint[] NOT NULL
-);
-
-CREATE INDEX lease_expiry_idx ON claimq.lease (expires_at);
-
-REVOKE ALL ON claimq.lease FROM PUBLIC;
+	WHERE group_key IS NOT NULL AND state OPERATOR(pg_catalog.=) 'pending';
 
 /* The jobs that run after a set of jobs (section 8). */
 CREATE INDEX job_after_set_idx ON claimq.job (after_set)
@@ -480,7 +459,6 @@ SELECT pg_catalog.pg_extension_config_dump('claimq.queue', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.key_claim', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.queue_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.job', '');
-SELECT pg_catalog.pg_extension_config_dump('claimq.lease', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.job_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.token_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('claimq.schedule', '');

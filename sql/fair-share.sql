@@ -700,12 +700,7 @@ BEGIN
 				   started_at = CASE WHEN claim_fair.start THEN claim_fair.now END
 			 WHERE j.ctid OPERATOR(pg_catalog.=) ANY (picked)
 			RETURNING j.job_id, j.token, j.payload, j.attempts, j.priority,
-					  j.enqueued_at, j.expires_at, j.headers, j.run_at),
-			lse AS (
-			INSERT INTO claimq.lease (queue_id, expires_at, job_ids)
-			SELECT qid, claim_fair.now OPERATOR(pg_catalog.+) claim_fair.lease,
-				   pg_catalog.array_agg(u.job_id)
-			  FROM upd u HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0)
+					  j.enqueued_at, j.expires_at, j.headers, j.run_at)
 			SELECT * FROM upd;
 			GET DIAGNOSTICS got = ROW_COUNT;
 			remaining := remaining OPERATOR(pg_catalog.-) got;

@@ -247,9 +247,6 @@ typedef struct CqClaimRun
 	uint64		claimed;
 	TimestampTz last_run_at;
 	int64		last_job_id;
-	int64	   *lease_ids;		/* claimed, for the call's lease row */
-	int			nlease;
-	int			nlease_max;
 } CqClaimRun;
 
 /* Which rows an index scan's visible versions give a claim. */
@@ -438,22 +435,6 @@ cq_claim_ready_range(CqClaimRun *run, IndexScanDesc scan, const CqFloor *floor)
 }
 
 /*
- * Whether the row in slot is pending.  The indexes the claim reads hold
- * every live job (no index names the state, so that a claim is a
- * heap-only update), and the state is read from the row.
- */
-static inline bool
-cq_claim_pending(CqClaimRun *run, TupleTableSlot *slot)
-{
-	bool		isnull;
-	text	   *state = DatumGetTextPP(slot_getattr(slot, run->col.state,
-													&isnull));
-
-	return VARSIZE_ANY_EXHDR(state) == 7 &&
-		memcmp(VARDATA_ANY(state), "pending", 7) == 0;
-}
-
-/*
  * Lock up to want rows of the scan whose visible versions pass the filter,
  * adding them to the run's batch; *found tells whether any passed.
  * Returns how many it locked.
@@ -473,8 +454,6 @@ cq_claim_lock(CqClaimRun *run, IndexScanDesc scan, int want,
 		bool		isnull;
 
 		CHECK_FOR_INTERRUPTS();
-		if (!cq_claim_pending(run, run->scanslot))
-			continue;			/* claimed, running or waiting: in the index */
 		if (filter != CQ_CLAIM_ANY &&
 			DatumGetInt32(slot_getattr(run->scanslot, run->col.priority,
 									   &isnull)) != 0)
@@ -637,14 +616,6 @@ cq_claim_write(CqClaimRun *run)
 		}
 		else
 			tuplestore_putvalues(run->result, run->desc, ret, retnull);
-		if (run->nlease == run->nlease_max)
-		{
-			run->nlease_max = Max(16, run->nlease_max * 2);
-			run->lease_ids = run->lease_ids == NULL ?
-				palloc(run->nlease_max * sizeof(int64)) :
-				repalloc(run->lease_ids, run->nlease_max * sizeof(int64));
-		}
-		run->lease_ids[run->nlease++] = DatumGetInt64(values[col->job_id - 1]);
 		cq_note_claimed(run->call, run->queue->queue_id, run->start, run->now,
 						run_at, DatumGetTimestampTz(values[col->enqueued_at - 1]));
 		run->last_run_at = run_at;
@@ -675,9 +646,6 @@ cq_claim_close(CqClaimRun *run)
 	for (int i = 0; i < run->nout; i++)
 		tuplestore_putvalues(run->result, run->desc, run->out[i].values,
 							 run->out[i].nulls);
-
-	cq_lease_note(run->queue->queue_id, run->expires_at, run->lease_ids,
-				  run->nlease);
 
 	ExecDropSingleTupleTableSlot(run->scanslot);
 	ExecDropSingleTupleTableSlot(run->lockslot);
@@ -945,12 +913,10 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 					  "WITH RECURSIVE prio(p) AS ("
 					  "    SELECT pg_catalog.min(j.priority) FROM claimq.job j"
 					  "     WHERE j.queue_id = $1 AND j.state = 'pending' AND NOT j.held"
-					  "       AND j.finished_at IS NULL"
 					  "  UNION ALL"
 					  "    SELECT (SELECT pg_catalog.min(j.priority) FROM claimq.job j"
 					  "             WHERE j.queue_id = $1 AND j.state = 'pending'"
-					  "               AND NOT j.held AND j.priority > prio.p"
-					  "               AND j.finished_at IS NULL)"
+					  "               AND NOT j.held AND j.priority > prio.p)"
 					  "      FROM prio WHERE prio.p IS NOT NULL"
 					  "), picked AS MATERIALIZED ("
 					  "  SELECT c.ctid"
@@ -958,18 +924,13 @@ cq_claim_batch(CqQueue *queue, int32 max_jobs, Interval *lease,
 					  "           ORDER BY prio.p DESC) prio CROSS JOIN LATERAL ("
 					  "      SELECT j.ctid FROM claimq.job j"
 					  "       WHERE j.queue_id = $1 AND j.state = 'pending' AND NOT j.held"
-					  "         AND j.finished_at IS NULL"
 					  "         AND j.priority = prio.p AND j.run_at <= $3"
 					  "         AND (j.run_at, j.job_id) >= ($8, $9)"
 					  "       ORDER BY j.run_at, j.job_id"
 					  "       LIMIT $2"
 					  "       FOR UPDATE SKIP LOCKED) c"
 					  "   LIMIT $2"
-					  "), upd AS (" CQ_CLAIM_PICKED "), lse AS ("
-					  "  INSERT INTO claimq.lease (queue_id, expires_at, job_ids)"
-					  "  SELECT $1, $3 + $4, pg_catalog.array_agg(u.job_id) FROM upd u"
-					  "  HAVING pg_catalog.count(*) > 0"
-					  ")"
+					  "), upd AS (" CQ_CLAIM_PICKED ")"
 					  " SELECT u.job_id, u.token, u.payload, u.attempts, u.priority,"
 					  "        u.enqueued_at, u.expires_at, u.headers, u.run_at,"
 					  "        (SELECT pg_catalog.min(prio.p) FROM prio),"

@@ -306,10 +306,6 @@ extern void cq_floor_lower(Oid dboid, Oid relid, int32 queue_id,
 extern void cq_floor_drop_database(Oid dboid);
 extern Oid	cq_job_relid(void);
 
-/* lease.c */
-extern void cq_lease_note(int32 queue_id, TimestampTz expires_at,
-						  const int64 *ids, int n);
-
 /* Fair queues' shares in shared memory (fair.c) */
 #define CQ_FAIR_KEY_MAX		200 /* bytes of a group key */
 

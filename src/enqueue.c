@@ -231,7 +231,7 @@ cq_live_job_for_key(int32 queue_id, Datum key)
 	cq_plan(&plan,
 			"SELECT j.job_id FROM claimq.job j"
 			" WHERE j.queue_id = $1 AND j.dedup_key = $2"
-			"   AND j.finished_at IS NULL",
+			"   AND j.state = ANY (" CQ_LIVE_STATES ")",
 			2, argtypes);
 	values[0] = Int32GetDatum(queue_id);
 	values[1] = key;
@@ -271,7 +271,7 @@ cq_enqueue_one(CqEnqueueArgs *args, Datum payload, Datum key, bool key_null,
 			"         CASE WHEN $11 = 'cancelled' THEN $4 END, $12, $13, $14,"
 			"         claimq.checked_headers($15, 'headers'))"
 			" ON CONFLICT (queue_id, dedup_key)"
-			"   WHERE dedup_key IS NOT NULL AND finished_at IS NULL"
+			"   WHERE dedup_key IS NOT NULL AND state = ANY (" CQ_LIVE_STATES ")"
 			" DO NOTHING"
 			" RETURNING j.job_id",
 			15, argtypes);
@@ -640,7 +640,7 @@ claimq_enqueue_many(PG_FUNCTION_ARGS)
 			"   WHERE $11 <> 'cancelled' OR i.dedup_key IS NULL"
 			"   ORDER BY i.dedup_key COLLATE \"C\", i.ord"
 			"  ON CONFLICT (queue_id, dedup_key)"
-			"    WHERE dedup_key IS NOT NULL AND finished_at IS NULL"
+			"    WHERE dedup_key IS NOT NULL AND state = ANY (" CQ_LIVE_STATES ")"
 			"  DO NOTHING"
 			"  RETURNING j.job_id"
 			")"

@@ -31,8 +31,6 @@
 
 PG_FUNCTION_INFO_V1(claimq_reclaim);
 
-static void cq_lease_forget(int32 queue_id, int32 max_jobs, Datum now);
-
 #define CQ_RECLAIM_DEAD \
 	"(j.state = 'running'" \
 	" AND j.attempts >= COALESCE(j.max_attempts, q.max_attempts))"
@@ -57,17 +55,11 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 	uint64		nrows;
 
 	cq_plan(&plan,
-			"WITH due AS MATERIALIZED ("
-			"  SELECT l.job_ids FROM claimq.lease l"
-			"   WHERE l.expires_at < $3"
-			"     AND ($1 = 0 OR l.queue_id = $1)"
-			"   ORDER BY l.expires_at"
-			"   LIMIT $2"
-			"), cand AS MATERIALIZED ("
+			"WITH cand AS MATERIALIZED ("
 			"  SELECT j.job_id FROM claimq.job j"
-			"   WHERE j.job_id = ANY (ARRAY(SELECT pg_catalog.unnest(d.job_ids)"
-			"                                 FROM due d))"
-			"     AND j.expires_at < $3"
+			"   WHERE j.expires_at < $3"
+			"     AND ($1 = 0 OR j.queue_id = $1)"
+			"   ORDER BY j.expires_at"
 			"   LIMIT $2"
 			"   FOR UPDATE SKIP LOCKED"
 			"), upd AS ("
@@ -165,42 +157,7 @@ cq_reclaim_expired(int32 queue_id, int32 max_jobs,
 	}
 	cq_ledger_close(&call);
 	cq_finishes_settle(&finishes, false);
-	cq_lease_forget(queue_id, max_jobs, values[2]);
 	return total;
-}
-
-/*
- * Delete the due lease rows none of whose jobs is still held with its
- * expiry passed (reclaimed above, settled, extended under a later row, or
- * claimed again).  A row with a job still held and expired stays, for the
- * next pass: its holder had the row locked, and may yet give it up.
- */
-static void
-cq_lease_forget(int32 queue_id, int32 max_jobs, Datum now)
-{
-	static SPIPlanPtr plan = NULL;
-	Oid			argtypes[3] = {INT4OID, INT4OID, TIMESTAMPTZOID};
-	Datum		values[3];
-
-	cq_plan(&plan,
-			"WITH due AS ("
-			"  SELECT l.ctid FROM claimq.lease l"
-			"   WHERE l.expires_at < $3"
-			"     AND ($1 = 0 OR l.queue_id = $1)"
-			"   ORDER BY l.expires_at"
-			"   LIMIT $2"
-			"   FOR UPDATE SKIP LOCKED"
-			")"
-			" DELETE FROM claimq.lease l USING due d"
-			"  WHERE l.ctid = d.ctid"
-			"    AND NOT EXISTS (SELECT FROM claimq.job j"
-			"                     WHERE j.job_id = ANY (l.job_ids)"
-			"                       AND j.expires_at < $3)",
-			3, argtypes);
-	values[0] = Int32GetDatum(queue_id);
-	values[1] = Int32GetDatum(max_jobs);
-	values[2] = now;
-	cq_execute(plan, values, NULL, SPI_OK_DELETE);
 }
 
 /*

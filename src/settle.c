@@ -135,17 +135,6 @@ typedef struct CqSettleOp
 } CqSettleOp;
 
 /*
- * A lease row for each expiry the statement's CTE "upd" set (claimq.lease:
- * the reclaimer finds held jobs by it).
- */
-#define CQ_LEASE_SQL \
-	", lse AS (" \
-	"  INSERT INTO claimq.lease (queue_id, expires_at, job_ids)" \
-	"  SELECT u.queue_id, u.expires_at, pg_catalog.array_agg(u.job_id)" \
-	"    FROM upd u GROUP BY u.queue_id, u.expires_at" \
-	") "
-
-/*
  * Start locks the jobs first, to read the state each leaves: a job started
  * again under its token stays running.  The update finds each locked row
  * by its id, so that a row changed since the statement's snapshot is
@@ -157,7 +146,7 @@ static CqSettleOp cq_start_op = {
 	"  SELECT j.job_id, j.state, i.ord FROM claimq.job j, input i"
 	"   WHERE" CQ_FENCE_SQL
 	"     FOR UPDATE OF j"
-	"), upd AS ("
+	")"
 	"UPDATE claimq.job j"
 	"   SET state = 'running',"
 	"       attempts = j.attempts"
@@ -169,28 +158,22 @@ static CqSettleOp cq_start_op = {
 	" WHERE j.job_id = h.job_id AND i.ord = h.ord"
 	"   AND" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
 	" RETURNING i.ord, j.queue_id, j.expires_at,"
-	"           h.state AS from_state, 'running' AS to_state, j.job_id"
-	")" CQ_LEASE_SQL
-	"SELECT u.ord, u.queue_id, u.expires_at, u.from_state, u.to_state"
-	"  FROM upd u",
+	"           h.state AS from_state, 'running' AS to_state",
 	CQ_ARGS_LEASE,
-	1, {INTERVALOID}, 3, false, SPI_OK_SELECT, CQ_STARTED, NULL, NULL,
+	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, CQ_STARTED, NULL, NULL,
 	false
 };
 
 static CqSettleOp cq_extend_op = {
 	CQ_INPUT_SQL
-	", upd AS ("
 	"UPDATE claimq.job j"
 	"   SET expires_at = $3 + COALESCE($4, CASE WHEN j.state = 'claimed'"
 	"                                      THEN q.lease ELSE q.run_lease END)"
 	"  FROM input i, claimq.queue q"
 	" WHERE" CQ_FENCE_SQL "AND q.queue_id = j.queue_id"
-	" RETURNING i.ord, j.queue_id, j.expires_at, j.job_id"
-	")" CQ_LEASE_SQL
-	"SELECT u.ord, u.queue_id, u.expires_at FROM upd u",
+	" RETURNING i.ord, j.queue_id, j.expires_at",
 	CQ_ARGS_LEASE,
-	1, {INTERVALOID}, 3, false, SPI_OK_SELECT, -1, NULL, NULL,
+	1, {INTERVALOID}, 3, false, SPI_OK_UPDATE_RETURNING, -1, NULL, NULL,
 	false
 };
 

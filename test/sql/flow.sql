@@ -156,8 +156,6 @@ SELECT claimq.create_queue('fl_r', group_limit => 1, max_attempts => 1, lease =>
 SELECT claimq.enqueue_many('fl_r', array_fill('{}'::jsonb, ARRAY[2]), group_keys => '{r,r}') IS NOT NULL;
 SELECT job_id AS xj FROM pg_temp.take('fl_r', 10, true) \gset
 UPDATE claimq.job SET expires_at = now() - interval '1 second' WHERE job_id = :xj;
--- The write-less layout: the reclaimer finds an expiry by its lease row.
-INSERT INTO claimq.lease SELECT queue_id, expires_at, ARRAY[job_id] FROM claimq.job WHERE job_id = :xj;
 SELECT results_eq($$SELECT released, retried, dead FROM claimq.reclaim('fl_r')$$,
 	$$VALUES (0::bigint, 0::bigint, 1::bigint)$$, 'reclaim: the expired running job is dead (one attempt)');
 SELECT is((SELECT count(*) FROM pg_temp.take('fl_r')), 1::bigint, 'its slot is free: the next job is claimed');

@@ -195,8 +195,6 @@ SELECT claimq.enqueue('wf', '{}', max_attempts => 1) AS r \gset
 SELECT claimq.enqueue('wf', '{}', after => ARRAY[:r]) AS rc \gset
 SELECT * FROM pg_temp.take('wf', true) \gset tr_
 UPDATE claimq.job SET expires_at = clock_timestamp() - interval '1 second' WHERE job_id = :r;
--- The write-less layout: the reclaimer finds an expiry by its lease row.
-INSERT INTO claimq.lease SELECT queue_id, expires_at, ARRAY[job_id] FROM claimq.job WHERE job_id = :r;
 SELECT results_eq($$SELECT dead FROM claimq.reclaim('wf')$$, $$VALUES (1::bigint)$$,
 	'an expired last attempt is reclaimed to dead');
 SELECT is(pg_temp.st(:rc), 'cancelled', 'and its dependent is judged: cancelled');

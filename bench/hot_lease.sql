@@ -1,6 +1,7 @@
 -- HOT-claim layout prototype, lease flow: a job table layout in which
--- claims write no index entry, in plain SQL (claimq built it and did not
--- keep it: it falls behind under sustained load, see the README).  No index
+-- claims write no index entry, in plain SQL (claimq ported it into its C
+-- edition, measured it under sustained load and did not keep it: see
+-- docs/performance.md, "The layout decided (0.8)").  No index
 -- of bench.hjob names a column a claim changes (state, token, worker,
 -- claimed_at, expires_at), and the table keeps room on each page
 -- (fillfactor 50), so the claiming UPDATE is a

@@ -1451,7 +1451,7 @@ def run_sustained():
             "| WAL B/job | server CPU ms per 1,000 jobs | heap-only updates | MB at end |")
         say("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for x in runs:
-            say("| %s | %d | %s | %s | %s | %s | %d | %d | %.0f%% | %s |" % (
+            say("| %s | %d | %s | %s | %s | %s | %d | %.0f | %.0f%% | %s |" % (
                 x["method"], x["round"], fmt_rate(x["completed_per_s"]),
                 fmt_rate(x["per_minute"][-1]["done"]) if x["per_minute"] else "-",
                 "{:,}".format(x["most_ready"]), "{:,}".format(x["ready_at_end"]),

@@ -1401,21 +1401,20 @@ def run_reclaim():
 
 # The sustained run's methods: what produces, what consumes, and, for the
 # plain-SQL layouts, what reclaims (claimq's own reclaimer runs in the
-# server).  "baseline" is the hand-written queue on the baseline's table,
-# "hot" the same statements on the write-less layout's (bench.hjob, a
-# lease row per claim call in bench.hlease): the two layouts compared by
-# the same SQL, beside claimq on its own layout.
+# server); "matrix" is the matrix's method of the same flow and tables.
+# "baseline" is the hand-written queue on the baseline's table, "hot" the
+# same statements on the write-less layout's (bench.hjob, a lease row per
+# claim call in bench.hlease): the two layouts compared by the same SQL,
+# beside claimq on its own layout.
 SUSTAIN = {
     "claimq": {"produce": "sustain_produce.sql", "consume": "sustain_consume.sql",
-               "reclaim": None, "tables": ["claimq.job"], "calibrate": "claimq-lease",
-               "seq": "claimq.job_id_seq", "job": "claimq.job"},
+               "reclaim": None, "matrix": "claimq-lease", "seq": "claimq.job_id_seq"},
     "baseline": {"produce": "sustain_produce_baseline.sql",
                  "consume": "sustain_consume_baseline.sql",
-                 "reclaim": "sustain_reclaim_baseline.sql", "tables": ["bench.job"],
-                 "calibrate": "baseline-lease", "seq": "bench.job_id_seq", "job": "bench.job"},
+                 "reclaim": "sustain_reclaim_baseline.sql", "matrix": "baseline-lease",
+                 "seq": "bench.job_id_seq"},
     "hot": {"produce": "sustain_produce_hot.sql", "consume": "sustain_consume_hot.sql",
-            "reclaim": "sustain_reclaim_hot.sql", "tables": ["bench.hjob", "bench.hlease"],
-            "calibrate": "hot", "seq": "bench.job_id_seq", "job": "bench.hjob"},
+            "reclaim": "sustain_reclaim_hot.sql", "matrix": "hot", "seq": "bench.job_id_seq"},
 }
 
 
@@ -1433,7 +1432,7 @@ def run_sustained():
         # do alone.
         caps = {}
         for m in methods:
-            cal = run_cell(PART_SYNC, SUSTAIN[m]["calibrate"], cons_clients, batch, 150000)
+            cal = run_cell(PART_SYNC, SUSTAIN[m]["matrix"], cons_clients, batch, 150000)
             caps[m] = cal["jobs_per_s"]
             log("%s consumers alone: %s jobs/s" % (m, fmt_rate(caps[m])))
         rate = int(min(caps.values()) * ARGS.sustain_load)
@@ -1443,20 +1442,19 @@ def run_sustained():
         k = r % len(methods)
         for m in methods[k:] + methods[:k]:
             runs.append(sustained_once(m, rate, r + 1))
-    if runs:
-        say()
-        say("### Sustained runs, %d jobs/s offered" % rate)
-        say()
-        say("| method | round | completed/s | last minute | most ready | ready at end "
-            "| WAL B/job | server CPU ms per 1,000 jobs | heap-only updates | MB at end |")
-        say("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for x in runs:
-            say("| %s | %d | %s | %s | %s | %s | %d | %.0f | %.0f%% | %s |" % (
-                x["method"], x["round"], fmt_rate(x["completed_per_s"]),
-                fmt_rate(x["per_minute"][-1]["done"]) if x["per_minute"] else "-",
-                "{:,}".format(x["most_ready"]), "{:,}".format(x["ready_at_end"]),
-                x["wal_per_job"], x["cpu_ms_per_1000"], 100 * x["hot_share"],
-                mb(x["size_at_end"])))
+    say()
+    say("### Sustained runs, %d jobs/s offered" % rate)
+    say()
+    say("| method | round | completed/s | last minute | most ready | ready at end "
+        "| WAL B/job | server CPU ms per 1,000 jobs | heap-only updates | MB at end |")
+    say("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for x in runs:
+        say("| %s | %d | %s | %s | %s | %s | %d | %.0f | %.0f%% | %s |" % (
+            x["method"], x["round"], fmt_rate(x["completed_per_s"]),
+            fmt_rate(x["per_minute"][-1]["done"]) if x["per_minute"] else "-",
+            "{:,}".format(x["most_ready"]), "{:,}".format(x["ready_at_end"]),
+            x["wal_per_job"], x["cpu_ms_per_1000"], 100 * x["hot_share"],
+            mb(x["size_at_end"])))
     RESULTS["extras"]["sustained_runs"] = runs
     # The charts draw claimq's first run, as before there were several.
     first = [x for x in runs if x["method"] == "claimq"] or runs
@@ -1465,8 +1463,9 @@ def run_sustained():
 
 def sustained_once(method, rate, round_no):
     m = dict(SUSTAIN[method])
-    if method == "claimq":
-        m["tables"] = m["tables"] + lease_table()
+    # The matrix method's tables, the job table first; the queue's row stays.
+    m["tables"] = [t for t in tables_of(m["matrix"]) if t != "claimq.queue"]
+    m["job"] = m["tables"][0]
     secs = ARGS.sustain_seconds
     prod_clients, cons_clients, batch = 2, 4, 10
     for t in m["tables"]:
